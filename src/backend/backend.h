@@ -1,0 +1,149 @@
+// The backend seam: a narrow table of ops that a device implements. The model
+// and trainer call ops only through this table (via src/ops/, which validates
+// shapes once), so a new backend (CUDA, an NPU) implements this file and
+// nothing else.
+//
+// Conventions for every op:
+//   * fp32 unless the name says otherwise, row-major, contiguous unless a
+//     stride is given; all pointers are device pointers of this backend
+//     (host memory for the CPU backend).
+//   * B batch, T sequence length, C model width, H query heads, Hkv key/value
+//     heads (H % Hkv == 0), D head dim, V vocabulary, N rows (= B*T tokens),
+//     F hidden width of a SwiGLU.
+//   * "writes" means the output is overwritten; "accumulates" means +=.
+//   * Ops assume valid shapes (src/ops checks them) and never allocate on the
+//     hot path except where noted.
+//   * Results are deterministic: same inputs, same thread count, same bits.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace myriad {
+
+enum class Trans : int { kNo = 0, kYes = 1 };
+
+// Attention over token-major tensors. The query rows are the last Tq
+// positions of a sequence of Tk keys (q_offset = Tk - Tq), so the same op
+// serves training (Tq == Tk) and decoding against a KV cache (Tq == 1).
+// Element [b, t, h, d] of q lives at q + b*q_batch_stride + t*H*D + h*D + d;
+// k and v use kv_batch_stride and Hkv heads; out and dout use H heads and
+// out_batch_stride; lse is [B, H, Tq] contiguous.
+struct AttentionParams {
+  int B = 0, Tq = 0, Tk = 0, H = 0, Hkv = 0, D = 0;
+  float scale = 0.f;  // usually 1/sqrt(D)
+  bool causal = true;
+  int64_t q_batch_stride = 0, kv_batch_stride = 0, out_batch_stride = 0;
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  float* out = nullptr;  // writes [B, Tq, H, D]
+  float* lse = nullptr;  // writes [B, H, Tq] log-sum-exp of scaled scores; may be null in fwd
+};
+
+struct AttentionBackwardParams {
+  AttentionParams fwd;          // the forward's inputs, out and lse (all read)
+  const float* dout = nullptr;  // [B, Tq, H, D], out_batch_stride
+  float* dq = nullptr;          // writes, q layout
+  float* dk = nullptr;          // writes, kv layout
+  float* dv = nullptr;          // writes, kv layout
+};
+
+struct AdamWParams {
+  int64_t n = 0;
+  float lr = 0, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0;
+  int64_t step = 1;  // 1-based, for bias correction
+  float* param = nullptr;
+  const float* grad = nullptr;
+  float* m = nullptr;
+  float* v = nullptr;
+  float grad_scale = 1.f;  // grads are multiplied by this first (clipping)
+};
+
+// One slot per op; a comment per slot. Optional slots may be null, and
+// supports() says which are present.
+struct BackendOps {
+  // C[M,N] = alpha * op(A) @ op(B) + beta * C, row-major; op(A) is [M,K].
+  void (*gemm)(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
+               const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+               float* C, int64_t ldc);
+
+  // out[n,:] = x[n,:] * rstd[n] * w, rstd[n] = 1/sqrt(mean(x[n,:]^2) + eps).
+  // Writes out [N,C] and rstd [N].
+  void (*rmsnorm_fwd)(const float* x, const float* w, float eps, int64_t N, int64_t C,
+                      float* out, float* rstd);
+  // Accumulates dx [N,C] and dw [C].
+  void (*rmsnorm_bwd)(const float* dout, const float* x, const float* w, const float* rstd,
+                      int64_t N, int64_t C, float* dx, float* dw);
+
+  // Rotary embedding, "rotate-half" pairing (d, d + D/2), in place on x
+  // [N, H, D] where token n is at position pos[n]. cos/sin tables are
+  // [max_pos, D/2]: angle(p, i) = p * theta^(-2i/D). inverse=true rotates by
+  // the negative angle (the backward pass).
+  void (*rope)(float* x, int64_t N, int H, int D, const int32_t* pos, const float* cos_table,
+               const float* sin_table, bool inverse);
+
+  // out = silu(gate) * up, all [N,F]. Writes out.
+  void (*swiglu_fwd)(const float* gate, const float* up, int64_t N, int64_t F, float* out);
+  // Writes dgate and dup [N,F].
+  void (*swiglu_bwd)(const float* dout, const float* gate, const float* up, int64_t N,
+                     int64_t F, float* dgate, float* dup);
+
+  // Softmax cross-entropy over logits [N,V] with targets [N] (-1: ignored, loss
+  // 0, gradient 0). Writes losses [N] (natural log). If dlogits is non-null,
+  // writes dlogits = (softmax - onehot) * grad_scale (it may alias logits).
+  void (*softmax_xent)(const float* logits, const int32_t* targets, int64_t N, int64_t V,
+                       float grad_scale, float* losses, float* dlogits);
+
+  // Causal (or full) multi-head attention with GQA; tiled with an online
+  // softmax, never materialising the [Tq, Tk] score matrix.
+  void (*attention_fwd)(const AttentionParams& p);
+  void (*attention_bwd)(const AttentionBackwardParams& p);
+
+  // MoE permutation. gather: dst[i,:] = src[idx[i],:] for i < M (writes).
+  void (*moe_gather)(const float* src, const int32_t* idx, int64_t M, int64_t C, float* dst);
+  // combine: out[t,:] += sum_k w[t,k] * buf[pos[t,k],:] for t < N, k < K
+  // (accumulates). w may be null (weight 1): that is the backward of gather.
+  void (*moe_combine)(const float* buf, const int32_t* pos, const float* w, int64_t N,
+                      int64_t K, int64_t C, float* out);
+  // Backward of combine: dbuf[pos[t,k],:] = w[t,k] * dout[t,:] (writes; every
+  // row of dbuf named by pos is written exactly once), and
+  // dw[t,k] = dot(dout[t,:], buf[pos[t,k],:]) (writes).
+  void (*moe_combine_bwd)(const float* dout, const float* buf, const int32_t* pos,
+                          const float* w, int64_t N, int64_t K, int64_t C, float* dbuf,
+                          float* dw);
+
+  // Fused AdamW with decoupled weight decay:
+  //   g = grad*grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2
+  //   param -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * param)
+  void (*adamw)(const AdamWParams& p);
+  // Returns sum(x^2) accumulated in double.
+  double (*sumsq)(const float* x, int64_t n);
+
+  // Decode GEMVs: y[o] = sum_i W[o,i] * x[i] (writes y [out]).
+  void (*gemv_f32)(const float* W, const float* x, int64_t out, int64_t in, float* y);
+  // W stored as IEEE fp16 (uint16 bits).
+  void (*gemv_f16)(const uint16_t* W, const float* x, int64_t out, int64_t in, float* y);
+  // W int8 with one scale per output row: W[o,i] ~= Wq[o,i] * scale[o]. x is
+  // quantised internally to int8 with one absmax scale (VNNI where present).
+  void (*gemv_q8)(const int8_t* Wq, const float* scale, const float* x, int64_t out,
+                  int64_t in, float* y);
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;     // "cpu-avx512", "cpu-avx2", "cpu-scalar", "cuda"
+  virtual const BackendOps& ops() const = 0;
+  // Whether the op slot named `op` (the field name above) is implemented.
+  virtual bool supports(const std::string& op) const = 0;
+  virtual int num_threads() const = 0;
+};
+
+// The CPU backend for the best ISA this machine has (or `isa` if given:
+// "avx512", "avx2", "scalar"; unknown or unsupported names return null).
+Backend* CpuBackend(const std::string& isa = "");
+// The scalar reference oracles (cpu/ref): slow, simple, used only by tests.
+const BackendOps& RefOps();
+
+}  // namespace myriad

@@ -1,0 +1,43 @@
+// `myriad <verb> [options]`: one file per verb under src/cli/, each thin.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "cli/verbs.h"
+
+namespace {
+
+struct Verb {
+  const char* name;
+  int (*run)(int argc, char** argv);
+  const char* help;
+};
+
+const Verb kVerbs[] = {
+    {"prepare", myriad::cli::RunPrepare, "train a tokenizer and write token shards"},
+    {"train", myriad::cli::RunTrain, "train a model from a TOML config"},
+    {"eval", myriad::cli::RunEval, "validation loss and perplexity of a checkpoint"},
+    {"generate", myriad::cli::RunGenerate, "generate text from a prompt"},
+    {"doctor", myriad::cli::RunDoctor, "report ISA, BLAS kernel, cores and memory"},
+    {"inspect", myriad::cli::RunInspect, "show a checkpoint's manifest and tensors"},
+};
+
+void Usage(FILE* f) {
+  std::fprintf(f, "usage: myriad <verb> [options]   (myriad <verb> --help for its options)\n\nverbs:\n");
+  for (const auto& v : kVerbs) std::fprintf(f, "  %-10s %s\n", v.name, v.help);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
+    Usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  for (const auto& v : kVerbs) {
+    if (!std::strcmp(argv[1], v.name)) return v.run(argc - 1, argv + 1);
+  }
+  std::fprintf(stderr, "myriad: unknown verb '%s' (hint: one of prepare, train, eval, generate, doctor, inspect)\n",
+               argv[1]);
+  return 2;
+}

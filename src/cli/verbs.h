@@ -1,0 +1,10 @@
+// Entry points of the verbs; argv[0] is the verb itself.
+#pragma once
+namespace myriad::cli {
+int RunPrepare(int argc, char** argv);
+int RunTrain(int argc, char** argv);
+int RunEval(int argc, char** argv);
+int RunGenerate(int argc, char** argv);
+int RunDoctor(int argc, char** argv);
+int RunInspect(int argc, char** argv);
+}  // namespace myriad::cli

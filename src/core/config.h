@@ -1,0 +1,62 @@
+// Config: TOML documents with command-line overrides and typed, checked reads.
+//
+//   auto doc = ConfigDoc::Load("configs/demo-moe.toml", {"train.lr=3e-4"});
+//   int64_t d = doc->GetInt("model.d_model", 256);
+//   ...
+//   RETURN_IF_ERROR(doc->Finish());   // errors: bad types, unknown keys
+//
+// Every read names its default, so the struct that reads the config is also
+// the documentation of the defaults. Reads never fail on their own; the first
+// problem is kept and reported by Finish(), which also rejects keys that no
+// reader asked for (typos), naming the closest known key as a hint.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace toml {
+inline namespace v3 {
+class table;
+}
+}  // namespace toml
+
+namespace myriad {
+
+class ConfigDoc {
+ public:
+  ~ConfigDoc();
+  // `source` names the document in messages (a path, or "<string>").
+  static Result<std::unique_ptr<ConfigDoc>> Parse(const std::string& text,
+                                                  const std::string& source,
+                                                  const std::vector<std::string>& overrides = {});
+  static Result<std::unique_ptr<ConfigDoc>> Load(const std::string& path,
+                                                 const std::vector<std::string>& overrides = {});
+
+  int64_t GetInt(const std::string& key, int64_t def);
+  double GetFloat(const std::string& key, double def);
+  bool GetBool(const std::string& key, bool def);
+  std::string GetString(const std::string& key, const std::string& def);
+  bool Has(const std::string& key) const;
+
+  // Records a validation problem found by the caller (first one wins).
+  void Fail(const std::string& message);
+  const std::string& source() const { return source_; }
+  Status Finish();
+
+ private:
+  ConfigDoc() = default;
+  std::string source_;
+  std::unique_ptr<toml::table> table_;
+  std::set<std::string> read_keys_;
+  std::string first_error_;
+};
+
+// Edit distance, for "did you mean" hints.
+size_t EditDistance(const std::string& a, const std::string& b);
+
+}  // namespace myriad
