@@ -1,0 +1,98 @@
+// CpuBackend(): one immutable Backend per ISA, created on first request and
+// alive for the whole process (callers never delete it). The ISA is checked
+// against cpuid here, so no ISA-specific code runs on a CPU without it.
+#include <omp.h>
+
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+
+#include "backend/backend.h"
+#include "backend/cpu/cpu_info.h"
+#include "backend/cpu/kernels.h"
+#include "core/log.h"
+
+namespace myriad {
+namespace {
+
+class CpuBackendImpl final : public Backend {
+ public:
+  CpuBackendImpl(std::string name, const BackendOps& ops) : name_(std::move(name)), ops_(ops) {}
+  std::string name() const override { return name_; }
+  const BackendOps& ops() const override { return ops_; }
+  bool supports(const std::string& op) const override {
+#define MYRIAD_SLOT(slot) \
+  if (op == #slot) return ops_.slot != nullptr;
+    MYRIAD_SLOT(gemm)
+    MYRIAD_SLOT(rmsnorm_fwd)
+    MYRIAD_SLOT(rmsnorm_bwd)
+    MYRIAD_SLOT(rope)
+    MYRIAD_SLOT(swiglu_fwd)
+    MYRIAD_SLOT(swiglu_bwd)
+    MYRIAD_SLOT(softmax_xent)
+    MYRIAD_SLOT(attention_fwd)
+    MYRIAD_SLOT(attention_bwd)
+    MYRIAD_SLOT(moe_gather)
+    MYRIAD_SLOT(moe_combine)
+    MYRIAD_SLOT(moe_combine_bwd)
+    MYRIAD_SLOT(adamw)
+    MYRIAD_SLOT(sumsq)
+    MYRIAD_SLOT(gemv_f32)
+    MYRIAD_SLOT(gemv_f16)
+    MYRIAD_SLOT(gemv_q8)
+#undef MYRIAD_SLOT
+    return false;
+  }
+  int num_threads() const override { return omp_get_max_threads(); }
+
+ private:
+  std::string name_;
+  BackendOps ops_;
+};
+
+std::unique_ptr<Backend> Make(const std::string& isa) {
+  const CpuInfo& cpu = GetCpuInfo();
+  BackendOps ops{};
+  if (isa == "avx512") {
+    if (!cpu.has_avx512_kernels()) return nullptr;
+    cpu::FillAvx512Ops(&ops);
+  } else if (isa == "avx2") {
+    if (!cpu.has_avx2_kernels()) return nullptr;
+    cpu::FillAvx2Ops(&ops);
+  } else if (isa == "scalar") {
+    cpu::FillGenericOps(&ops);
+  } else {
+    return nullptr;
+  }
+  return std::make_unique<CpuBackendImpl>("cpu-" + isa, ops);
+}
+
+std::string BestIsa() {
+  const CpuInfo& cpu = GetCpuInfo();
+  if (cpu.has_avx512_kernels()) return "avx512";
+  if (cpu.has_avx2_kernels()) return "avx2";
+  return "scalar";
+}
+
+}  // namespace
+
+Backend* CpuBackend(const std::string& isa_in) {
+  std::string isa = isa_in;
+  if (isa.empty()) {
+    const char* env = std::getenv("MYRIAD_CPU_ISA");  // override for debugging/benchmarks
+    isa = env && *env ? env : BestIsa();
+  }
+  static std::mutex mu;
+  static std::unique_ptr<Backend> backends[3];
+  static bool made[3] = {false, false, false};
+  int slot = isa == "avx512" ? 0 : isa == "avx2" ? 1 : isa == "scalar" ? 2 : -1;
+  if (slot < 0) return nullptr;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!made[slot]) {
+    backends[slot] = Make(isa);
+    made[slot] = true;
+  }
+  return backends[slot].get();
+}
+
+}  // namespace myriad

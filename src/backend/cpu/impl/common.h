@@ -1,0 +1,80 @@
+// Building blocks shared by every CPU kernel translation unit (generic,
+// isa_avx2, isa_avx512). Everything here lives in an anonymous namespace on
+// purpose: each ISA TU is compiled with different -m flags, and inline
+// functions with external linkage would be merged by the linker (COMDAT), so
+// an AVX-512 copy could end up called on a CPU without AVX-512. Internal
+// linkage gives every TU its own copy. For the same reason kernel code avoids
+// std:: templates that may be emitted out of line (std::vector, std::sort).
+#pragma once
+
+#include <omp.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+namespace myriad::cpu {
+namespace {
+
+// An owned, 64-byte aligned, uninitialised scratch array.
+template <typename T>
+struct Scratch {
+  T* p = nullptr;
+  explicit Scratch(int64_t n) {
+    size_t bytes = ((size_t)(n > 0 ? n : 1) * sizeof(T) + 63) & ~(size_t)63;
+    p = static_cast<T*>(std::aligned_alloc(64, bytes));
+  }
+  ~Scratch() { std::free(p); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  T& operator[](int64_t i) { return p[i]; }
+};
+
+inline int64_t MinI(int64_t a, int64_t b) { return a < b ? a : b; }
+inline int64_t MaxI(int64_t a, int64_t b) { return a > b ? a : b; }
+inline float MaxF(float a, float b) { return a > b ? a : b; }
+
+inline float AsFloat(uint32_t u) { return __builtin_bit_cast(float, u); }
+inline uint32_t AsU32(float f) { return __builtin_bit_cast(uint32_t, f); }
+
+// exp(x) for float, branch-free so that `omp simd` loops vectorise it:
+// x = n ln2 + f with |f| <= ln2/2 (Cody-Waite split of ln2), exp(f) by a
+// degree-7 Taylor polynomial (truncation < 1e-8 relative), 2^n via the
+// exponent bits. Relative error about 2 ulp; exp(x) = 0 for x < -87.3
+// (including -inf), x > 88.7 clamps (no inf).
+#pragma omp declare simd notinbranch
+inline float ExpF(float x) {
+  float xc = x > 88.7f ? 88.7f : x;
+  xc = xc < -87.3f ? -87.3f : xc;
+  float t = xc * 1.44269504088896341f;
+  float r = t + 12582912.f;  // 1.5*2^23: rounds t to an integer in the low bits
+  float n = r - 12582912.f;
+  int32_t ni = (int32_t)(AsU32(r) - 0x4B400000u);
+  float f = xc - n * 0.693145751953125f;
+  f = f - n * 1.42860682030941723212e-6f;
+  float p = 1.f / 5040.f;
+  p = p * f + 1.f / 720.f;
+  p = p * f + 1.f / 120.f;
+  p = p * f + 1.f / 24.f;
+  p = p * f + 1.f / 6.f;
+  p = p * f + 0.5f;
+  p = p * f + 1.f;
+  p = p * f + 1.f;
+  float scale = AsFloat((uint32_t)(ni + 127) << 23);
+  float y = p * scale;
+  return x < -87.3f ? 0.f : y;
+}
+
+// IEEE half bits -> float, branch-free (normals, subnormals, inf, nan).
+#pragma omp declare simd notinbranch
+inline float HalfToFloatF(uint16_t h) {
+  uint32_t mag = (uint32_t)(h & 0x7fff) << 13;
+  float f = AsFloat(mag) * 0x1p112f;  // rebias 15 -> 127; exact for subnormals too
+  uint32_t bits = AsU32(f);
+  bits = (h & 0x7c00) == 0x7c00 ? (mag | 0x7f800000u) : bits;
+  return AsFloat(bits | ((uint32_t)(h & 0x8000) << 16));
+}
+
+}  // namespace
+}  // namespace myriad::cpu

@@ -1,0 +1,35 @@
+// Fills a BackendOps table with the portable kernels of impl/, compiled for
+// the ISA of the including TU. GEMM always goes through blas.h.
+#pragma once
+
+#include "backend/backend.h"
+#include "backend/cpu/blas.h"
+#include "backend/cpu/impl/attention.h"
+#include "backend/cpu/impl/elementwise.h"
+#include "backend/cpu/impl/gemv.h"
+
+namespace myriad::cpu {
+namespace {
+
+inline void FillPortableOps(BackendOps* o) {
+  o->gemm = BlasSgemm;
+  o->rmsnorm_fwd = RmsnormFwdK;
+  o->rmsnorm_bwd = RmsnormBwdK;
+  o->rope = RopeK;
+  o->swiglu_fwd = SwigluFwdK;
+  o->swiglu_bwd = SwigluBwdK;
+  o->softmax_xent = SoftmaxXentK;
+  o->attention_fwd = AttentionFwdK;
+  o->attention_bwd = AttentionBwdK;
+  o->moe_gather = MoeGatherK;
+  o->moe_combine = MoeCombineK;
+  o->moe_combine_bwd = MoeCombineBwdK;
+  o->adamw = AdamWK;
+  o->sumsq = SumsqK;
+  o->gemv_f32 = GemvF32K;
+  o->gemv_f16 = GemvF16K;
+  o->gemv_q8 = GemvQ8K;
+}
+
+}  // namespace
+}  // namespace myriad::cpu

@@ -1,0 +1,241 @@
+// Scalar reference oracles for every BackendOps slot: plain loops, double
+// accumulation, no threads. Correctness over speed; used only by tests.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/ref/ref_attention.h"
+
+namespace myriad::ref {
+namespace {
+
+void Gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double acc = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        double a = ta == Trans::kNo ? A[i * lda + k] : A[k * lda + i];
+        double b = tb == Trans::kNo ? B[k * ldb + j] : B[j * ldb + k];
+        acc += a * b;
+      }
+      double c = beta == 0.f ? 0.0 : (double)beta * C[i * ldc + j];
+      C[i * ldc + j] = (float)(alpha * acc + c);
+    }
+}
+
+void RmsnormFwd(const float* x, const float* w, float eps, int64_t N, int64_t C, float* out,
+                float* rstd) {
+  for (int64_t n = 0; n < N; ++n) {
+    double ss = 0;
+    for (int64_t c = 0; c < C; ++c) ss += (double)x[n * C + c] * x[n * C + c];
+    double r = 1.0 / std::sqrt(ss / C + eps);
+    rstd[n] = (float)r;
+    for (int64_t c = 0; c < C; ++c) out[n * C + c] = (float)(x[n * C + c] * r * w[c]);
+  }
+}
+
+// y = x r w with r = (mean(x^2)+eps)^-1/2:
+// dx_i = r w_i g_i - r^3/C x_i sum_j g_j w_j x_j ; dw_i = sum_n g_i x_i r.
+void RmsnormBwd(const float* dout, const float* x, const float* w, const float* rstd, int64_t N,
+                int64_t C, float* dx, float* dw) {
+  for (int64_t n = 0; n < N; ++n) {
+    const float* g = dout + n * C;
+    const float* xr = x + n * C;
+    double r = rstd[n];
+    double dot = 0;
+    for (int64_t c = 0; c < C; ++c) dot += (double)g[c] * w[c] * xr[c];
+    for (int64_t c = 0; c < C; ++c) dx[n * C + c] += (float)(r * w[c] * g[c] - r * r * r / C * xr[c] * dot);
+  }
+  for (int64_t c = 0; c < C; ++c) {
+    double acc = 0;
+    for (int64_t n = 0; n < N; ++n) acc += (double)dout[n * C + c] * x[n * C + c] * rstd[n];
+    dw[c] += (float)acc;
+  }
+}
+
+void Rope(float* x, int64_t N, int H, int D, const int32_t* pos, const float* cos_table,
+          const float* sin_table, bool inverse) {
+  int half = D / 2;
+  for (int64_t n = 0; n < N; ++n)
+    for (int h = 0; h < H; ++h) {
+      float* v = x + (n * H + h) * D;
+      for (int i = 0; i < half; ++i) {
+        double c = cos_table[(int64_t)pos[n] * half + i];
+        double s = sin_table[(int64_t)pos[n] * half + i];
+        if (inverse) s = -s;
+        double a = v[i], b = v[i + half];
+        v[i] = (float)(a * c - b * s);
+        v[i + half] = (float)(a * s + b * c);
+      }
+    }
+}
+
+double Sigmoid(double g) { return 1.0 / (1.0 + std::exp(-g)); }
+
+void SwigluFwd(const float* gate, const float* up, int64_t N, int64_t F, float* out) {
+  for (int64_t i = 0; i < N * F; ++i) out[i] = (float)(gate[i] * Sigmoid(gate[i]) * up[i]);
+}
+
+void SwigluBwd(const float* dout, const float* gate, const float* up, int64_t N, int64_t F,
+               float* dgate, float* dup) {
+  for (int64_t i = 0; i < N * F; ++i) {
+    double g = gate[i], s = Sigmoid(g);
+    double d = dout[i], u = up[i];
+    dgate[i] = (float)(d * u * s * (1.0 + g * (1.0 - s)));
+    dup[i] = (float)(d * g * s);
+  }
+}
+
+void SoftmaxXent(const float* logits, const int32_t* targets, int64_t N, int64_t V,
+                 float grad_scale, float* losses, float* dlogits) {
+  for (int64_t n = 0; n < N; ++n) {
+    const float* l = logits + n * V;
+    int32_t t = targets[n];
+    double mx = l[0];
+    for (int64_t j = 1; j < V; ++j) mx = std::max(mx, (double)l[j]);
+    double sum = 0;
+    for (int64_t j = 0; j < V; ++j) sum += std::exp(l[j] - mx);
+    double lse = mx + std::log(sum);
+    losses[n] = t < 0 ? 0.f : (float)(lse - l[t]);
+    if (!dlogits) continue;
+    float* d = dlogits + n * V;  // may alias l: each element read before written
+    for (int64_t j = 0; j < V; ++j) {
+      double p = std::exp(l[j] - lse);
+      d[j] = t < 0 ? 0.f : (float)((p - (j == t ? 1.0 : 0.0)) * grad_scale);
+    }
+  }
+}
+
+void MoeGather(const float* src, const int32_t* idx, int64_t M, int64_t C, float* dst) {
+  for (int64_t i = 0; i < M; ++i) std::memcpy(dst + i * C, src + (int64_t)idx[i] * C, C * sizeof(float));
+}
+
+void MoeCombine(const float* buf, const int32_t* pos, const float* w, int64_t N, int64_t K,
+                int64_t C, float* out) {
+  for (int64_t t = 0; t < N; ++t)
+    for (int64_t c = 0; c < C; ++c) {
+      double acc = 0;
+      for (int64_t k = 0; k < K; ++k)
+        acc += (w ? (double)w[t * K + k] : 1.0) * buf[(int64_t)pos[t * K + k] * C + c];
+      out[t * C + c] = (float)(out[t * C + c] + acc);
+    }
+}
+
+void MoeCombineBwd(const float* dout, const float* buf, const int32_t* pos, const float* w,
+                   int64_t N, int64_t K, int64_t C, float* dbuf, float* dw) {
+  for (int64_t t = 0; t < N; ++t)
+    for (int64_t k = 0; k < K; ++k) {
+      int64_t r = pos[t * K + k];
+      double wk = w ? w[t * K + k] : 1.0;
+      for (int64_t c = 0; c < C; ++c) dbuf[r * C + c] = (float)(wk * dout[t * C + c]);
+      if (dw) {
+        double acc = 0;
+        for (int64_t c = 0; c < C; ++c) acc += (double)dout[t * C + c] * buf[r * C + c];
+        dw[t * K + k] = (float)acc;
+      }
+    }
+}
+
+void AdamW(const AdamWParams& p) {
+  double bc1 = 1.0 - std::pow((double)p.beta1, (double)p.step);
+  double bc2 = 1.0 - std::pow((double)p.beta2, (double)p.step);
+  for (int64_t i = 0; i < p.n; ++i) {
+    double g = (double)p.grad[i] * p.grad_scale;
+    double m = p.beta1 * (double)p.m[i] + (1.0 - p.beta1) * g;
+    double v = p.beta2 * (double)p.v[i] + (1.0 - p.beta2) * g * g;
+    p.m[i] = (float)m;
+    p.v[i] = (float)v;
+    double upd = (m / bc1) / (std::sqrt(v / bc2) + p.eps) + p.weight_decay * (double)p.param[i];
+    p.param[i] = (float)(p.param[i] - p.lr * upd);
+  }
+}
+
+double Sumsq(const float* x, int64_t n) {
+  double acc = 0;
+  for (int64_t i = 0; i < n; ++i) acc += (double)x[i] * x[i];
+  return acc;
+}
+
+void GemvF32(const float* W, const float* x, int64_t out, int64_t in, float* y) {
+  for (int64_t o = 0; o < out; ++o) {
+    double acc = 0;
+    for (int64_t i = 0; i < in; ++i) acc += (double)W[o * in + i] * x[i];
+    y[o] = (float)acc;
+  }
+}
+
+// IEEE half -> float, bit by bit (subnormals, inf, nan included).
+float HalfToFloat(uint16_t h) {
+  uint32_t sign = (uint32_t)(h >> 15) << 31;
+  int exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  float mag;
+  if (exp == 0) mag = std::ldexp((float)mant, -24);
+  else if (exp == 31) mag = mant ? NAN : INFINITY;
+  else mag = std::ldexp((float)(mant | 0x400), exp - 25);
+  uint32_t bits;
+  std::memcpy(&bits, &mag, 4);
+  bits |= sign;
+  std::memcpy(&mag, &bits, 4);
+  return mag;
+}
+
+void GemvF16(const uint16_t* W, const float* x, int64_t out, int64_t in, float* y) {
+  for (int64_t o = 0; o < out; ++o) {
+    double acc = 0;
+    for (int64_t i = 0; i < in; ++i) acc += (double)HalfToFloat(W[o * in + i]) * x[i];
+    y[o] = (float)acc;
+  }
+}
+
+// x is quantised with one absmax scale: xq = round_half_even(x / sx),
+// sx = absmax/127; y[o] = scale[o] * sx * sum_i Wq[o,i] xq[i] (exact int sum).
+void GemvQ8(const int8_t* Wq, const float* scale, const float* x, int64_t out, int64_t in,
+            float* y) {
+  float amax = 0;
+  for (int64_t i = 0; i < in; ++i) amax = std::max(amax, std::fabs(x[i]));
+  float sx = amax / 127.f;
+  float inv = amax > 0 ? 127.f / amax : 0.f;
+  std::vector<int32_t> xq(in);
+  for (int64_t i = 0; i < in; ++i) xq[i] = (int32_t)std::nearbyint(x[i] * inv);
+  for (int64_t o = 0; o < out; ++o) {
+    int64_t acc = 0;
+    for (int64_t i = 0; i < in; ++i) acc += (int64_t)Wq[o * in + i] * xq[i];
+    y[o] = (float)((double)acc * scale[o] * sx);
+  }
+}
+
+}  // namespace
+}  // namespace myriad::ref
+
+namespace myriad {
+
+const BackendOps& RefOps() {
+  static const BackendOps ops = [] {
+    BackendOps o{};
+    o.gemm = ref::Gemm;
+    o.rmsnorm_fwd = ref::RmsnormFwd;
+    o.rmsnorm_bwd = ref::RmsnormBwd;
+    o.rope = ref::Rope;
+    o.swiglu_fwd = ref::SwigluFwd;
+    o.swiglu_bwd = ref::SwigluBwd;
+    o.softmax_xent = ref::SoftmaxXent;
+    o.attention_fwd = ref::AttentionFwd;
+    o.attention_bwd = ref::AttentionBwd;
+    o.moe_gather = ref::MoeGather;
+    o.moe_combine = ref::MoeCombine;
+    o.moe_combine_bwd = ref::MoeCombineBwd;
+    o.adamw = ref::AdamW;
+    o.sumsq = ref::Sumsq;
+    o.gemv_f32 = ref::GemvF32;
+    o.gemv_f16 = ref::GemvF16;
+    o.gemv_q8 = ref::GemvQ8;
+    return o;
+  }();
+  return ops;
+}
+
+}  // namespace myriad

@@ -1,0 +1,535 @@
+// One parity test for the CPU backend: every op of every ISA backend
+// available on this machine against the scalar oracles of cpu/ref
+// (RefOps()), on ragged shapes, with a tolerance per op. Also checks the
+// oracles themselves against central finite differences (attention,
+// RMSNorm, SwiGLU and softmax-xent backward) and a closed form (q8 GEMV).
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/rng.h"
+
+namespace myriad {
+namespace {
+
+using Vec = std::vector<float>;
+
+Vec Randn(size_t n, Rng& rng, float scale = 1.f) {
+  Vec v(n);
+  for (auto& x : v) x = rng.Normal() * scale;
+  return v;
+}
+
+// |got - want| <= atol + rtol |want| elementwise; reports the worst offender.
+void ExpectClose(const float* got, const float* want, size_t n, double rtol, double atol,
+                 const std::string& what) {
+  size_t bad = 0, worst = 0;
+  double worst_excess = -1;
+  for (size_t i = 0; i < n; ++i) {
+    double err = std::fabs((double)got[i] - want[i]);
+    double lim = atol + rtol * std::fabs((double)want[i]);
+    if (!(err <= lim)) {
+      ++bad;
+      double ex = std::isnan(err) ? 1e300 : err - lim;
+      if (ex > worst_excess) worst_excess = ex, worst = i;
+    }
+  }
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << "/" << n << " out of tolerance; worst at [" << worst
+                     << "] got " << got[worst] << " want " << want[worst];
+}
+void ExpectClose(const Vec& got, const Vec& want, double rtol, double atol, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  ExpectClose(got.data(), want.data(), got.size(), rtol, atol, what);
+}
+
+const char* kSlots[] = {"gemm",        "rmsnorm_fwd",   "rmsnorm_bwd",   "rope",
+                        "swiglu_fwd",  "swiglu_bwd",    "softmax_xent",  "attention_fwd",
+                        "attention_bwd", "moe_gather",  "moe_combine",   "moe_combine_bwd",
+                        "adamw",       "sumsq",         "gemv_f32",      "gemv_f16",
+                        "gemv_q8"};
+
+class Parity : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    be_ = CpuBackend(GetParam());
+    if (!be_) GTEST_SKIP() << "ISA " << GetParam() << " not available on this CPU";
+    ops_ = &be_->ops();
+  }
+  Backend* be_ = nullptr;
+  const BackendOps* ops_ = nullptr;
+  const BackendOps& ref_ = RefOps();
+};
+
+TEST_P(Parity, EverySlotIsImplemented) {
+  EXPECT_EQ(be_->name(), "cpu-" + GetParam());
+  EXPECT_GE(be_->num_threads(), 1);
+  for (const char* s : kSlots) EXPECT_TRUE(be_->supports(s)) << s;
+  EXPECT_FALSE(be_->supports("no_such_op"));
+  EXPECT_EQ(CpuBackend("no_such_isa"), nullptr);
+  ASSERT_NE(CpuBackend(""), nullptr);
+}
+
+TEST_P(Parity, Gemm) {
+  Rng rng(1);
+  struct S { int64_t M, N, K; };
+  for (S s : {S{1, 1, 1}, S{5, 37, 33}, S{67, 24, 64}, S{33, 67, 5}, S{130, 17, 129}})
+    for (Trans ta : {Trans::kNo, Trans::kYes})
+      for (Trans tb : {Trans::kNo, Trans::kYes})
+        for (float beta : {0.f, 0.5f}) {
+          int64_t lda = (ta == Trans::kNo ? s.K : s.M) + 3, ldb = (tb == Trans::kNo ? s.N : s.K) + 1;
+          int64_t arows = ta == Trans::kNo ? s.M : s.K, brows = tb == Trans::kNo ? s.K : s.N;
+          int64_t ldc = s.N + 2;
+          Vec A = Randn(arows * lda, rng), B = Randn(brows * ldb, rng), C = Randn(s.M * ldc, rng);
+          Vec Cr = C;
+          ops_->gemm(ta, tb, s.M, s.N, s.K, 0.75f, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+          ref_.gemm(ta, tb, s.M, s.N, s.K, 0.75f, A.data(), lda, B.data(), ldb, beta, Cr.data(), ldc);
+          ExpectClose(C, Cr, 1e-4, 1e-4 * std::sqrt((double)s.K),
+                      "gemm M" + std::to_string(s.M) + " N" + std::to_string(s.N) + " K" +
+                          std::to_string(s.K) + " ta" + std::to_string((int)ta) + " tb" +
+                          std::to_string((int)tb));
+        }
+}
+
+TEST_P(Parity, Rmsnorm) {
+  Rng rng(2);
+  for (int64_t N : {1, 5, 33})
+    for (int64_t C : {8, 37, 64, 200}) {
+      Vec x = Randn(N * C, rng), w = Randn(C, rng), out(N * C), rstd(N), out_r(N * C), rstd_r(N);
+      ops_->rmsnorm_fwd(x.data(), w.data(), 1e-5f, N, C, out.data(), rstd.data());
+      ref_.rmsnorm_fwd(x.data(), w.data(), 1e-5f, N, C, out_r.data(), rstd_r.data());
+      std::string tag = " N" + std::to_string(N) + " C" + std::to_string(C);
+      ExpectClose(out, out_r, 1e-5, 1e-6, "rmsnorm_fwd out" + tag);
+      ExpectClose(rstd, rstd_r, 1e-5, 0, "rmsnorm_fwd rstd" + tag);
+      Vec g = Randn(N * C, rng), dx = Randn(N * C, rng), dw = Randn(C, rng);
+      Vec dx_r = dx, dw_r = dw;
+      ops_->rmsnorm_bwd(g.data(), x.data(), w.data(), rstd_r.data(), N, C, dx.data(), dw.data());
+      ref_.rmsnorm_bwd(g.data(), x.data(), w.data(), rstd_r.data(), N, C, dx_r.data(), dw_r.data());
+      ExpectClose(dx, dx_r, 1e-5, 1e-5, "rmsnorm_bwd dx" + tag);
+      ExpectClose(dw, dw_r, 1e-5, 1e-5 * std::sqrt((double)N), "rmsnorm_bwd dw" + tag);
+    }
+}
+
+TEST_P(Parity, Rope) {
+  Rng rng(3);
+  const int max_pos = 80;
+  for (int D : {8, 16, 24, 64}) {
+    Vec cos_t(max_pos * D / 2), sin_t(max_pos * D / 2);
+    for (int p = 0; p < max_pos; ++p)
+      for (int i = 0; i < D / 2; ++i) {
+        double a = p * std::pow(10000.0, -2.0 * i / D);
+        cos_t[p * D / 2 + i] = (float)std::cos(a);
+        sin_t[p * D / 2 + i] = (float)std::sin(a);
+      }
+    for (int64_t N : {1, 5, 33})
+      for (bool inverse : {false, true}) {
+        const int H = 3;
+        std::vector<int32_t> pos(N);
+        for (auto& p : pos) p = (int32_t)rng.Below(max_pos);
+        Vec x = Randn(N * H * D, rng), xr = x;
+        ops_->rope(x.data(), N, H, D, pos.data(), cos_t.data(), sin_t.data(), inverse);
+        ref_.rope(xr.data(), N, H, D, pos.data(), cos_t.data(), sin_t.data(), inverse);
+        ExpectClose(x, xr, 1e-5, 1e-6, "rope D" + std::to_string(D) + " N" + std::to_string(N));
+      }
+  }
+}
+
+TEST_P(Parity, Swiglu) {
+  Rng rng(4);
+  for (auto [N, F] : {std::pair<int64_t, int64_t>{1, 1}, {5, 37}, {3, 4099}, {33, 24}}) {
+    Vec gate = Randn(N * F, rng, 4.f), up = Randn(N * F, rng), dout = Randn(N * F, rng);
+    gate[0] = 30.f;
+    if (N * F > 1) gate[1] = -30.f;
+    Vec out(N * F), out_r(N * F), dg(N * F), du(N * F), dg_r(N * F), du_r(N * F);
+    ops_->swiglu_fwd(gate.data(), up.data(), N, F, out.data());
+    ref_.swiglu_fwd(gate.data(), up.data(), N, F, out_r.data());
+    ops_->swiglu_bwd(dout.data(), gate.data(), up.data(), N, F, dg.data(), du.data());
+    ref_.swiglu_bwd(dout.data(), gate.data(), up.data(), N, F, dg_r.data(), du_r.data());
+    std::string tag = " N" + std::to_string(N) + " F" + std::to_string(F);
+    ExpectClose(out, out_r, 1e-5, 1e-6, "swiglu_fwd" + tag);
+    ExpectClose(dg, dg_r, 1e-5, 1e-6, "swiglu_bwd dgate" + tag);
+    ExpectClose(du, du_r, 1e-5, 1e-6, "swiglu_bwd dup" + tag);
+  }
+}
+
+TEST_P(Parity, SoftmaxXent) {
+  Rng rng(5);
+  for (int64_t V : {1, 37, 1000, 50257}) {
+    const int64_t N = V > 1000 ? 2 : 5;
+    Vec logits = Randn(N * V, rng, 3.f);
+    std::vector<int32_t> tgt(N);
+    for (auto& t : tgt) t = (int32_t)rng.Below(V);
+    tgt[N - 1] = -1;  // ignored row
+    Vec loss(N), loss_r(N), d(N * V), d_r(N * V);
+    ops_->softmax_xent(logits.data(), tgt.data(), N, V, 0.5f, loss.data(), d.data());
+    ref_.softmax_xent(logits.data(), tgt.data(), N, V, 0.5f, loss_r.data(), d_r.data());
+    std::string tag = " V" + std::to_string(V);
+    ExpectClose(loss, loss_r, 1e-5, 1e-5, "softmax_xent loss" + tag);
+    ExpectClose(d, d_r, 1e-4, 1e-7, "softmax_xent dlogits" + tag);
+    EXPECT_EQ(loss[N - 1], 0.f);
+    // In place (dlogits aliases logits) and without a gradient.
+    Vec inplace = logits, loss2(N), loss3(N);
+    ops_->softmax_xent(inplace.data(), tgt.data(), N, V, 0.5f, loss2.data(), inplace.data());
+    ExpectClose(inplace, d_r, 1e-4, 1e-7, "softmax_xent in place" + tag);
+    ExpectClose(loss2, loss_r, 1e-5, 1e-5, "softmax_xent in place loss" + tag);
+    ops_->softmax_xent(logits.data(), tgt.data(), N, V, 0.5f, loss3.data(), nullptr);
+    ExpectClose(loss3, loss_r, 1e-5, 1e-5, "softmax_xent no grad" + tag);
+  }
+}
+
+struct AttnCase {
+  int B, Tq, Tk, H, Hkv, D;
+  bool causal;
+};
+const AttnCase kAttnCases[] = {
+    {2, 33, 33, 4, 4, 16, true}, {1, 67, 67, 4, 2, 24, true}, {2, 5, 37, 6, 1, 8, true},
+    {1, 1, 67, 4, 2, 64, true},  {2, 33, 33, 4, 2, 64, false}, {1, 130, 130, 2, 1, 32, true},
+    {1, 1, 1, 4, 4, 16, true},   {1, 7, 70, 4, 4, 24, false},
+};
+
+struct AttnData {
+  AttentionParams p;
+  Vec q, k, v, out, lse;
+  AttnData(const AttnCase& c, Rng& rng) {
+    p.B = c.B, p.Tq = c.Tq, p.Tk = c.Tk, p.H = c.H, p.Hkv = c.Hkv, p.D = c.D;
+    p.scale = 1.f / std::sqrt((float)c.D);
+    p.causal = c.causal;
+    p.q_batch_stride = (int64_t)c.Tq * c.H * c.D + 3;  // padded batch strides
+    p.kv_batch_stride = (int64_t)c.Tk * c.Hkv * c.D + 5;
+    p.out_batch_stride = (int64_t)c.Tq * c.H * c.D + 7;
+    q = Randn(c.B * p.q_batch_stride, rng, 1.5f);
+    k = Randn(c.B * p.kv_batch_stride, rng, 1.5f);
+    v = Randn(c.B * p.kv_batch_stride, rng);
+    out.assign(c.B * p.out_batch_stride, 0.f);
+    lse.assign((size_t)c.B * c.H * c.Tq, 0.f);
+    p.q = q.data(), p.k = k.data(), p.v = v.data(), p.out = out.data(), p.lse = lse.data();
+  }
+  std::string Tag(const AttnCase& c) const {
+    char buf[128];
+    std::snprintf(buf, sizeof buf, " B%d Tq%d Tk%d H%d Hkv%d D%d causal%d", c.B, c.Tq, c.Tk, c.H,
+                  c.Hkv, c.D, c.causal);
+    return buf;
+  }
+};
+
+// Only the elements that belong to the tensor (not the batch padding).
+Vec Unpad(const Vec& x, int B, int64_t stride, int64_t used) {
+  Vec r;
+  for (int b = 0; b < B; ++b) r.insert(r.end(), x.begin() + b * stride, x.begin() + b * stride + used);
+  return r;
+}
+
+TEST_P(Parity, AttentionForward) {
+  Rng rng(6);
+  for (const AttnCase& c : kAttnCases) {
+    AttnData a(c, rng);
+    Vec out_r(a.out.size()), lse_r(a.lse.size());
+    AttentionParams pr = a.p;
+    pr.out = out_r.data(), pr.lse = lse_r.data();
+    ref_.attention_fwd(pr);
+    ops_->attention_fwd(a.p);
+    int64_t used = (int64_t)c.Tq * c.H * c.D;
+    ExpectClose(Unpad(a.out, c.B, a.p.out_batch_stride, used), Unpad(out_r, c.B, a.p.out_batch_stride, used),
+                1e-4, 1e-5, "attention_fwd out" + a.Tag(c));
+    ExpectClose(a.lse, lse_r, 1e-5, 1e-5, "attention_fwd lse" + a.Tag(c));
+    // lse may be null in the forward.
+    AttentionParams pn = a.p;
+    Vec out2(a.out.size());
+    pn.out = out2.data(), pn.lse = nullptr;
+    ops_->attention_fwd(pn);
+    ExpectClose(Unpad(out2, c.B, a.p.out_batch_stride, used), Unpad(out_r, c.B, a.p.out_batch_stride, used),
+                1e-4, 1e-5, "attention_fwd (lse null)" + a.Tag(c));
+  }
+}
+
+TEST_P(Parity, AttentionBackward) {
+  Rng rng(7);
+  for (const AttnCase& c : kAttnCases) {
+    AttnData a(c, rng);
+    RefOps().attention_fwd(a.p);  // out and lse from the oracle feed both backwards
+    Vec dout = Randn(a.out.size(), rng);
+    AttentionBackwardParams bp;
+    bp.fwd = a.p;
+    bp.dout = dout.data();
+    Vec dq(a.q.size()), dk(a.k.size()), dv(a.v.size());
+    Vec dq_r(a.q.size()), dk_r(a.k.size()), dv_r(a.v.size());
+    bp.dq = dq.data(), bp.dk = dk.data(), bp.dv = dv.data();
+    ops_->attention_bwd(bp);
+    AttentionBackwardParams br = bp;
+    br.dq = dq_r.data(), br.dk = dk_r.data(), br.dv = dv_r.data();
+    ref_.attention_bwd(br);
+    int64_t uq = (int64_t)c.Tq * c.H * c.D, ukv = (int64_t)c.Tk * c.Hkv * c.D;
+    double atol = 2e-5 * std::sqrt((double)c.Tq * (c.H / c.Hkv));
+    ExpectClose(Unpad(dq, c.B, a.p.q_batch_stride, uq), Unpad(dq_r, c.B, a.p.q_batch_stride, uq), 1e-4,
+                atol, "attention_bwd dq" + a.Tag(c));
+    ExpectClose(Unpad(dk, c.B, a.p.kv_batch_stride, ukv), Unpad(dk_r, c.B, a.p.kv_batch_stride, ukv),
+                1e-4, atol, "attention_bwd dk" + a.Tag(c));
+    ExpectClose(Unpad(dv, c.B, a.p.kv_batch_stride, ukv), Unpad(dv_r, c.B, a.p.kv_batch_stride, ukv),
+                1e-4, atol, "attention_bwd dv" + a.Tag(c));
+  }
+}
+
+// Same inputs give the same bits, for any thread count (the kernels use a
+// fixed decomposition; BLAS is not involved here).
+TEST_P(Parity, AttentionIsDeterministicAcrossThreadCounts) {
+  Rng rng(8);
+  AttnCase c{2, 67, 67, 4, 2, 32, true};
+  AttnData a(c, rng);
+  Vec dout = Randn(a.out.size(), rng);
+  auto run = [&](int threads, Vec& out, Vec& dq, Vec& dk, Vec& dv) {
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    AttentionParams p = a.p;
+    out.assign(a.out.size(), 0.f);
+    p.out = out.data();
+    ops_->attention_fwd(p);
+    AttentionBackwardParams bp;
+    bp.fwd = p;
+    bp.dout = dout.data();
+    dq.assign(a.q.size(), 0.f), dk.assign(a.k.size(), 0.f), dv.assign(a.v.size(), 0.f);
+    bp.dq = dq.data(), bp.dk = dk.data(), bp.dv = dv.data();
+    ops_->attention_bwd(bp);
+    omp_set_num_threads(saved);
+  };
+  Vec o1, q1, k1, v1, o2, q2, k2, v2;
+  run(1, o1, q1, k1, v1);
+  run(3, o2, q2, k2, v2);
+  EXPECT_EQ(0, std::memcmp(o1.data(), o2.data(), o1.size() * 4));
+  EXPECT_EQ(0, std::memcmp(q1.data(), q2.data(), q1.size() * 4));
+  EXPECT_EQ(0, std::memcmp(k1.data(), k2.data(), k1.size() * 4));
+  EXPECT_EQ(0, std::memcmp(v1.data(), v2.data(), v1.size() * 4));
+}
+
+TEST_P(Parity, Moe) {
+  Rng rng(9);
+  for (int64_t C : {1, 37, 64}) {
+    const int64_t N = 37, K = 2, rows = N * K, src_rows = 50;
+    Vec src = Randn(src_rows * C, rng);
+    std::vector<int32_t> idx(rows);
+    for (auto& i : idx) i = (int32_t)rng.Below(src_rows);  // repeats allowed
+    Vec dst(rows * C), dst_r(rows * C);
+    ops_->moe_gather(src.data(), idx.data(), rows, C, dst.data());
+    ref_.moe_gather(src.data(), idx.data(), rows, C, dst_r.data());
+    ExpectClose(dst, dst_r, 0, 0, "moe_gather C" + std::to_string(C));
+    // pos: a permutation of the rows of buf (each named exactly once).
+    std::vector<int32_t> pos(rows);
+    for (int64_t i = 0; i < rows; ++i) pos[i] = (int32_t)i;
+    for (int64_t i = rows - 1; i > 0; --i) std::swap(pos[i], pos[rng.Below(i + 1)]);
+    Vec buf = Randn(rows * C, rng), w = Randn(N * K, rng), dout = Randn(N * C, rng);
+    for (const float* wp : {(const float*)w.data(), (const float*)nullptr}) {
+      std::string tag = std::string(wp ? " weighted" : " unweighted") + " C" + std::to_string(C);
+      Vec out = Randn(N * C, rng), out_r = out;
+      ops_->moe_combine(buf.data(), pos.data(), wp, N, K, C, out.data());
+      ref_.moe_combine(buf.data(), pos.data(), wp, N, K, C, out_r.data());
+      ExpectClose(out, out_r, 1e-6, 1e-6, "moe_combine" + tag);
+      Vec dbuf(rows * C, NAN), dbuf_r(rows * C, NAN), dw(N * K), dw_r(N * K);
+      ops_->moe_combine_bwd(dout.data(), buf.data(), pos.data(), wp, N, K, C, dbuf.data(), dw.data());
+      ref_.moe_combine_bwd(dout.data(), buf.data(), pos.data(), wp, N, K, C, dbuf_r.data(), dw_r.data());
+      ExpectClose(dbuf, dbuf_r, 1e-6, 1e-7, "moe_combine_bwd dbuf" + tag);
+      ExpectClose(dw, dw_r, 1e-5, 1e-5, "moe_combine_bwd dw" + tag);
+    }
+  }
+}
+
+TEST_P(Parity, AdamW) {
+  Rng rng(10);
+  for (int64_t n : {1, 37, 4099, 10000})
+    for (int64_t step : {1, 7}) {
+      Vec param = Randn(n, rng), grad = Randn(n, rng), m = Randn(n, rng, 0.1f), v(n);
+      for (auto& x : v) x = rng.Uniform() * 0.01f;
+      Vec param_r = param, m_r = m, v_r = v;
+      AdamWParams p;
+      p.n = n, p.lr = 1e-2f, p.weight_decay = 0.1f, p.step = step, p.grad_scale = 0.5f;
+      p.grad = grad.data();
+      AdamWParams pr = p;
+      p.param = param.data(), p.m = m.data(), p.v = v.data();
+      pr.param = param_r.data(), pr.m = m_r.data(), pr.v = v_r.data();
+      ops_->adamw(p);
+      ref_.adamw(pr);
+      std::string tag = " n" + std::to_string(n) + " step" + std::to_string(step);
+      ExpectClose(param, param_r, 1e-5, 1e-6, "adamw param" + tag);
+      ExpectClose(m, m_r, 1e-5, 1e-7, "adamw m" + tag);
+      ExpectClose(v, v_r, 1e-5, 1e-9, "adamw v" + tag);
+    }
+}
+
+TEST_P(Parity, Sumsq) {
+  Rng rng(11);
+  for (int64_t n : {0, 1, 37, 100003}) {
+    Vec x = Randn(n, rng);
+    double got = ops_->sumsq(x.data(), n), want = ref_.sumsq(x.data(), n);
+    EXPECT_NEAR(got, want, 1e-12 * (1 + want)) << "sumsq n" << n;
+  }
+}
+
+// Random fp16 bits: normals in about [2^-6, 2^5], a few subnormals and zeros.
+std::vector<uint16_t> RandomHalves(size_t n, Rng& rng) {
+  std::vector<uint16_t> h(n);
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t sign = (uint16_t)(rng.Below(2) << 15), mant = (uint16_t)rng.Below(1024);
+    uint16_t exp = (uint16_t)(9 + rng.Below(11));
+    if (i % 17 == 3) exp = 0;  // subnormal or zero
+    h[i] = (uint16_t)(sign | (exp << 10) | mant);
+  }
+  return h;
+}
+
+TEST_P(Parity, Gemv) {
+  Rng rng(12);
+  for (int64_t out : {1, 37, 67})
+    for (int64_t in : {5, 37, 64, 771}) {
+      std::string tag = " out" + std::to_string(out) + " in" + std::to_string(in);
+      Vec W = Randn(out * in, rng), x = Randn(in, rng), y(out), y_r(out);
+      double atol = 1e-5 * std::sqrt((double)in);
+      ops_->gemv_f32(W.data(), x.data(), out, in, y.data());
+      ref_.gemv_f32(W.data(), x.data(), out, in, y_r.data());
+      ExpectClose(y, y_r, 1e-5, atol, "gemv_f32" + tag);
+      auto Wh = RandomHalves(out * in, rng);
+      ops_->gemv_f16(Wh.data(), x.data(), out, in, y.data());
+      ref_.gemv_f16(Wh.data(), x.data(), out, in, y_r.data());
+      ExpectClose(y, y_r, 1e-5, 8 * atol, "gemv_f16" + tag);
+      std::vector<int8_t> Wq(out * in);
+      for (auto& q : Wq) q = (int8_t)((int)rng.Below(255) - 127);
+      Vec scale(out);
+      for (auto& s : scale) s = 0.001f + rng.Uniform() * 0.01f;
+      ops_->gemv_q8(Wq.data(), scale.data(), x.data(), out, in, y.data());
+      ref_.gemv_q8(Wq.data(), scale.data(), x.data(), out, in, y_r.data());
+      ExpectClose(y, y_r, 1e-5, 1e-6, "gemv_q8" + tag);
+    }
+  // All-zero x gives zeros, not NaN.
+  std::vector<int8_t> Wq(3 * 40, 5);
+  Vec scale(3, 1.f), x(40, 0.f), y(3, 7.f);
+  ops_->gemv_q8(Wq.data(), scale.data(), x.data(), 3, 40, y.data());
+  for (float v : y) EXPECT_EQ(v, 0.f);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, Parity, ::testing::Values("scalar", "avx2", "avx512"),
+                         [](const auto& info) { return info.param; });
+
+// ---------------------------------------------------------------------------
+// The oracles against independent checks.
+
+// dL/dx of L = sum(f(x) * R) by central differences, at a few coordinates.
+template <typename Fn>
+void CheckGradient(Vec& x, const Vec& analytic, Fn loss, Rng& rng, int samples, float h,
+                   double rtol, double atol, const std::string& what) {
+  for (int s = 0; s < samples; ++s) {
+    size_t i = rng.Below(x.size());
+    float saved = x[i];
+    x[i] = saved + h;
+    double lp = loss();
+    x[i] = saved - h;
+    double lm = loss();
+    x[i] = saved;
+    double fd = (lp - lm) / (2.0 * h);
+    EXPECT_NEAR(analytic[i], fd, atol + rtol * std::fabs(fd)) << what << " at " << i;
+  }
+}
+
+double Dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); ++i) s += (double)a[i] * b[i];
+  return s;
+}
+
+TEST(RefOracle, AttentionBackwardMatchesFiniteDifferences) {
+  Rng rng(20);
+  for (const AttnCase& c : {AttnCase{1, 5, 7, 4, 2, 8, true}, AttnCase{2, 1, 6, 2, 1, 8, true},
+                            AttnCase{1, 4, 4, 2, 2, 8, false}}) {
+    AttnData a(c, rng);
+    Vec R = Randn(a.out.size(), rng);
+    auto loss = [&] {
+      RefOps().attention_fwd(a.p);
+      return Dot(a.out, R);
+    };
+    loss();
+    AttentionBackwardParams bp;
+    bp.fwd = a.p;
+    bp.dout = R.data();
+    Vec dq(a.q.size()), dk(a.k.size()), dv(a.v.size());
+    bp.dq = dq.data(), bp.dk = dk.data(), bp.dv = dv.data();
+    RefOps().attention_bwd(bp);
+    std::string tag = a.Tag(c);
+    CheckGradient(a.q, dq, loss, rng, 20, 1e-2f, 1e-2, 2e-3, "ref attention dq" + tag);
+    CheckGradient(a.k, dk, loss, rng, 20, 1e-2f, 1e-2, 2e-3, "ref attention dk" + tag);
+    CheckGradient(a.v, dv, loss, rng, 20, 1e-2f, 1e-2, 2e-3, "ref attention dv" + tag);
+  }
+}
+
+TEST(RefOracle, RmsnormBackwardMatchesFiniteDifferences) {
+  Rng rng(21);
+  const int64_t N = 3, C = 37;
+  Vec x = Randn(N * C, rng), w = Randn(C, rng), R = Randn(N * C, rng), out(N * C), rstd(N);
+  auto loss = [&] {
+    RefOps().rmsnorm_fwd(x.data(), w.data(), 1e-5f, N, C, out.data(), rstd.data());
+    return Dot(out, R);
+  };
+  loss();
+  Vec dx(N * C, 0.f), dw(C, 0.f);
+  RefOps().rmsnorm_bwd(R.data(), x.data(), w.data(), rstd.data(), N, C, dx.data(), dw.data());
+  CheckGradient(x, dx, loss, rng, 30, 1e-2f, 1e-2, 2e-3, "ref rmsnorm dx");
+  CheckGradient(w, dw, loss, rng, 20, 1e-2f, 1e-2, 2e-3, "ref rmsnorm dw");
+}
+
+TEST(RefOracle, SwigluBackwardMatchesFiniteDifferences) {
+  Rng rng(22);
+  const int64_t N = 4, F = 9;
+  Vec gate = Randn(N * F, rng, 2.f), up = Randn(N * F, rng), R = Randn(N * F, rng), out(N * F);
+  auto loss = [&] {
+    RefOps().swiglu_fwd(gate.data(), up.data(), N, F, out.data());
+    return Dot(out, R);
+  };
+  Vec dg(N * F), du(N * F);
+  RefOps().swiglu_bwd(R.data(), gate.data(), up.data(), N, F, dg.data(), du.data());
+  CheckGradient(gate, dg, loss, rng, 20, 1e-2f, 1e-2, 1e-3, "ref swiglu dgate");
+  CheckGradient(up, du, loss, rng, 20, 1e-2f, 1e-2, 1e-3, "ref swiglu dup");
+}
+
+TEST(RefOracle, SoftmaxXentGradientMatchesFiniteDifferences) {
+  Rng rng(23);
+  const int64_t N = 3, V = 11;
+  const float gs = 0.5f;
+  Vec logits = Randn(N * V, rng, 2.f), losses(N), d(N * V);
+  std::vector<int32_t> tgt = {3, -1, 10};
+  auto loss = [&] {
+    RefOps().softmax_xent(logits.data(), tgt.data(), N, V, gs, losses.data(), nullptr);
+    return gs * ((double)losses[0] + losses[1] + losses[2]);
+  };
+  RefOps().softmax_xent(logits.data(), tgt.data(), N, V, gs, losses.data(), d.data());
+  // The closed form on one row too: loss = logsumexp - logit[target].
+  double mx = -1e30, sum = 0;
+  for (int j = 0; j < V; ++j) mx = std::max(mx, (double)logits[j]);
+  for (int j = 0; j < V; ++j) sum += std::exp(logits[j] - mx);
+  EXPECT_NEAR(losses[0], mx + std::log(sum) - logits[3], 1e-5);
+  EXPECT_EQ(losses[1], 0.f);
+  CheckGradient(logits, d, loss, rng, 30, 1e-2f, 1e-2, 1e-3, "ref softmax_xent dlogits");
+}
+
+// q8 against the dequantised float product: the only error is x's rounding,
+// at most sx/2 per element.
+TEST(RefOracle, GemvQ8IsCloseToDequantisedProduct) {
+  Rng rng(24);
+  const int64_t out = 9, in = 301;
+  std::vector<int8_t> Wq(out * in);
+  for (auto& q : Wq) q = (int8_t)((int)rng.Below(255) - 127);
+  Vec scale(out), x = Randn(in, rng), y(out);
+  for (auto& s : scale) s = 0.01f;
+  RefOps().gemv_q8(Wq.data(), scale.data(), x.data(), out, in, y.data());
+  double amax = 0;
+  for (float v : x) amax = std::max(amax, (double)std::fabs(v));
+  for (int64_t o = 0; o < out; ++o) {
+    double exact = 0, bound = 0;
+    for (int64_t i = 0; i < in; ++i) {
+      exact += (double)Wq[o * in + i] * scale[o] * x[i];
+      bound += std::fabs((double)Wq[o * in + i] * scale[o]) * amax / 127 / 2;
+    }
+    EXPECT_NEAR(y[o], exact, bound + 1e-5) << "row " << o;
+  }
+}
+
+}  // namespace
+}  // namespace myriad
