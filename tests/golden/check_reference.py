@@ -229,6 +229,13 @@ def check_optimizer():
     lrs = [ref.lr_at(s, t) for s in range(1, 12)]
     check(abs(lrs[0] - 1 / 3) < 1e-15 and lrs[2] == 1.0 and abs(lrs[6] - 0.55) < 1e-12 and abs(lrs[10] - 0.1) < 1e-15
           and all(a > b for a, b in zip(lrs[2:], lrs[3:])), f"lr schedule ends/midpoint/monotone: {lrs}")
+    worst = 0.0
+    for W, S in ((0, 10), (3, 10), (5, 5), (7, 3), (1, 2)):
+        td = dict(TRAIN, steps=S, warmup_steps=W, lr=3e-3, min_lr=1e-4)
+        t = ref.TrainConfig(**td)
+        for step in range(1, S + 4):
+            worst = max(worst, abs(ref.lr_at(step, t) - spec_numpy.spec_lr(step, td)))
+    check(worst == 0.0, f"lr schedule matches the docs formula incl. W=0, steps<=W, s>steps (err {worst})")
 
 
 # 6 ---------------------------------------------------------------------------

@@ -23,8 +23,8 @@ Choices the contract leaves open (the C++ side must make the same ones):
     "loss_aux" is the sum over all of them, alpha included.
   * Bias update: sign(mean - load_i) is evaluated exactly on integers as
     sign(sum_j load_j - E * load_i); MTP MoE blocks update their own bias.
-  * lr(s), s = 1-based step: s <= W: lr*s/W; else
-    min_lr + (lr-min_lr)*(1+cos(pi*min(1,(s-W)/(steps-W))))/2 (lr when steps == W).
+  * lr(s) exactly as docs/model.md now states it (p = (s-W)/max(1, steps-W)),
+    computed in float64 and used as a Python scalar; stored as F32 in step_lr.
   * grad_clip <= 0 disables clipping. Adam bias corrections use t = step.
     Weight decay is lr*wd*p with the pre-update p, on every 2-D tensor
     (embedding, projections, router gate, eh_proj, lm_head).
@@ -471,14 +471,14 @@ class MyriadRef:
 # ----------------------------------------------------------------------------
 
 def lr_at(step, t: TrainConfig):
-    """Learning rate of 1-based step `step`: linear warmup, then cosine to min_lr at t.steps."""
+    """Learning rate of 1-based step s (docs/model.md, verbatim):
+    lr*s/W while s <= W; then min_lr + (lr-min_lr)/2 * (1 + cos(pi*p)),
+    p = (s - W) / max(1, steps - W) (not clamped: p > 1 past `steps`)."""
     W = t.warmup_steps
-    if W > 0 and step <= W:
+    if step <= W:
         return t.lr * step / W
-    if t.steps <= W:
-        return t.lr
-    progress = min(1.0, (step - W) / (t.steps - W))
-    return t.min_lr + 0.5 * (t.lr - t.min_lr) * (1.0 + math.cos(math.pi * progress))
+    p = (step - W) / max(1, t.steps - W)
+    return t.min_lr + 0.5 * (t.lr - t.min_lr) * (1.0 + math.cos(math.pi * p))
 
 
 class Trainer:

@@ -159,13 +159,12 @@ def spec_forward(cfg, P, bufs, tokens):
 
 
 def spec_lr(step, t):
-    """Warmup + cosine, from the prose of docs/model.md (t: [train] dict)."""
+    """Warmup + cosine, transcribed from docs/model.md (t: [train] dict)."""
     W, S = t["warmup_steps"], t["steps"]
     if step <= W:
         return t["lr"] * step / W
-    frac = (step - W) / (S - W) if S > W else 1.0
-    frac = min(frac, 1.0)
-    return t["min_lr"] + (t["lr"] - t["min_lr"]) * 0.5 * (1 + math.cos(math.pi * frac))
+    p = (step - W) / max(1, S - W)
+    return t["min_lr"] + 0.5 * (t["lr"] - t["min_lr"]) * (1 + math.cos(math.pi * p))
 
 
 def spec_adamw_step(P, M, V, G, step, t, loads, bufs, gamma, E):
