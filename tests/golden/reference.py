@@ -234,16 +234,19 @@ def causal_attention(q, k, v):
     """softmax(q k^T / sqrt(D) + causal mask) v with GQA.
 
     q: [B, H, T, D]; k, v: [B, Hkv, T, D]; query head j reads kv head j // (H/Hkv).
-    Returns [B, H, T, D].
+    Returns [B, H, T, D]. Written with 3-D bmm so neither direction copies a
+    transposed [T, T] tensor; the 1/sqrt(D) scale is applied inside baddbmm
+    (alpha), i.e. as a multiply by 1/sqrt(D), together with the additive mask.
     """
-    H, Hkv, T, D = q.shape[1], k.shape[1], q.shape[2], q.shape[3]
+    B, H, T, D = q.shape
+    Hkv = k.shape[1]
     if H != Hkv:
         k = k.repeat_interleave(H // Hkv, dim=1)
         v = v.repeat_interleave(H // Hkv, dim=1)
-    scores = torch.matmul(q, k.transpose(-1, -2)) / math.sqrt(D)
-    mask = torch.ones(T, T, dtype=torch.bool).triu_(1)
-    scores = scores.masked_fill(mask, float("-inf"))
-    return torch.matmul(torch.softmax(scores, dim=-1), v)
+    mask = torch.full((T, T), float("-inf"), dtype=q.dtype).triu_(1)
+    scores = torch.baddbmm(mask, q.reshape(B * H, T, D), k.reshape(B * H, T, D).transpose(1, 2),
+                           alpha=1.0 / math.sqrt(D))
+    return torch.bmm(torch.softmax(scores, dim=-1), v.reshape(B * H, T, D)).view(B, H, T, D)
 
 
 def swiglu(x, w_gate, w_up, w_down):
@@ -525,10 +528,11 @@ class Trainer:
             m, v = self.m[name], self.v[name]
             m.mul_(t.beta1).add_(g, alpha=1.0 - t.beta1)
             v.mul_(t.beta2).addcmul_(g, g, value=1.0 - t.beta2)
-            update = (m / bc1) / ((v / bc2).sqrt() + t.adam_eps)
+            # update = (m / bc1) / (sqrt(v / bc2) + eps) [+ wd * p]; p -= lr * update
+            update = torch.div(m, bc1).div_(torch.div(v, bc2).sqrt_().add_(t.adam_eps))
             if p.dim() == 2 and t.weight_decay != 0:
-                update = update + t.weight_decay * p
-            p.sub_(lr * update)
+                update.add_(p, alpha=t.weight_decay)
+            p.add_(update.mul_(lr), alpha=-1.0)
         gamma = self.model.cfg.bias_update_rate
         if gamma != 0:
             E = self.model.cfg.n_routed_experts
