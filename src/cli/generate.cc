@@ -1,0 +1,91 @@
+// myriad generate --ckpt DIR --prompt TEXT: streams a continuation to stdout.
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+
+#include "cli/ckpt_util.h"
+#include "cli/verbs.h"
+#include "data/tokenizer.h"
+#include "model/inference.h"
+#include "model/sampler.h"
+
+namespace myriad::cli {
+
+int RunGenerate(int argc, char** argv) {
+  CLI::App app{"Generate text from a prompt with a KV cache, streaming to stdout", "myriad generate"};
+  std::string ckpt, prompt, tokenizer_path, weights = "fp32";
+  int max_tokens = 200;
+  uint64_t seed = 1;
+  SamplingParams sp;
+  bool stats = false;
+  app.add_option("--ckpt", ckpt, "run directory or step directory")->required();
+  app.add_option("--prompt,-p", prompt, "the prompt text")->required();
+  app.add_option("--max-tokens,-n", max_tokens, "tokens to generate")->check(CLI::PositiveNumber);
+  app.add_option("--temperature,-t", sp.temperature, "0 = greedy")->check(CLI::NonNegativeNumber);
+  app.add_option("--top-k", sp.top_k, "keep the k most likely tokens (0 = all)")->check(CLI::NonNegativeNumber);
+  app.add_option("--top-p", sp.top_p, "nucleus sampling mass (1 = off)")->check(CLI::Range(0.0, 1.0));
+  app.add_option("--seed", seed, "sampling seed");
+  app.add_option("--weights", weights, "decode weight format: fp32, fp16 or int8");
+  app.add_option("--tokenizer", tokenizer_path, "tokenizer model (default: the run's)");
+  app.add_flag("--stats", stats, "print tokens/s to stderr at the end");
+  CLI11_PARSE(app, argc, argv);
+
+  WeightFormat fmt;
+  if (!ParseWeightFormat(weights, &fmt)) {
+    std::fprintf(stderr, "myriad generate: --weights %s is not known (hint: fp32, fp16 or int8)\n", weights.c_str());
+    return 2;
+  }
+  auto lm = LoadModelFromCheckpoint(ckpt);
+  if (!lm.ok()) {
+    std::fprintf(stderr, "myriad generate: %s\n", lm.status().message().c_str());
+    return 1;
+  }
+  if (tokenizer_path.empty()) tokenizer_path = lm->tokenizer_path;
+  auto tok = Tokenizer::Load(tokenizer_path);
+  if (!tok.ok()) {
+    std::fprintf(stderr, "myriad generate: %s\n", tok.status().message().c_str());
+    return 1;
+  }
+  std::vector<int32_t> ids;
+  if (tok->bos_id() >= 0) ids.push_back(tok->bos_id());
+  tok->EncodeTo(prompt, &ids);
+  const Model& model = *lm->model;
+  const int64_t max_len = model.config().max_seq_len;
+  if (static_cast<int64_t>(ids.size()) >= max_len) {
+    std::fprintf(stderr, "myriad generate: the prompt is %zu tokens, the model's context is %lld (hint: shorten it)\n",
+                 ids.size(), static_cast<long long>(max_len));
+    return 1;
+  }
+  InferenceSession session(model, max_len, fmt);
+  Rng rng(seed);
+  TokenStreamDecoder dec(&*tok);
+  std::fputs(prompt.c_str(), stdout);
+  std::fflush(stdout);
+  auto t0 = std::chrono::steady_clock::now();
+  const float* logits = session.Forward(ids.data(), static_cast<int64_t>(ids.size()));
+  auto t1 = std::chrono::steady_clock::now();
+  int produced = 0;
+  for (; produced < max_tokens && session.len() < max_len; ++produced) {
+    int32_t next = SampleToken(logits, model.config().vocab_size, sp, &rng);
+    if (next == tok->eos_id()) break;
+    std::string text = dec.Push(next);
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+    if (session.len() >= max_len) break;
+    logits = session.Forward(&next, 1);
+  }
+  std::string rest = dec.Finish();
+  std::fwrite(rest.data(), 1, rest.size(), stdout);
+  std::fputc('\n', stdout);
+  auto t2 = std::chrono::steady_clock::now();
+  if (stats) {
+    double pre = std::chrono::duration<double>(t1 - t0).count();
+    double gen = std::chrono::duration<double>(t2 - t1).count();
+    std::fprintf(stderr, "[prompt %zu tokens in %.3fs; generated %d tokens at %.1f tok/s, weights %s]\n", ids.size(),
+                 pre, produced, produced / std::max(gen, 1e-9), WeightFormatName(fmt));
+  }
+  return 0;
+}
+
+}  // namespace myriad::cli

@@ -1,0 +1,29 @@
+// myriad train --config FILE [--set key=value ...] [--fresh] [--stop-after N]
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "cli/verbs.h"
+#include "train/trainer.h"
+
+namespace myriad::cli {
+
+int RunTrain(int argc, char** argv) {
+  CLI::App app{"Train a model from a TOML config; resumes from the newest checkpoint in train.out_dir",
+               "myriad train"};
+  RunSpec spec;
+  app.add_option("--config,-c", spec.config_path, "TOML config (e.g. configs/demo-moe.toml)")->required();
+  app.add_option("--set", spec.overrides, "override a config key: --set train.lr=3e-4 (repeatable)");
+  app.add_flag("--fresh", spec.fresh, "start from scratch even if out_dir has checkpoints");
+  app.add_option("--stop-after", spec.stop_after, "stop after N steps of this run, saving a checkpoint");
+  app.add_flag("--quiet,-q", spec.quiet, "no progress line");
+  CLI11_PARSE(app, argc, argv);
+  Status s = RunTraining(spec);
+  if (!s.ok()) {
+    std::fprintf(stderr, "myriad train: %s\n", s.message().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace myriad::cli

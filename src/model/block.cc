@@ -1,0 +1,130 @@
+#include "model/block.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "ops/ops.h"
+
+namespace myriad {
+
+void RopeTables::Build(int64_t max_pos, int64_t D, double theta) {
+  const int64_t half = D / 2;
+  cos.resize(max_pos * half);
+  sin.resize(max_pos * half);
+  for (int64_t p = 0; p < max_pos; ++p)
+    for (int64_t i = 0; i < half; ++i) {
+      double freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+      double ang = static_cast<double>(p) * freq;
+      cos[p * half + i] = static_cast<float>(std::cos(ang));
+      sin[p * half + i] = static_cast<float>(std::sin(ang));
+    }
+}
+
+namespace {
+
+template <typename V>
+void Fit(V* v, size_t n) {
+  if (v->size() != n) v->resize(n);
+}
+
+AttentionParams MakeAttention(const ModelConfig& cfg, BlockActs* a) {
+  const int H = cfg.n_heads, Hkv = cfg.n_kv_heads, D = cfg.head_dim();
+  AttentionParams p;
+  p.B = a->B; p.Tq = a->T; p.Tk = a->T; p.H = H; p.Hkv = Hkv; p.D = D;
+  p.scale = 1.f / std::sqrt(static_cast<float>(D));
+  p.causal = true;
+  p.q_batch_stride = static_cast<int64_t>(a->T) * H * D;
+  p.kv_batch_stride = static_cast<int64_t>(a->T) * Hkv * D;
+  p.out_batch_stride = p.q_batch_stride;
+  p.q = a->q.data(); p.k = a->k.data(); p.v = a->v.data();
+  p.out = a->att.data(); p.lse = a->lse.data();
+  return p;
+}
+
+}  // namespace
+
+void BlockForward(const BlockContext& ctx, const BlockWeights<float*>& w, const float* x_in,
+                  int B, int T, BlockActs* a, float* x_out) {
+  const ModelConfig& cfg = *ctx.cfg;
+  const int64_t N = static_cast<int64_t>(B) * T, C = cfg.d_model;
+  const int H = cfg.n_heads, Hkv = cfg.n_kv_heads, D = cfg.head_dim();
+  const float eps = static_cast<float>(cfg.norm_eps);
+  a->B = B; a->T = T; a->x_in = x_in;
+  Fit(&a->a, N * C); Fit(&a->rstd1, N);
+  Fit(&a->q, N * H * D); Fit(&a->k, N * Hkv * D); Fit(&a->v, N * Hkv * D);
+  Fit(&a->att, N * H * D); Fit(&a->lse, static_cast<size_t>(B) * H * T);
+  Fit(&a->x_mid, N * C); Fit(&a->f, N * C); Fit(&a->rstd2, N); Fit(&a->ffn_out, N * C);
+
+  // Attention: a = norm(x); q,k,v = proj(a); rope; att = softmax(qk^T)v.
+  ops::RmsNorm(x_in, w.attn_norm, eps, N, C, a->a.data(), a->rstd1.data());
+  ops::Linear(a->a.data(), w.wq, N, C, H * D, a->q.data());
+  ops::Linear(a->a.data(), w.wk, N, C, Hkv * D, a->k.data());
+  ops::Linear(a->a.data(), w.wv, N, C, Hkv * D, a->v.data());
+  ops::Rope(a->q.data(), N, H, D, ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), false);
+  ops::Rope(a->k.data(), N, Hkv, D, ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), false);
+  ops::Attention(MakeAttention(cfg, a));
+  // x_mid = x_in + att @ Wo^T
+  std::memcpy(a->x_mid.data(), x_in, N * C * sizeof(float));
+  ops::Linear(a->att.data(), w.wo, N, H * D, C, a->x_mid.data(), /*accumulate=*/true);
+
+  // FFN on f = norm(x_mid).
+  ops::RmsNorm(a->x_mid.data(), w.ffn_norm, eps, N, C, a->f.data(), a->rstd2.data());
+  if (!w.moe) {
+    const int64_t F = cfg.d_ff;
+    Fit(&a->g, N * F); Fit(&a->u, N * F); Fit(&a->h, N * F);
+    ops::Linear(a->f.data(), w.w_gate, N, C, F, a->g.data());
+    ops::Linear(a->f.data(), w.w_up, N, C, F, a->u.data());
+    ops::SwiGlu(a->g.data(), a->u.data(), N, F, a->h.data());
+    ops::Linear(a->h.data(), w.w_down, N, F, C, a->ffn_out.data());
+  } else {
+    MoeForward(cfg, w, ctx.bias, a->f.data(), B, T, &a->moe, a->ffn_out.data());
+  }
+  const float* xm = a->x_mid.data();
+  const float* fo = a->ffn_out.data();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N * C; ++i) x_out[i] = xm[i] + fo[i];
+}
+
+void BlockBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
+                   const BlockWeights<float*>& gw, BlockActs* a, const float* d_out,
+                   float loss_scale, BlockScratch* s, float* d_in) {
+  const ModelConfig& cfg = *ctx.cfg;
+  const int B = a->B, T = a->T;
+  const int64_t N = static_cast<int64_t>(B) * T, C = cfg.d_model;
+  const int H = cfg.n_heads, Hkv = cfg.n_kv_heads, D = cfg.head_dim();
+  Fit(&s->d_mid, N * C); Fit(&s->d_f, N * C);
+
+  // FFN: d_f = dFFN/df; d_mid = d_out + RmsNorm' (d_f).
+  if (!w.moe) {
+    const int64_t F = cfg.d_ff;
+    Fit(&s->d_h, N * F); Fit(&s->d_g, N * F); Fit(&s->d_u, N * F);
+    ops::LinearBackward(d_out, a->h.data(), w.w_down, N, F, C, s->d_h.data(), false, gw.w_down);
+    ops::SwiGluBackward(s->d_h.data(), a->g.data(), a->u.data(), N, F, s->d_g.data(), s->d_u.data());
+    ops::LinearBackward(s->d_g.data(), a->f.data(), w.w_gate, N, C, F, s->d_f.data(), false, gw.w_gate);
+    ops::LinearBackward(s->d_u.data(), a->f.data(), w.w_up, N, C, F, s->d_f.data(), true, gw.w_up);
+  } else {
+    MoeBackward(cfg, w, gw, a->f.data(), B, T, &a->moe, d_out, loss_scale, s, s->d_f.data());
+  }
+  std::memcpy(s->d_mid.data(), d_out, N * C * sizeof(float));
+  ops::RmsNormBackward(s->d_f.data(), a->x_mid.data(), w.ffn_norm, a->rstd2.data(), N, C,
+                       s->d_mid.data(), gw.ffn_norm);
+
+  // Attention.
+  Fit(&s->d_att, N * H * D); Fit(&s->d_q, N * H * D); Fit(&s->d_k, N * Hkv * D);
+  Fit(&s->d_v, N * Hkv * D); Fit(&s->d_a, N * C);
+  ops::LinearBackward(s->d_mid.data(), a->att.data(), w.wo, N, H * D, C, s->d_att.data(), false, gw.wo);
+  AttentionBackwardParams bp;
+  bp.fwd = MakeAttention(cfg, a);
+  bp.dout = s->d_att.data();
+  bp.dq = s->d_q.data(); bp.dk = s->d_k.data(); bp.dv = s->d_v.data();
+  ops::AttentionBackward(bp);
+  ops::Rope(s->d_q.data(), N, H, D, ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), true);
+  ops::Rope(s->d_k.data(), N, Hkv, D, ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), true);
+  ops::LinearBackward(s->d_q.data(), a->a.data(), w.wq, N, C, H * D, s->d_a.data(), false, gw.wq);
+  ops::LinearBackward(s->d_k.data(), a->a.data(), w.wk, N, C, Hkv * D, s->d_a.data(), true, gw.wk);
+  ops::LinearBackward(s->d_v.data(), a->a.data(), w.wv, N, C, Hkv * D, s->d_a.data(), true, gw.wv);
+  std::memcpy(d_in, s->d_mid.data(), N * C * sizeof(float));
+  ops::RmsNormBackward(s->d_a.data(), a->x_in, w.attn_norm, a->rstd1.data(), N, C, d_in, gw.attn_norm);
+}
+
+}  // namespace myriad

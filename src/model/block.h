@@ -1,0 +1,79 @@
+// One transformer block, forward and backward on plain pointers (llm.c
+// style). A block knows nothing of parallelism; the caller owns the residual
+// stream buffers. Shapes: N = B*T tokens, C = d_model, H/Hkv/D heads.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+#include "model/params.h"
+
+namespace myriad {
+
+// Rotary tables shared by every block: [max_seq_len, D/2].
+struct RopeTables {
+  std::vector<float> cos, sin;
+  void Build(int64_t max_pos, int64_t D, double theta);
+};
+
+// Per-token routing of one MoE block, kept for backward and for statistics.
+struct MoeActs {
+  std::vector<float> logits, scores;      // [N, E]
+  std::vector<int32_t> sel;               // [N, K] selected experts
+  std::vector<float> w;                   // [N, K] normalised weights
+  std::vector<int32_t> pos;               // [N, K] row in the permuted buffer
+  std::vector<int32_t> perm;              // [M=N*K] token of each buffer row
+  std::vector<int64_t> expert_offset;     // [E+1]
+  std::vector<float> x, g, u, h, y;       // permuted: x [M,C], g/u/h [M,F], y [M,C]
+  std::vector<float> sg, su, sh;          // shared experts [N, S*F]
+  std::vector<float> f_frac;              // [B, E] balance-loss f_i per sequence
+  std::vector<int64_t> load;              // [E] assignments in this forward
+  double aux_loss = 0;                    // alpha-weighted balance loss
+};
+
+struct BlockActs {
+  int B = 0, T = 0;
+  const float* x_in = nullptr;            // [N, C], owned by the caller
+  std::vector<float> a, rstd1;            // attn norm out [N,C], [N]
+  std::vector<float> q, k, v;             // [N, H*D], [N, Hkv*D] (after RoPE)
+  std::vector<float> att, lse;            // [N, H*D], [B, H, T]
+  std::vector<float> x_mid;               // [N, C]
+  std::vector<float> f, rstd2;            // ffn norm out [N,C], [N]
+  std::vector<float> g, u, h;             // dense FFN [N, F]
+  std::vector<float> ffn_out;             // [N, C]
+  MoeActs moe;
+};
+
+// Scratch space for backward, shared by all blocks of a model.
+struct BlockScratch {
+  std::vector<float> d_mid, d_f, d_att, d_q, d_k, d_v, d_a, d_g, d_u, d_h, d_y, d_x, d_w, d_logits;
+};
+
+struct BlockContext {
+  const ModelConfig* cfg;
+  const RopeTables* rope;
+  const int32_t* pos;  // [N] positions of the tokens
+  const float* bias;   // [E] selection bias (MoE blocks), may be null
+};
+
+// x_out[N,C] = Block(x_in). Saves what backward needs in `acts`.
+void BlockForward(const BlockContext& ctx, const BlockWeights<float*>& w, const float* x_in,
+                  int B, int T, BlockActs* acts, float* x_out);
+
+// Given d x_out, writes d x_in [N,C] and accumulates weight grads into `gw`.
+// loss_scale multiplies the balance-loss gradient (the same factor the caller
+// applied to the main loss gradient).
+void BlockBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
+                   const BlockWeights<float*>& gw, BlockActs* acts, const float* d_out,
+                   float loss_scale, BlockScratch* s, float* d_in);
+
+// MoE feed-forward, used by the block: out[N,C] = MoE(f).
+void MoeForward(const ModelConfig& cfg, const BlockWeights<float*>& w, const float* bias,
+                const float* f, int B, int T, MoeActs* a, float* out);
+// Writes df [N,C]; accumulates grads.
+void MoeBackward(const ModelConfig& cfg, const BlockWeights<float*>& w,
+                 const BlockWeights<float*>& gw, const float* f, int B, int T, MoeActs* a,
+                 const float* d_out, float loss_scale, BlockScratch* s, float* df);
+
+}  // namespace myriad

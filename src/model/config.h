@@ -1,0 +1,53 @@
+// ModelConfig: the [model] section of a config, with its defaults and checks.
+// docs/model.md defines what each field means.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "core/config.h"
+#include "core/status.h"
+
+namespace myriad {
+
+struct ModelConfig {
+  int64_t vocab_size = 4096;
+  int64_t d_model = 256;
+  int64_t n_layers = 4;
+  int64_t n_heads = 8;
+  int64_t n_kv_heads = 8;
+  int64_t d_ff = 1024;
+  int64_t n_dense_layers = 1;
+  int64_t n_routed_experts = 8;
+  int64_t n_shared_experts = 0;
+  int64_t top_k = 2;
+  int64_t d_expert = 512;
+  std::string score_func = "softmax";  // or "sigmoid"
+  double aux_loss_weight = 0.0;
+  double bias_update_rate = 0.001;
+  int64_t mtp_depth = 0;
+  double mtp_loss_weight = 0.3;
+  bool tie_embeddings = false;
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+  int64_t max_seq_len = 1024;
+  double init_std = 0.02;
+
+  int64_t head_dim() const { return d_model / n_heads; }
+  bool is_moe_layer(int64_t l) const { return n_routed_experts > 0 && l >= n_dense_layers; }
+  // The MTP block is an MoE block when the main model has any MoE block.
+  bool mtp_block_is_moe() const { return n_routed_experts > 0 && n_layers > n_dense_layers; }
+  bool sigmoid_scores() const { return score_func == "sigmoid"; }
+
+  // Reads [model] from `doc` (defaults above for missing keys); problems are
+  // recorded in the doc and reported by doc->Finish() and Validate().
+  static ModelConfig Read(ConfigDoc* doc);
+  // Consistency checks, each naming the field, the value and a hint.
+  Status Validate() const;
+  nlohmann::json ToJson() const;
+  static Result<ModelConfig> FromJson(const nlohmann::json& j);
+};
+
+}  // namespace myriad

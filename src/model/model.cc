@@ -1,0 +1,259 @@
+#include "model/model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "core/check.h"
+#include "core/rng.h"
+#include "ops/ops.h"
+
+namespace myriad {
+namespace {
+
+template <typename V>
+void Fit(V* v, size_t n) {
+  if (v->size() != n) v->resize(n);
+}
+
+// g.embed[tok[n]] += d[n] for n < N (rows may repeat: serial over rows,
+// parallel over columns).
+void EmbeddingBackward(const int32_t* tok, const float* d, int64_t N, int64_t C, float* g) {
+#pragma omp parallel for schedule(static)
+  for (int64_t c0 = 0; c0 < C; c0 += 16) {
+    int64_t c1 = std::min(C, c0 + 16);
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t c = c0; c < c1; ++c) g[static_cast<int64_t>(tok[n]) * C + c] += d[n * C + c];
+  }
+}
+
+}  // namespace
+
+Model::Model(const ModelConfig& cfg) : cfg_(cfg), layout_(cfg) {
+  params_.assign(layout_.total(), 0.f);
+  grads_.assign(layout_.total(), 0.f);
+  int nb = 0;
+  for (int64_t l = 0; l < cfg.n_layers; ++l) bias_index_.push_back(cfg.is_moe_layer(l) ? nb++ : -1);
+  for (int64_t j = 0; j < cfg.mtp_depth; ++j) bias_index_.push_back(cfg.mtp_block_is_moe() ? nb++ : -1);
+  biases_.assign(nb, std::vector<float>(cfg.n_routed_experts, 0.f));
+  load_.assign(nb, std::vector<int64_t>(cfg.n_routed_experts, 0));
+  rope_.Build(cfg.max_seq_len, cfg.head_dim(), cfg.rope_theta);
+  acts_.resize(cfg.n_layers);
+  mtp_.resize(cfg.mtp_depth);
+  mtp_pos_.resize(cfg.mtp_depth);
+  mtp_etok_.resize(cfg.mtp_depth);
+}
+
+void Model::InitWeights(uint64_t seed) {
+  Rng rng(seed);
+  const float std = static_cast<float>(cfg_.init_std);
+  for (const auto& p : layout_.params()) {
+    float* w = params_.data() + p.offset;
+    if (p.shape.size() == 1) {
+      std::fill(w, w + p.numel, 1.f);
+    } else {
+      for (int64_t i = 0; i < p.numel; ++i) w[i] = std * rng.Normal();
+    }
+  }
+  for (auto& b : biases_) std::fill(b.begin(), b.end(), 0.f);
+}
+
+void Model::ZeroGrads() { std::fill(grads_.begin(), grads_.end(), 0.f); }
+
+void Model::ClearExpertLoad() {
+  for (auto& l : load_) std::fill(l.begin(), l.end(), 0);
+}
+
+void Model::ApplyBiasUpdate() {
+  const float rate = static_cast<float>(cfg_.bias_update_rate);
+  for (size_t i = 0; i < biases_.size(); ++i) {
+    double mean = 0;
+    for (auto c : load_[i]) mean += static_cast<double>(c);
+    mean /= static_cast<double>(load_[i].size());
+    for (size_t e = 0; e < load_[i].size(); ++e) {
+      double diff = mean - static_cast<double>(load_[i][e]);
+      float sign = diff > 0 ? 1.f : (diff < 0 ? -1.f : 0.f);
+      biases_[i][e] += rate * sign;
+    }
+  }
+  ClearExpertLoad();
+}
+
+BlockContext Model::Context(int block_index, const int32_t* pos) {
+  BlockContext ctx;
+  ctx.cfg = &cfg_;
+  ctx.rope = &rope_;
+  ctx.pos = pos;
+  int bi = bias_index_[block_index];
+  ctx.bias = bi >= 0 ? biases_[bi].data() : nullptr;
+  return ctx;
+}
+
+LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float loss_scale) {
+  CHECK_MSG(T <= cfg_.max_seq_len, "sequence length %d exceeds max_seq_len", T);
+  const int64_t N = static_cast<int64_t>(B) * T, C = cfg_.d_model, V = cfg_.vocab_size;
+  const int L = static_cast<int>(cfg_.n_layers), Dm = static_cast<int>(cfg_.mtp_depth);
+  B_ = B; T_ = T;
+  ModelWeights<float*> W = layout_.Bind(params_.data());
+  ModelWeights<float*> G = layout_.Bind(grads_.data());
+  const float eps = static_cast<float>(cfg_.norm_eps);
+
+  // Inputs, targets, positions.
+  Fit(&inputs_, N); Fit(&targets_, N); Fit(&pos_, N);
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t) {
+      inputs_[b * T + t] = tokens[static_cast<int64_t>(b) * (T + 1) + t];
+      targets_[b * T + t] = tokens[static_cast<int64_t>(b) * (T + 1) + t + 1];
+      pos_[b * T + t] = t;
+    }
+  for (int64_t n = 0; n < N; ++n)
+    CHECK_MSG(inputs_[n] >= 0 && inputs_[n] < V, "token id %d out of range", inputs_[n]);
+
+  // ---- Forward: embed -> blocks -> norm -> head -> loss.
+  resid_.resize(L + 1);
+  for (auto& r : resid_) Fit(&r, N * C);
+  ops::MoeGather(W.embed, inputs_.data(), N, C, resid_[0].data());
+  for (int l = 0; l < L; ++l)
+    BlockForward(Context(l, pos_.data()), W.layers[l], resid_[l].data(), B, T, &acts_[l],
+                 resid_[l + 1].data());
+  Fit(&final_norm_, N * C); Fit(&final_rstd_, N); Fit(&logits_, N * V); Fit(&losses_, N);
+  ops::RmsNorm(resid_[L].data(), W.norm, eps, N, C, final_norm_.data(), final_rstd_.data());
+  ops::Linear(final_norm_.data(), W.head, N, C, V, logits_.data());
+  ops::SoftmaxXent(logits_.data(), targets_.data(), N, V, loss_scale / static_cast<float>(N),
+                   losses_.data(), backward ? logits_.data() : nullptr);
+  LossParts out;
+  for (int64_t n = 0; n < N; ++n) out.main += losses_[n];
+  out.main /= static_cast<double>(N);
+
+  // ---- MTP modules: module k predicts token i+k+1 from h^{k-1}_i and x[i+k].
+  const double mtp_w = Dm > 0 ? cfg_.mtp_loss_weight / Dm : 0.0;
+  for (int j = 0; j < Dm; ++j) {
+    const int k = j + 1, Tk = T - k, Tprev = T - j;
+    CHECK_MSG(Tk >= 1, "sequence length %d too short for mtp_depth %d", T, Dm);
+    const int64_t Nk = static_cast<int64_t>(B) * Tk;
+    MtpActs& m = mtp_[j];
+    const auto& mw = W.mtp[j];
+    const float* hprev = j == 0 ? resid_[L].data() : mtp_[j - 1].out.data();
+    Fit(&m.h_in, Nk * C); Fit(&m.hn, Nk * C); Fit(&m.rstd_h, Nk); Fit(&m.e, Nk * C);
+    Fit(&m.en, Nk * C); Fit(&m.rstd_e, Nk); Fit(&m.cat, Nk * 2 * C); Fit(&m.hp, Nk * C);
+    Fit(&m.out, Nk * C); Fit(&m.nrm, Nk * C); Fit(&m.rstd_n, Nk); Fit(&m.logits, Nk * V);
+    Fit(&m.losses, Nk);
+    std::vector<int32_t> etok(Nk), tgt(Nk);
+    Fit(&mtp_pos_[j], Nk);
+    for (int64_t n = 0; n < Nk; ++n) mtp_pos_[j][n] = static_cast<int32_t>(n % Tk);
+    for (int b = 0; b < B; ++b) {
+      std::memcpy(m.h_in.data() + static_cast<int64_t>(b) * Tk * C,
+                  hprev + static_cast<int64_t>(b) * Tprev * C, Tk * C * sizeof(float));
+      for (int i = 0; i < Tk; ++i) {
+        etok[b * Tk + i] = tokens[static_cast<int64_t>(b) * (T + 1) + i + k];
+        tgt[b * Tk + i] = tokens[static_cast<int64_t>(b) * (T + 1) + i + k + 1];
+      }
+    }
+    ops::RmsNorm(m.h_in.data(), mw.hnorm, eps, Nk, C, m.hn.data(), m.rstd_h.data());
+    ops::MoeGather(W.embed, etok.data(), Nk, C, m.e.data());
+    ops::RmsNorm(m.e.data(), mw.enorm, eps, Nk, C, m.en.data(), m.rstd_e.data());
+    for (int64_t n = 0; n < Nk; ++n) {
+      std::memcpy(m.cat.data() + n * 2 * C, m.hn.data() + n * C, C * sizeof(float));
+      std::memcpy(m.cat.data() + n * 2 * C + C, m.en.data() + n * C, C * sizeof(float));
+    }
+    ops::Linear(m.cat.data(), mw.eh_proj, Nk, 2 * C, C, m.hp.data());
+    BlockForward(Context(L + j, mtp_pos_[j].data()), mw.block, m.hp.data(), B, Tk, &m.block, m.out.data());
+    ops::RmsNorm(m.out.data(), mw.norm, eps, Nk, C, m.nrm.data(), m.rstd_n.data());
+    ops::Linear(m.nrm.data(), W.head, Nk, C, V, m.logits.data());
+    ops::SoftmaxXent(m.logits.data(), tgt.data(), Nk, V,
+                     static_cast<float>(loss_scale * mtp_w / static_cast<double>(Nk)),
+                     m.losses.data(), backward ? m.logits.data() : nullptr);
+    double lk = 0;
+    for (int64_t n = 0; n < Nk; ++n) lk += m.losses[n];
+    out.mtp += mtp_w * lk / static_cast<double>(Nk);
+    mtp_etok_[j] = etok;
+  }
+
+  // ---- Balance losses and loads.
+  for (int bi = 0; bi < static_cast<int>(bias_index_.size()); ++bi) {
+    int idx = bias_index_[bi];
+    if (idx < 0) continue;
+    const MoeActs& ma = bi < L ? acts_[bi].moe : mtp_[bi - L].block.moe;
+    out.aux += ma.aux_loss;
+    for (size_t e = 0; e < ma.load.size(); ++e) load_[idx][e] += ma.load[e];
+  }
+  out.total = out.main + out.mtp + out.aux;
+  if (!backward) return out;
+
+  // ---- Backward. d_next holds d(h^k) contributions flowing down the MTP chain.
+  std::vector<float> d_chain;  // d of the previous level's output (prefix rows)
+  for (int j = Dm - 1; j >= 0; --j) {
+    const int k = j + 1, Tk = T - k;
+    const int64_t Nk = static_cast<int64_t>(B) * Tk;
+    MtpActs& m = mtp_[j];
+    const auto& mw = W.mtp[j];
+    const auto& mg = G.mtp[j];
+    Fit(&d_tmp_, Nk * C);
+    std::vector<float> d_out(Nk * C, 0.f);
+    // From the next module: its d(h_in) covers rows i < Tk-1 of each sequence.
+    if (!d_chain.empty()) {
+      const int Tn = Tk - 1;
+      for (int b = 0; b < B; ++b)
+        std::memcpy(d_out.data() + static_cast<int64_t>(b) * Tk * C,
+                    d_chain.data() + static_cast<int64_t>(b) * Tn * C, Tn * C * sizeof(float));
+    }
+    // Own loss: head and final norm.
+    ops::LinearBackward(m.logits.data(), m.nrm.data(), W.head, Nk, C, V, d_tmp_.data(), false, G.head);
+    ops::RmsNormBackward(d_tmp_.data(), m.out.data(), mw.norm, m.rstd_n.data(), Nk, C, d_out.data(), mg.norm);
+    std::vector<float> d_hp(Nk * C), d_cat(Nk * 2 * C);
+    BlockBackward(Context(L + j, mtp_pos_[j].data()), mw.block, mg.block, &m.block, d_out.data(), loss_scale,
+                  &scratch_, d_hp.data());
+    ops::LinearBackward(d_hp.data(), m.cat.data(), mw.eh_proj, Nk, 2 * C, C, d_cat.data(), false, mg.eh_proj);
+    std::vector<float> d_hn(Nk * C), d_en(Nk * C), d_e(Nk * C, 0.f);
+    for (int64_t n = 0; n < Nk; ++n) {
+      std::memcpy(d_hn.data() + n * C, d_cat.data() + n * 2 * C, C * sizeof(float));
+      std::memcpy(d_en.data() + n * C, d_cat.data() + n * 2 * C + C, C * sizeof(float));
+    }
+    ops::RmsNormBackward(d_en.data(), m.e.data(), mw.enorm, m.rstd_e.data(), Nk, C, d_e.data(), mg.enorm);
+    EmbeddingBackward(mtp_etok_[j].data(), d_e.data(), Nk, C, G.embed);
+    d_chain.assign(Nk * C, 0.f);
+    ops::RmsNormBackward(d_hn.data(), m.h_in.data(), mw.hnorm, m.rstd_h.data(), Nk, C, d_chain.data(), mg.hnorm);
+  }
+
+  // Main head, final norm, then the blocks in reverse.
+  Fit(&d_resid_a_, N * C); Fit(&d_resid_b_, N * C); Fit(&d_tmp_, N * C);
+  std::fill(d_resid_a_.begin(), d_resid_a_.end(), 0.f);
+  if (!d_chain.empty()) {
+    const int Tn = T - 1;
+    for (int b = 0; b < B; ++b)
+      std::memcpy(d_resid_a_.data() + static_cast<int64_t>(b) * T * C,
+                  d_chain.data() + static_cast<int64_t>(b) * Tn * C, Tn * C * sizeof(float));
+  }
+  ops::LinearBackward(logits_.data(), final_norm_.data(), W.head, N, C, V, d_tmp_.data(), false, G.head);
+  ops::RmsNormBackward(d_tmp_.data(), resid_[L].data(), W.norm, final_rstd_.data(), N, C,
+                       d_resid_a_.data(), G.norm);
+  float* d_cur = d_resid_a_.data();
+  float* d_prev = d_resid_b_.data();
+  for (int l = L - 1; l >= 0; --l) {
+    BlockBackward(Context(l, pos_.data()), W.layers[l], G.layers[l], &acts_[l], d_cur, loss_scale,
+                  &scratch_, d_prev);
+    std::swap(d_cur, d_prev);
+  }
+  EmbeddingBackward(inputs_.data(), d_cur, N, C, G.embed);
+  return out;
+}
+
+double Model::TrainFlopsPerToken(int T) const {
+  const double C = cfg_.d_model, D = cfg_.head_dim(), H = cfg_.n_heads, Hkv = cfg_.n_kv_heads;
+  auto block_flops = [&](bool moe) {
+    double attn_proj = C * (H * D) * 2 + C * (Hkv * D) * 2;  // q,o + k,v
+    double attn_core = 2.0 * H * D * T * 0.5 * 2;              // qk and pv, causal half
+    double ffn = moe ? 3.0 * C * cfg_.d_expert * (cfg_.top_k + cfg_.n_shared_experts) +
+                           C * cfg_.n_routed_experts
+                     : 3.0 * C * cfg_.d_ff;
+    return 2.0 * (attn_proj + ffn) + attn_core;
+  };
+  double f = 0;
+  for (int64_t l = 0; l < cfg_.n_layers; ++l) f += block_flops(cfg_.is_moe_layer(l));
+  f += 2.0 * C * cfg_.vocab_size;
+  for (int64_t j = 0; j < cfg_.mtp_depth; ++j)
+    f += block_flops(cfg_.mtp_block_is_moe()) + 2.0 * 2 * C * C + 2.0 * C * cfg_.vocab_size;
+  return 3.0 * f;  // forward + backward (2x)
+}
+
+}  // namespace myriad

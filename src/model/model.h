@@ -1,0 +1,88 @@
+// The single-device model: parameters in one flat buffer (ParamLayout), a
+// forward that computes every loss of docs/model.md, and a hand-written
+// backward that accumulates gradients into a buffer of the same layout.
+// Not thread-safe: one Model serves one training loop.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/block.h"
+#include "model/config.h"
+#include "model/params.h"
+
+namespace myriad {
+
+struct LossParts {
+  double total = 0;   // main + mtp + aux: what the gradient is of
+  double main = 0;    // next-token cross-entropy (nats/token)
+  double mtp = 0;     // lambda/D * sum_k L_k
+  double aux = 0;     // sum over MoE blocks of the balance loss
+};
+
+class Model {
+ public:
+  explicit Model(const ModelConfig& cfg);
+
+  const ModelConfig& config() const { return cfg_; }
+  const ParamLayout& layout() const { return layout_; }
+  std::vector<float>& params() { return params_; }
+  const std::vector<float>& params() const { return params_; }
+  std::vector<float>& grads() { return grads_; }
+  // Selection bias of each MoE block (main layers in order, then MTP blocks).
+  std::vector<std::vector<float>>& biases() { return biases_; }
+  const std::vector<std::vector<float>>& biases() const { return biases_; }
+  int num_moe_blocks() const { return static_cast<int>(biases_.size()); }
+
+  // Normal(0, init_std) matrices, ones for norms, zero biases; deterministic.
+  void InitWeights(uint64_t seed);
+  void ZeroGrads();
+
+  // Forward on tokens [B, T+1] (inputs are [:, :T], targets [:, 1:]). With
+  // backward, accumulates the gradient of loss_scale * total into grads().
+  // Expert loads are added to expert_load() either way.
+  LossParts Step(const int32_t* tokens, int B, int T, bool backward, float loss_scale = 1.f);
+
+  // Main-head logits [B*T, V] of the last Step without backward.
+  const std::vector<float>& logits() const { return logits_; }
+
+  // Assignments per expert of each MoE block since the last ClearExpertLoad.
+  const std::vector<std::vector<int64_t>>& expert_load() const { return load_; }
+  void ClearExpertLoad();
+  // Auxiliary-loss-free balancing: bias_i += rate * sign(mean - load_i) from
+  // expert_load(), then clears it.
+  void ApplyBiasUpdate();
+
+  // Model FLOPs per trained token (forward+backward, matmuls and attention),
+  // for MFU; counts only the active experts.
+  double TrainFlopsPerToken(int T) const;
+
+ private:
+  struct MtpActs {
+    std::vector<float> h_in, hn, rstd_h, e, en, rstd_e, cat, hp, out, nrm, rstd_n, logits, losses;
+    BlockActs block;
+  };
+  BlockContext Context(int block_index, const int32_t* pos);
+
+  ModelConfig cfg_;
+  ParamLayout layout_;
+  std::vector<float> params_, grads_;
+  std::vector<std::vector<float>> biases_;
+  std::vector<int> bias_index_;  // per block (layers, then MTP): index into biases_ or -1
+  std::vector<std::vector<int64_t>> load_;
+  RopeTables rope_;
+
+  // Activations of the last forward.
+  int B_ = 0, T_ = 0;
+  std::vector<int32_t> inputs_, targets_, pos_;
+  std::vector<std::vector<float>> resid_;  // L+1 buffers [N, C]
+  std::vector<BlockActs> acts_;
+  std::vector<float> final_norm_, final_rstd_, logits_, losses_;
+  std::vector<MtpActs> mtp_;
+  std::vector<std::vector<int32_t>> mtp_etok_;  
+  std::vector<std::vector<int32_t>> mtp_pos_;   // RoPE positions of each MTP module's rows  // embedded tokens of each MTP module
+  BlockScratch scratch_;
+  std::vector<float> d_resid_a_, d_resid_b_, d_tmp_;
+};
+
+}  // namespace myriad

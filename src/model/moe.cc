@@ -1,0 +1,218 @@
+// Mixture-of-experts feed-forward: route, permute tokens by expert, run each
+// expert's SwiGLU as dense GEMMs over its rows, and combine (dropless).
+// Shapes: N tokens (B sequences of T), C width, E routed experts, K per token,
+// F expert width, M = N*K permuted rows.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "model/block.h"
+#include "ops/ops.h"
+
+namespace myriad {
+namespace {
+
+template <typename V>
+void Fit(V* v, size_t n) {
+  if (v->size() != n) v->resize(n);
+}
+
+// Scores from router logits: softmax over E, or elementwise sigmoid.
+void Scores(bool sigmoid, const float* logits, int64_t N, int64_t E, float* s) {
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < N; ++t) {
+    const float* l = logits + t * E;
+    float* o = s + t * E;
+    if (sigmoid) {
+      for (int64_t e = 0; e < E; ++e) o[e] = 1.f / (1.f + std::exp(-l[e]));
+    } else {
+      float mx = l[0];
+      for (int64_t e = 1; e < E; ++e) mx = std::max(mx, l[e]);
+      float sum = 0;
+      for (int64_t e = 0; e < E; ++e) sum += (o[e] = std::exp(l[e] - mx));
+      for (int64_t e = 0; e < E; ++e) o[e] /= sum;
+    }
+  }
+}
+
+}  // namespace
+
+void MoeForward(const ModelConfig& cfg, const BlockWeights<float*>& w, const float* bias,
+                const float* f, int B, int T, MoeActs* a, float* out) {
+  const int64_t N = static_cast<int64_t>(B) * T, C = cfg.d_model, E = cfg.n_routed_experts;
+  const int64_t K = cfg.top_k, F = cfg.d_expert, M = N * K;
+  Fit(&a->logits, N * E); Fit(&a->scores, N * E);
+  Fit(&a->sel, N * K); Fit(&a->w, N * K); Fit(&a->pos, N * K); Fit(&a->perm, M);
+  Fit(&a->expert_offset, E + 1);
+  Fit(&a->x, M * C); Fit(&a->g, M * F); Fit(&a->u, M * F); Fit(&a->h, M * F); Fit(&a->y, M * C);
+  a->load.assign(E, 0);
+
+  // 1. Route: scores, top-K of (score + bias), weights normalised over the K.
+  ops::Linear(f, w.router, N, C, E, a->logits.data());
+  Scores(cfg.sigmoid_scores(), a->logits.data(), N, E, a->scores.data());
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < N; ++t) {
+    const float* s = a->scores.data() + t * E;
+    int32_t* sel = a->sel.data() + t * K;
+    float* wt = a->w.data() + t * K;
+    // Selection by insertion into a sorted list of K (E is small).
+    float best[64];
+    int n = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      float v = s[e] + (bias ? bias[e] : 0.f);
+      if (n < K || v > best[n - 1]) {
+        int i = n < K ? n++ : static_cast<int>(K) - 1;
+        while (i > 0 && best[i - 1] < v) { best[i] = best[i - 1]; sel[i] = sel[i - 1]; --i; }
+        best[i] = v;
+        sel[i] = static_cast<int32_t>(e);
+      }
+    }
+    float sum = 0;
+    for (int64_t k = 0; k < K; ++k) sum += s[sel[k]];
+    for (int64_t k = 0; k < K; ++k) wt[k] = s[sel[k]] / sum;
+  }
+
+  // 2. Permute: rows grouped by expert, tokens ascending within an expert.
+  std::vector<int64_t> count(E, 0);
+  for (int64_t i = 0; i < N * K; ++i) count[a->sel[i]]++;
+  a->expert_offset[0] = 0;
+  for (int64_t e = 0; e < E; ++e) a->expert_offset[e + 1] = a->expert_offset[e] + count[e];
+  std::vector<int64_t> fill(a->expert_offset.begin(), a->expert_offset.end() - 1);
+  for (int64_t t = 0; t < N; ++t)
+    for (int64_t k = 0; k < K; ++k) {
+      int32_t e = a->sel[t * K + k];
+      int64_t row = fill[e]++;
+      a->perm[row] = static_cast<int32_t>(t);
+      a->pos[t * K + k] = static_cast<int32_t>(row);
+    }
+  for (int64_t e = 0; e < E; ++e) a->load[e] = count[e];
+  ops::MoeGather(f, a->perm.data(), M, C, a->x.data());
+
+  // 3. Experts: y_e = down(silu(gate x_e) * up x_e) on each expert's rows.
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t o = a->expert_offset[e], n = count[e];
+    if (n == 0) continue;
+    ops::Linear(a->x.data() + o * C, w.e_gate[e], n, C, F, a->g.data() + o * F);
+    ops::Linear(a->x.data() + o * C, w.e_up[e], n, C, F, a->u.data() + o * F);
+    ops::SwiGlu(a->g.data() + o * F, a->u.data() + o * F, n, F, a->h.data() + o * F);
+    ops::Linear(a->h.data() + o * F, w.e_down[e], n, F, C, a->y.data() + o * C);
+  }
+
+  // 4. Combine, then the shared experts on every token.
+  std::memset(out, 0, N * C * sizeof(float));
+  ops::MoeCombine(a->y.data(), a->pos.data(), a->w.data(), N, K, C, out);
+  if (w.s_gate) {
+    const int64_t SF = cfg.n_shared_experts * F;
+    Fit(&a->sg, N * SF); Fit(&a->su, N * SF); Fit(&a->sh, N * SF);
+    ops::Linear(f, w.s_gate, N, C, SF, a->sg.data());
+    ops::Linear(f, w.s_up, N, C, SF, a->su.data());
+    ops::SwiGlu(a->sg.data(), a->su.data(), N, SF, a->sh.data());
+    ops::Linear(a->sh.data(), w.s_down, N, SF, C, out, /*accumulate=*/true);
+  }
+
+  // 5. Sequence-wise balance loss: alpha * mean_b sum_i f_i P_i.
+  a->aux_loss = 0;
+  if (cfg.aux_loss_weight > 0) {
+    Fit(&a->f_frac, static_cast<size_t>(B) * E);
+    for (int b = 0; b < B; ++b) {
+      float* fb = a->f_frac.data() + static_cast<int64_t>(b) * E;
+      std::vector<double> P(E, 0.0);
+      std::fill(fb, fb + E, 0.f);
+      for (int t = 0; t < T; ++t) {
+        const int64_t tok = static_cast<int64_t>(b) * T + t;
+        const float* s = a->scores.data() + tok * E;
+        double ssum = 0;
+        for (int64_t e = 0; e < E; ++e) ssum += s[e];
+        for (int64_t e = 0; e < E; ++e) P[e] += s[e] / ssum;
+        for (int64_t k = 0; k < K; ++k) fb[a->sel[tok * K + k]] += 1.f;
+      }
+      double sum = 0;
+      for (int64_t e = 0; e < E; ++e) {
+        fb[e] *= static_cast<float>(E) / static_cast<float>(K * T);
+        sum += fb[e] * P[e] / T;
+      }
+      a->aux_loss += cfg.aux_loss_weight * sum / B;
+    }
+  }
+}
+
+void MoeBackward(const ModelConfig& cfg, const BlockWeights<float*>& w,
+                 const BlockWeights<float*>& gw, const float* f, int B, int T, MoeActs* a,
+                 const float* d_out, float loss_scale, BlockScratch* s, float* df) {
+  const int64_t N = static_cast<int64_t>(B) * T, C = cfg.d_model, E = cfg.n_routed_experts;
+  const int64_t K = cfg.top_k, F = cfg.d_expert, M = N * K;
+  Fit(&s->d_y, M * C); Fit(&s->d_w, N * K); Fit(&s->d_x, M * C);
+  Fit(&s->d_logits, N * E);
+
+  // Shared experts first: they write df.
+  if (w.s_gate) {
+    const int64_t SF = cfg.n_shared_experts * F;
+    Fit(&s->d_h, N * SF); Fit(&s->d_g, N * SF); Fit(&s->d_u, N * SF);
+    ops::LinearBackward(d_out, a->sh.data(), w.s_down, N, SF, C, s->d_h.data(), false, gw.s_down);
+    ops::SwiGluBackward(s->d_h.data(), a->sg.data(), a->su.data(), N, SF, s->d_g.data(), s->d_u.data());
+    ops::LinearBackward(s->d_g.data(), f, w.s_gate, N, C, SF, df, false, gw.s_gate);
+    ops::LinearBackward(s->d_u.data(), f, w.s_up, N, C, SF, df, true, gw.s_up);
+  } else {
+    std::memset(df, 0, N * C * sizeof(float));
+  }
+
+  // Combine backward: dy rows and d(weights).
+  ops::MoeCombineBackward(d_out, a->y.data(), a->pos.data(), a->w.data(), N, K, C, s->d_y.data(),
+                          s->d_w.data());
+  // Experts.
+  Fit(&s->d_h, M * F); Fit(&s->d_g, M * F); Fit(&s->d_u, M * F);
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t o = a->expert_offset[e], n = a->expert_offset[e + 1] - o;
+    if (n == 0) continue;
+    ops::LinearBackward(s->d_y.data() + o * C, a->h.data() + o * F, w.e_down[e], n, F, C,
+                        s->d_h.data() + o * F, false, gw.e_down[e]);
+    ops::SwiGluBackward(s->d_h.data() + o * F, a->g.data() + o * F, a->u.data() + o * F, n, F,
+                        s->d_g.data() + o * F, s->d_u.data() + o * F);
+    ops::LinearBackward(s->d_g.data() + o * F, a->x.data() + o * C, w.e_gate[e], n, C, F,
+                        s->d_x.data() + o * C, false, gw.e_gate[e]);
+    ops::LinearBackward(s->d_u.data() + o * F, a->x.data() + o * C, w.e_up[e], n, C, F,
+                        s->d_x.data() + o * C, true, gw.e_up[e]);
+  }
+  // Un-permute: df[t] += sum_k dx[pos[t,k]].
+  ops::MoeCombine(s->d_x.data(), a->pos.data(), nullptr, N, K, C, df);
+
+  // Router: d(weights) -> d(scores) -> d(logits), plus the balance loss.
+  const bool sigmoid = cfg.sigmoid_scores();
+  const double alpha = cfg.aux_loss_weight;
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < N; ++t) {
+    const float* sc = a->scores.data() + t * E;
+    const int32_t* sel = a->sel.data() + t * K;
+    const float* wt = a->w.data() + t * K;
+    const float* dw = s->d_w.data() + t * K;
+    float* dl = s->d_logits.data() + t * E;
+    double ds[256];
+    for (int64_t e = 0; e < E; ++e) ds[e] = 0;
+    double zsel = 0, wdw = 0;
+    for (int64_t k = 0; k < K; ++k) zsel += sc[sel[k]], wdw += static_cast<double>(wt[k]) * dw[k];
+    for (int64_t k = 0; k < K; ++k) ds[sel[k]] += (dw[k] - wdw) / zsel;
+    if (alpha > 0) {
+      // L_bal = alpha/B * sum_i f_i * (1/T) sum_t s'_ti, with s' = s / sum(s).
+      const int64_t b = t / T;
+      const float* fb = a->f_frac.data() + b * E;
+      double ssum = 0, dot = 0;
+      for (int64_t e = 0; e < E; ++e) ssum += sc[e];
+      double dsn[256];
+      for (int64_t e = 0; e < E; ++e) {
+        dsn[e] = alpha / B * fb[e] / T * loss_scale;
+        dot += dsn[e] * sc[e] / ssum;
+      }
+      for (int64_t e = 0; e < E; ++e) ds[e] += (dsn[e] - dot) / ssum;
+    }
+    if (sigmoid) {
+      for (int64_t e = 0; e < E; ++e) dl[e] = static_cast<float>(ds[e] * sc[e] * (1.0 - sc[e]));
+    } else {
+      double dot = 0;
+      for (int64_t e = 0; e < E; ++e) dot += ds[e] * sc[e];
+      for (int64_t e = 0; e < E; ++e) dl[e] = static_cast<float>(sc[e] * (ds[e] - dot));
+    }
+  }
+  ops::LinearBackward(s->d_logits.data(), f, w.router, N, C, E, df, true, gw.router);
+}
+
+}  // namespace myriad

@@ -1,0 +1,112 @@
+#include "model/params.h"
+
+namespace myriad {
+
+int64_t ParamLayout::Add(const std::string& name, std::vector<int64_t> shape, bool decay) {
+  ParamInfo p;
+  p.name = name;
+  p.shape = std::move(shape);
+  p.numel = 1;
+  for (auto d : p.shape) p.numel *= d;
+  p.offset = total_;
+  p.decay = decay;
+  total_ += p.numel;
+  params_.push_back(p);
+  return p.offset;
+}
+
+BlockWeights<int64_t> ParamLayout::AddBlock(const std::string& prefix, bool moe) {
+  const int64_t C = cfg_.d_model, D = cfg_.head_dim();
+  const int64_t HD = cfg_.n_heads * D, KVD = cfg_.n_kv_heads * D;
+  BlockWeights<int64_t> b;
+  b.moe = moe;
+  b.attn_norm = Add(prefix + "input_layernorm.weight", {C}, false);
+  b.wq = Add(prefix + "self_attn.q_proj.weight", {HD, C}, true);
+  b.wk = Add(prefix + "self_attn.k_proj.weight", {KVD, C}, true);
+  b.wv = Add(prefix + "self_attn.v_proj.weight", {KVD, C}, true);
+  b.wo = Add(prefix + "self_attn.o_proj.weight", {C, HD}, true);
+  b.ffn_norm = Add(prefix + "post_attention_layernorm.weight", {C}, false);
+  if (!moe) {
+    const int64_t F = cfg_.d_ff;
+    b.w_gate = Add(prefix + "mlp.gate_proj.weight", {F, C}, true);
+    b.w_up = Add(prefix + "mlp.up_proj.weight", {F, C}, true);
+    b.w_down = Add(prefix + "mlp.down_proj.weight", {C, F}, true);
+    return b;
+  }
+  const int64_t E = cfg_.n_routed_experts, F = cfg_.d_expert;
+  b.router = Add(prefix + "mlp.gate.weight", {E, C}, true);
+  bias_names_.push_back(prefix + "mlp.gate.e_score_correction_bias");
+  for (int64_t e = 0; e < E; ++e) {
+    std::string ep = prefix + "mlp.experts." + std::to_string(e) + ".";
+    b.e_gate.push_back(Add(ep + "gate_proj.weight", {F, C}, true));
+    b.e_up.push_back(Add(ep + "up_proj.weight", {F, C}, true));
+    b.e_down.push_back(Add(ep + "down_proj.weight", {C, F}, true));
+  }
+  if (cfg_.n_shared_experts > 0) {
+    const int64_t SF = cfg_.n_shared_experts * F;
+    b.s_gate = Add(prefix + "mlp.shared_experts.gate_proj.weight", {SF, C}, true);
+    b.s_up = Add(prefix + "mlp.shared_experts.up_proj.weight", {SF, C}, true);
+    b.s_down = Add(prefix + "mlp.shared_experts.down_proj.weight", {C, SF}, true);
+  }
+  return b;
+}
+
+ParamLayout::ParamLayout(const ModelConfig& cfg) : cfg_(cfg) {
+  const int64_t C = cfg.d_model, V = cfg.vocab_size;
+  offsets_.embed = Add("model.embed_tokens.weight", {V, C}, true);
+  for (int64_t l = 0; l < cfg.n_layers; ++l)
+    offsets_.layers.push_back(AddBlock("model.layers." + std::to_string(l) + ".", cfg.is_moe_layer(l)));
+  offsets_.norm = Add("model.norm.weight", {C}, false);
+  offsets_.head = cfg.tie_embeddings ? offsets_.embed : Add("lm_head.weight", {V, C}, true);
+  for (int64_t j = 0; j < cfg.mtp_depth; ++j) {
+    std::string p = "model.mtp." + std::to_string(j) + ".";
+    MtpWeights<int64_t> m;
+    m.enorm = Add(p + "enorm.weight", {C}, false);
+    m.hnorm = Add(p + "hnorm.weight", {C}, false);
+    m.eh_proj = Add(p + "eh_proj.weight", {C, 2 * C}, true);
+    m.block = AddBlock(p + "block.", cfg.mtp_block_is_moe());
+    m.norm = Add(p + "norm.weight", {C}, false);
+    offsets_.mtp.push_back(std::move(m));
+  }
+}
+
+namespace {
+BlockWeights<float*> BindBlock(const BlockWeights<int64_t>& o, float* base) {
+  BlockWeights<float*> b;
+  auto at = [&](int64_t off) { return base + off; };
+  b.moe = o.moe;
+  b.attn_norm = at(o.attn_norm); b.wq = at(o.wq); b.wk = at(o.wk); b.wv = at(o.wv); b.wo = at(o.wo);
+  b.ffn_norm = at(o.ffn_norm);
+  if (!o.moe) {
+    b.w_gate = at(o.w_gate); b.w_up = at(o.w_up); b.w_down = at(o.w_down);
+    return b;
+  }
+  b.router = at(o.router);
+  for (size_t e = 0; e < o.e_gate.size(); ++e) {
+    b.e_gate.push_back(at(o.e_gate[e]));
+    b.e_up.push_back(at(o.e_up[e]));
+    b.e_down.push_back(at(o.e_down[e]));
+  }
+  if (o.s_gate || o.s_up || o.s_down) {
+    b.s_gate = at(o.s_gate); b.s_up = at(o.s_up); b.s_down = at(o.s_down);
+  }
+  return b;
+}
+}  // namespace
+
+ModelWeights<float*> ParamLayout::Bind(float* base) const {
+  ModelWeights<float*> w;
+  w.embed = base + offsets_.embed;
+  for (const auto& b : offsets_.layers) w.layers.push_back(BindBlock(b, base));
+  w.norm = base + offsets_.norm;
+  w.head = base + offsets_.head;
+  for (const auto& m : offsets_.mtp) {
+    MtpWeights<float*> p;
+    p.enorm = base + m.enorm; p.hnorm = base + m.hnorm; p.eh_proj = base + m.eh_proj; p.norm = base + m.norm;
+    p.block = BindBlock(m.block, base);
+    w.mtp.push_back(std::move(p));
+  }
+  return w;
+}
+
+}  // namespace myriad

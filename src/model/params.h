@@ -1,0 +1,69 @@
+// Parameter layout: every parameter of the model lives in one flat fp32
+// buffer, in the order docs/model.md gives; gradients and optimizer moments
+// use the same layout. BlockWeights<P> is instantiated with P = int64_t
+// (offsets into the buffer) and P = float* (pointers, after Bind).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace myriad {
+
+struct ParamInfo {
+  std::string name;            // Hugging Face-style name, docs/model.md
+  std::vector<int64_t> shape;
+  int64_t offset = 0;          // into the flat buffer, in floats
+  int64_t numel = 0;
+  bool decay = false;          // weight decay applies (2-D matrices only)
+};
+
+template <typename P>
+struct BlockWeights {
+  bool moe = false;
+  P attn_norm{}, wq{}, wk{}, wv{}, wo{}, ffn_norm{};
+  P w_gate{}, w_up{}, w_down{};                  // dense FFN
+  P router{};                                    // MoE [E, C]
+  std::vector<P> e_gate, e_up, e_down;           // per routed expert
+  P s_gate{}, s_up{}, s_down{};                  // shared experts (absent: 0/null)
+};
+
+template <typename P>
+struct MtpWeights {
+  P enorm{}, hnorm{}, eh_proj{}, norm{};
+  BlockWeights<P> block;
+};
+
+template <typename P>
+struct ModelWeights {
+  P embed{};
+  std::vector<BlockWeights<P>> layers;
+  P norm{};
+  P head{};  // == embed when tied
+  std::vector<MtpWeights<P>> mtp;
+};
+
+class ParamLayout {
+ public:
+  explicit ParamLayout(const ModelConfig& cfg);
+  int64_t total() const { return total_; }
+  const std::vector<ParamInfo>& params() const { return params_; }
+  const ModelWeights<int64_t>& offsets() const { return offsets_; }
+  // Pointers into `base` (a params, grads or moments buffer of total() floats).
+  ModelWeights<float*> Bind(float* base) const;
+  // Names of the per-MoE-block bias buffers, in the order Model keeps them.
+  const std::vector<std::string>& bias_names() const { return bias_names_; }
+
+ private:
+  int64_t Add(const std::string& name, std::vector<int64_t> shape, bool decay);
+  BlockWeights<int64_t> AddBlock(const std::string& prefix, bool moe);
+  const ModelConfig cfg_;
+  std::vector<ParamInfo> params_;
+  ModelWeights<int64_t> offsets_;
+  std::vector<std::string> bias_names_;
+  int64_t total_ = 0;
+};
+
+}  // namespace myriad

@@ -1,0 +1,120 @@
+#include "ops/ops.h"
+
+#include "core/check.h"
+
+#define OP_CHECK(op, cond) CHECK_MSG(cond, "[%s] invalid arguments", op)
+
+namespace myriad::ops {
+namespace {
+Backend* g_active = nullptr;
+const BackendOps& T() { return Active()->ops(); }
+}  // namespace
+
+Backend* Active() {
+  if (!g_active) g_active = CpuBackend("");
+  CHECK_MSG(g_active != nullptr, "no CPU backend available");
+  return g_active;
+}
+void SetActive(Backend* backend) { g_active = backend; }
+
+void Gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  OP_CHECK("gemm", M >= 0 && N >= 0 && K >= 0 && C != nullptr);
+  if (M == 0 || N == 0) return;
+  T().gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+void Linear(const float* x, const float* W, int64_t N, int64_t in, int64_t out, float* y,
+            bool accumulate) {
+  OP_CHECK("linear", x && W && y && in > 0 && out > 0 && N >= 0);
+  if (N == 0) return;
+  if (N == 1 && !accumulate && T().gemv_f32) {
+    T().gemv_f32(W, x, out, in, y);
+    return;
+  }
+  T().gemm(Trans::kNo, Trans::kYes, N, out, in, 1.f, x, in, W, in, accumulate ? 1.f : 0.f, y, out);
+}
+
+void LinearBackward(const float* dy, const float* x, const float* W, int64_t N, int64_t in,
+                    int64_t out, float* dx, bool accumulate_dx, float* dW) {
+  OP_CHECK("linear_backward", dy && x && W && dW && in > 0 && out > 0 && N >= 0);
+  if (N == 0) return;
+  if (dx) T().gemm(Trans::kNo, Trans::kNo, N, in, out, 1.f, dy, out, W, in, accumulate_dx ? 1.f : 0.f, dx, in);
+  T().gemm(Trans::kYes, Trans::kNo, out, in, N, 1.f, dy, out, x, in, 1.f, dW, in);
+}
+
+void RmsNorm(const float* x, const float* w, float eps, int64_t N, int64_t C, float* out,
+             float* rstd) {
+  OP_CHECK("rmsnorm", x && w && out && rstd && C > 0 && eps >= 0);
+  T().rmsnorm_fwd(x, w, eps, N, C, out, rstd);
+}
+void RmsNormBackward(const float* dout, const float* x, const float* w, const float* rstd,
+                     int64_t N, int64_t C, float* dx, float* dw) {
+  OP_CHECK("rmsnorm_backward", dout && x && w && rstd && dx && dw && C > 0);
+  T().rmsnorm_bwd(dout, x, w, rstd, N, C, dx, dw);
+}
+void Rope(float* x, int64_t N, int H, int D, const int32_t* pos, const float* cos_table,
+          const float* sin_table, bool inverse) {
+  OP_CHECK("rope", x && pos && cos_table && sin_table && H > 0 && D > 0 && D % 2 == 0);
+  T().rope(x, N, H, D, pos, cos_table, sin_table, inverse);
+}
+void SwiGlu(const float* gate, const float* up, int64_t N, int64_t F, float* out) {
+  OP_CHECK("swiglu", gate && up && out && F > 0);
+  T().swiglu_fwd(gate, up, N, F, out);
+}
+void SwiGluBackward(const float* dout, const float* gate, const float* up, int64_t N, int64_t F,
+                    float* dgate, float* dup) {
+  OP_CHECK("swiglu_backward", dout && gate && up && dgate && dup && F > 0);
+  T().swiglu_bwd(dout, gate, up, N, F, dgate, dup);
+}
+void SoftmaxXent(const float* logits, const int32_t* targets, int64_t N, int64_t V,
+                 float grad_scale, float* losses, float* dlogits) {
+  OP_CHECK("softmax_xent", logits && targets && losses && V > 0);
+  T().softmax_xent(logits, targets, N, V, grad_scale, losses, dlogits);
+}
+void Attention(const AttentionParams& p) {
+  OP_CHECK("attention", p.q && p.k && p.v && p.out && p.H > 0 && p.Hkv > 0 && p.H % p.Hkv == 0 &&
+                            p.D > 0 && p.Tq > 0 && p.Tk >= p.Tq && p.B > 0);
+  T().attention_fwd(p);
+}
+void AttentionBackward(const AttentionBackwardParams& p) {
+  OP_CHECK("attention_backward", p.fwd.lse && p.dout && p.dq && p.dk && p.dv);
+  T().attention_bwd(p);
+}
+void MoeGather(const float* src, const int32_t* idx, int64_t M, int64_t C, float* dst) {
+  OP_CHECK("moe_gather", (M == 0 || (src && idx && dst)) && C > 0);
+  if (M) T().moe_gather(src, idx, M, C, dst);
+}
+void MoeCombine(const float* buf, const int32_t* pos, const float* w, int64_t N, int64_t K,
+                int64_t C, float* out) {
+  OP_CHECK("moe_combine", buf && pos && out && K > 0 && C > 0);
+  T().moe_combine(buf, pos, w, N, K, C, out);
+}
+void MoeCombineBackward(const float* dout, const float* buf, const int32_t* pos, const float* w,
+                        int64_t N, int64_t K, int64_t C, float* dbuf, float* dw) {
+  OP_CHECK("moe_combine_backward", dout && buf && pos && w && dbuf && dw && K > 0 && C > 0);
+  T().moe_combine_bwd(dout, buf, pos, w, N, K, C, dbuf, dw);
+}
+void AdamW(const AdamWParams& p) {
+  OP_CHECK("adamw", p.param && p.grad && p.m && p.v && p.step >= 1);
+  T().adamw(p);
+}
+double SumSquares(const float* x, int64_t n) {
+  OP_CHECK("sumsq", x || n == 0);
+  return n ? T().sumsq(x, n) : 0.0;
+}
+void GemvF32(const float* W, const float* x, int64_t out, int64_t in, float* y) {
+  OP_CHECK("gemv_f32", W && x && y && out > 0 && in > 0);
+  T().gemv_f32(W, x, out, in, y);
+}
+void GemvF16(const uint16_t* W, const float* x, int64_t out, int64_t in, float* y) {
+  OP_CHECK("gemv_f16", W && x && y && out > 0 && in > 0);
+  T().gemv_f16(W, x, out, in, y);
+}
+void GemvQ8(const int8_t* Wq, const float* scale, const float* x, int64_t out, int64_t in,
+            float* y) {
+  OP_CHECK("gemv_q8", Wq && scale && x && y && out > 0 && in > 0);
+  T().gemv_q8(Wq, scale, x, out, in, y);
+}
+
+}  // namespace myriad::ops

@@ -1,0 +1,53 @@
+// Op front-ends: the only way the model and trainer reach a backend. Each
+// checks its arguments once (a failed check is a bug in the caller: CHECK
+// aborts with the op's name) and dispatches through the active backend's op
+// table. Shapes use the letters defined in backend/backend.h.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/backend.h"
+
+namespace myriad::ops {
+
+// The backend all ops dispatch to; defaults to CpuBackend("") on first use.
+Backend* Active();
+void SetActive(Backend* backend);
+
+// y[N,out] (=|+=) x[N,in] @ W[out,in]^T.
+void Linear(const float* x, const float* W, int64_t N, int64_t in, int64_t out, float* y,
+            bool accumulate = false);
+// Backward of Linear: dx[N,in] (=|+=) dy @ W (skipped when dx is null);
+// dW[out,in] += dy^T @ x.
+void LinearBackward(const float* dy, const float* x, const float* W, int64_t N, int64_t in,
+                    int64_t out, float* dx, bool accumulate_dx, float* dW);
+// Plain GEMM (see BackendOps::gemm).
+void Gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+          int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+void RmsNorm(const float* x, const float* w, float eps, int64_t N, int64_t C, float* out,
+             float* rstd);
+void RmsNormBackward(const float* dout, const float* x, const float* w, const float* rstd,
+                     int64_t N, int64_t C, float* dx, float* dw);
+void Rope(float* x, int64_t N, int H, int D, const int32_t* pos, const float* cos_table,
+          const float* sin_table, bool inverse);
+void SwiGlu(const float* gate, const float* up, int64_t N, int64_t F, float* out);
+void SwiGluBackward(const float* dout, const float* gate, const float* up, int64_t N, int64_t F,
+                    float* dgate, float* dup);
+void SoftmaxXent(const float* logits, const int32_t* targets, int64_t N, int64_t V,
+                 float grad_scale, float* losses, float* dlogits);
+void Attention(const AttentionParams& p);
+void AttentionBackward(const AttentionBackwardParams& p);
+void MoeGather(const float* src, const int32_t* idx, int64_t M, int64_t C, float* dst);
+void MoeCombine(const float* buf, const int32_t* pos, const float* w, int64_t N, int64_t K,
+                int64_t C, float* out);
+void MoeCombineBackward(const float* dout, const float* buf, const int32_t* pos, const float* w,
+                        int64_t N, int64_t K, int64_t C, float* dbuf, float* dw);
+void AdamW(const AdamWParams& p);
+double SumSquares(const float* x, int64_t n);
+void GemvF32(const float* W, const float* x, int64_t out, int64_t in, float* y);
+void GemvF16(const uint16_t* W, const float* x, int64_t out, int64_t in, float* y);
+void GemvQ8(const int8_t* Wq, const float* scale, const float* x, int64_t out, int64_t in,
+            float* y);
+
+}  // namespace myriad::ops

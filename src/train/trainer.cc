@@ -1,0 +1,260 @@
+#include "train/trainer.h"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "core/env.h"
+#include "core/log.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/perf.h"
+#include "train/train_step.h"
+
+namespace myriad {
+namespace {
+
+std::string FormatDuration(double s) {
+  char buf[32];
+  if (s < 0 || !std::isfinite(s)) return "?";
+  int64_t t = static_cast<int64_t>(s + 0.5);
+  if (t >= 3600) std::snprintf(buf, sizeof buf, "%lldh%02lldm", (long long)(t / 3600), (long long)(t / 60 % 60));
+  else std::snprintf(buf, sizeof buf, "%lldm%02llds", (long long)(t / 60), (long long)(t % 60));
+  return buf;
+}
+
+std::vector<TensorView> ModelTensors(Model& m, std::vector<std::string>* names_storage) {
+  std::vector<TensorView> out;
+  for (const auto& p : m.layout().params()) {
+    if (m.config().tie_embeddings && p.name == "lm_head.weight") continue;
+    out.push_back({p.name, "F32", p.shape, m.params().data() + p.offset, static_cast<size_t>(p.numel) * 4});
+  }
+  const auto& bn = m.layout().bias_names();
+  for (size_t i = 0; i < bn.size(); ++i)
+    out.push_back({bn[i], "F32", {m.config().n_routed_experts}, m.biases()[i].data(),
+                   static_cast<size_t>(m.config().n_routed_experts) * 4});
+  (void)names_storage;
+  return out;
+}
+
+std::vector<TensorView> OptimizerTensors(Model& m, AdamWOptimizer& opt, std::vector<std::string>* names) {
+  names->clear();
+  for (const auto& p : m.layout().params()) {
+    names->push_back(p.name + ".exp_avg");
+    names->push_back(p.name + ".exp_avg_sq");
+  }
+  std::vector<TensorView> out;
+  size_t i = 0;
+  for (const auto& p : m.layout().params()) {
+    out.push_back({(*names)[i++], "F32", p.shape, opt.exp_avg().data() + p.offset, static_cast<size_t>(p.numel) * 4});
+    out.push_back({(*names)[i++], "F32", p.shape, opt.exp_avg_sq().data() + p.offset, static_cast<size_t>(p.numel) * 4});
+  }
+  return out;
+}
+
+Status CopyTensor(const SafetensorsFile& f, const std::string& name, const std::vector<int64_t>& shape,
+                  float* dst) {
+  auto v = ReadF32(f, name, shape);
+  if (!v.ok()) return v.status();
+  std::copy(v->begin(), v->end(), dst);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status LoadRunConfig(const std::string& path, const std::vector<std::string>& overrides,
+                     ModelConfig* model, TrainConfig* train) {
+  ASSIGN_OR_RETURN(auto doc, ConfigDoc::Load(path, overrides));
+  *model = ModelConfig::Read(doc.get());
+  *train = TrainConfig::Read(doc.get());
+  RETURN_IF_ERROR(doc->Finish());
+  RETURN_IF_ERROR(model->Validate().With(path));
+  RETURN_IF_ERROR(train->Validate().With(path));
+  if (train->seq_len > model->max_seq_len)
+    return Status::Error(path + ": train.seq_len=" + std::to_string(train->seq_len) + " exceeds model.max_seq_len=" +
+                         std::to_string(model->max_seq_len) + " (hint: raise model.max_seq_len)");
+  if (train->seq_len <= model->mtp_depth)
+    return Status::Error(path + ": train.seq_len=" + std::to_string(train->seq_len) +
+                         " must exceed model.mtp_depth=" + std::to_string(model->mtp_depth));
+  return Status::Ok();
+}
+
+EvalResult Evaluate(Model& model, DataLoader& val, int B, int T, int64_t batches) {
+  EvalResult r;
+  DataCursor saved = val.cursor();
+  DataCursor start;
+  start.seed = saved.seed;
+  (void)val.Seek(start);
+  std::vector<int32_t> buf(static_cast<size_t>(B) * (T + 1));
+  double sum = 0;
+  for (int64_t i = 0; i < batches; ++i) {
+    val.NextBatch(B, buf.data());
+    LossParts lp = model.Step(buf.data(), B, T, /*backward=*/false);
+    sum += lp.main;
+  }
+  model.ClearExpertLoad();
+  (void)val.Seek(saved);
+  r.loss = batches > 0 ? sum / batches : 0;
+  r.perplexity = std::exp(r.loss);
+  r.tokens = batches * B * T;
+  return r;
+}
+
+Status RestoreModel(const LoadedCheckpoint& ckpt, Model* model, AdamWOptimizer* opt) {
+  for (const auto& p : model->layout().params()) {
+    if (model->config().tie_embeddings && p.name == "lm_head.weight") continue;
+    RETURN_IF_ERROR(CopyTensor(ckpt.model, p.name, p.shape, model->params().data() + p.offset));
+  }
+  const auto& bn = model->layout().bias_names();
+  for (size_t i = 0; i < bn.size(); ++i)
+    RETURN_IF_ERROR(CopyTensor(ckpt.model, bn[i], {model->config().n_routed_experts}, model->biases()[i].data()));
+  if (opt) {
+    if (!ckpt.optimizer)
+      return Status::Error(ckpt.dir + ": no optimizer state (hint: it was saved for inference only; use --fresh)");
+    for (const auto& p : model->layout().params()) {
+      RETURN_IF_ERROR(CopyTensor(*ckpt.optimizer, p.name + ".exp_avg", p.shape, opt->exp_avg().data() + p.offset));
+      RETURN_IF_ERROR(CopyTensor(*ckpt.optimizer, p.name + ".exp_avg_sq", p.shape, opt->exp_avg_sq().data() + p.offset));
+    }
+  }
+  return Status::Ok();
+}
+
+Status RunTraining(const RunSpec& spec) {
+  ModelConfig mc;
+  TrainConfig tc;
+  RETURN_IF_ERROR(LoadRunConfig(spec.config_path, spec.overrides, &mc, &tc));
+  if (tc.threads > 0) omp_set_num_threads(static_cast<int>(tc.threads));
+  Env* env = Env::Default();
+  const int B = static_cast<int>(tc.batch_size), T = static_cast<int>(tc.seq_len);
+  const int A = static_cast<int>(tc.grad_accum);
+
+  ASSIGN_OR_RETURN(auto train_data, DataLoader::Open(tc.data_dir, "train", T, tc.seed));
+  std::unique_ptr<DataLoader> val_data;
+  {
+    auto v = DataLoader::Open(tc.data_dir, "val", T, tc.seed);
+    if (v.ok()) val_data = std::move(v).value();
+    else LOG_WARN("no validation split: %s", v.status().message().c_str());
+  }
+  if (train_data->vocab_size() > mc.vocab_size)
+    return Status::Error(tc.data_dir + ": tokenizer has " + std::to_string(train_data->vocab_size()) +
+                         " tokens but model.vocab_size=" + std::to_string(mc.vocab_size) +
+                         " (hint: set model.vocab_size >= the tokenizer's size)");
+
+  Model model(mc);
+  model.InitWeights(tc.seed);
+  AdamWOptimizer opt(model.layout(), tc.optim);
+  int64_t step = 0;
+
+  // Resume from the newest checkpoint in out_dir unless told not to.
+  if (!spec.fresh && env->FileExists(tc.out_dir + "/latest")) {
+    ASSIGN_OR_RETURN(LoadedCheckpoint ck, LoadCheckpoint(env, tc.out_dir));
+    auto saved_cfg = ModelConfig::FromJson(ck.manifest["meta"]["model_config"]);
+    if (!saved_cfg.ok()) return saved_cfg.status().With(ck.dir);
+    if (saved_cfg->ToJson() != mc.ToJson())
+      return Status::Error(ck.dir + ": checkpoint was written for another model config (hint: use --fresh "
+                           "to start over, or train.out_dir to write elsewhere)");
+    RETURN_IF_ERROR(RestoreModel(ck, &model, &opt));
+    ASSIGN_OR_RETURN(DataCursor cur, DataCursor::FromJson(ck.manifest["meta"]["data_cursor"]));
+    RETURN_IF_ERROR(train_data->Seek(cur));
+    step = ck.step;
+    LOG_INFO("resumed from %s at step %lld", ck.dir.c_str(), static_cast<long long>(step));
+  }
+  if (step >= tc.steps) {
+    LOG_INFO("already at step %lld of %lld: nothing to do", static_cast<long long>(step),
+             static_cast<long long>(tc.steps));
+    return Status::Ok();
+  }
+  RETURN_IF_ERROR(env->CreateDirs(tc.out_dir));
+  const std::string metrics_path = tc.metrics_file.empty() ? tc.out_dir + "/metrics.jsonl" : tc.metrics_file;
+  std::ofstream metrics(metrics_path, std::ios::app);
+  if (!metrics) return Status::Error(metrics_path + ": cannot open for writing");
+
+  const double peak = MeasureSgemmGflops(1024) * 1e9;
+  const double flops_per_token = model.TrainFlopsPerToken(T);
+  LOG_INFO("model: %lld parameters (%s), %s; peak SGEMM %.0f GFLOP/s", static_cast<long long>(model.layout().total()),
+           mc.n_routed_experts > 0 ? "MoE" : "dense", ops::Active()->name().c_str(), peak / 1e9);
+
+  auto save = [&](int64_t s) -> Status {
+    std::vector<std::string> opt_names;
+    CheckpointData data;
+    data.meta = {{"step", s}, {"model_config", mc.ToJson()}, {"train_config", tc.ToJson()},
+                 {"data_cursor", train_data->cursor().ToJson()}, {"rng", {{"seed", tc.seed}}},
+                 {"parallel", {{"dp", 1}, {"tp", 1}, {"pp", 1}, {"ep", 1}, {"cp", 1}}},
+                 {"tokenizer", train_data->tokenizer_path()}};
+    data.model = ModelTensors(model, nullptr);
+    data.optimizer = OptimizerTensors(model, opt, &opt_names);
+    auto t0 = std::chrono::steady_clock::now();
+    auto dir = SaveCheckpoint(env, tc.out_dir, s, data, static_cast<int>(tc.keep_last));
+    if (!dir.ok()) return dir.status();
+    LOG_INFO("checkpoint %s (%.2fs)", dir->c_str(),
+             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    return Status::Ok();
+  };
+
+  const bool tty = !spec.quiet && isatty(STDERR_FILENO);
+  std::vector<int32_t> batches(static_cast<size_t>(A) * B * (T + 1));
+  const auto run_start = std::chrono::steady_clock::now();
+  const int64_t first_step = step;
+  double tokens_done = 0;
+  int64_t steps_this_run = 0;
+  while (step < tc.steps) {
+    ++step;
+    auto t0 = std::chrono::steady_clock::now();
+    std::vector<const int32_t*> micro;
+    for (int a = 0; a < A; ++a) {
+      int32_t* dst = batches.data() + static_cast<size_t>(a) * B * (T + 1);
+      train_data->NextBatch(B, dst);
+      micro.push_back(dst);
+    }
+    StepStats st = TrainOneStep(model, opt, micro, B, T, step);
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (!std::isfinite(st.loss))
+      return Status::Error("step " + std::to_string(step) + ": loss is " + std::to_string(st.loss) +
+                           " (hint: lower train.lr or raise train.warmup_steps)");
+    const double tok = static_cast<double>(A) * B * T;
+    tokens_done += tok;
+    const double tps = tok / dt;
+    const double mfu = flops_per_token * tps / peak;
+    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+    double eta = elapsed / static_cast<double>(step - first_step) * static_cast<double>(tc.steps - step);
+
+    nlohmann::json rec = {{"step", step}, {"loss", st.loss}, {"loss_main", st.loss_main},
+                          {"loss_mtp", st.loss_mtp}, {"loss_aux", st.loss_aux}, {"grad_norm", st.grad_norm},
+                          {"lr", st.lr}, {"tokens_per_s", tps}, {"mfu", mfu}, {"step_s", dt},
+                          {"elapsed_s", elapsed}, {"expert_load", st.expert_load},
+                          {"expert_imbalance", st.max_imbalance}};
+    const bool do_eval = val_data && ((tc.eval_every > 0 && step % tc.eval_every == 0) || step == tc.steps);
+    if (do_eval) {
+      EvalResult ev = Evaluate(model, *val_data, B, T, tc.eval_batches);
+      rec["val_loss"] = ev.loss;
+      rec["val_ppl"] = ev.perplexity;
+    }
+    if (step % tc.log_every == 0 || step == tc.steps || do_eval) metrics << rec.dump() << "\n" << std::flush;
+    if (!spec.quiet && (step % tc.log_every == 0 || step == tc.steps || do_eval)) {
+      char line[256];
+      std::snprintf(line, sizeof line, "step %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | MFU %.1f%% | ETA %s",
+                    static_cast<long long>(step), static_cast<long long>(tc.steps), st.loss, st.lr, tps,
+                    100 * mfu, FormatDuration(eta).c_str());
+      if (do_eval) std::fprintf(stderr, "%s%s | val %.4f\n", tty ? "\r\033[K" : "", line, static_cast<double>(rec["val_loss"]));
+      else if (tty) std::fprintf(stderr, "\r\033[K%s", line);
+      else std::fprintf(stderr, "%s\n", line);
+    }
+    ++steps_this_run;
+    const bool stop = spec.stop_after > 0 && steps_this_run >= spec.stop_after;
+    if ((tc.ckpt_every > 0 && step % tc.ckpt_every == 0) || step == tc.steps || stop) {
+      if (tty) std::fputc('\n', stderr);
+      RETURN_IF_ERROR(save(step));
+    }
+    if (stop) break;
+  }
+  if (tty) std::fputc('\n', stderr);
+  double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
+  LOG_INFO("done: %lld steps, %.0f tokens in %s (%.0f tok/s)", static_cast<long long>(steps_this_run), tokens_done,
+           FormatDuration(total).c_str(), tokens_done / total);
+  return Status::Ok();
+}
+
+}  // namespace myriad

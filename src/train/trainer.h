@@ -1,0 +1,46 @@
+// The training loop behind `myriad train`: data, model, optimizer, metrics,
+// evaluation, checkpoints and resumption. Single process, single device.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "data/loader.h"
+#include "model/config.h"
+#include "model/model.h"
+#include "train/optim.h"
+#include "train/train_config.h"
+
+namespace myriad {
+
+struct RunSpec {
+  std::string config_path;
+  std::vector<std::string> overrides;  // --set key=value
+  bool fresh = false;                  // ignore checkpoints in out_dir
+  int64_t stop_after = 0;              // stop (and save) after this many steps in this run
+  bool quiet = false;                  // no progress line
+};
+
+// Reads, checks and cross-checks a config file (+ overrides).
+Status LoadRunConfig(const std::string& path, const std::vector<std::string>& overrides,
+                     ModelConfig* model, TrainConfig* train);
+
+struct EvalResult {
+  double loss = 0;        // mean next-token loss (nats)
+  double perplexity = 0;
+  int64_t tokens = 0;
+};
+// Mean main loss over `batches` batches read from the start of `val`.
+EvalResult Evaluate(Model& model, DataLoader& val, int B, int T, int64_t batches);
+
+// Copies parameters, expert biases and (if given) optimizer moments from a
+// checkpoint into `model`; checks names and shapes with clear errors.
+struct LoadedCheckpoint;
+Status RestoreModel(const LoadedCheckpoint& ckpt, Model* model, AdamWOptimizer* opt);
+
+Status RunTraining(const RunSpec& spec);
+
+}  // namespace myriad
