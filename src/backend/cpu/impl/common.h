@@ -31,6 +31,30 @@ struct Scratch {
   T& operator[](int64_t i) { return p[i]; }
 };
 
+// Grow-only scratch of the calling thread, by slot (0..15): for per-call
+// buffers of megabytes (packed attention operands). Fresh allocations of
+// that size come from mmap and page-fault on every call, which costs more
+// than the kernel; these stay mapped until the thread exits. A slot's
+// contents are undefined on return and valid until the next call with the
+// same slot on the same thread.
+inline float* ThreadWorkspace(int slot, int64_t n_floats) {
+  struct Slots {
+    void* p[16] = {};
+    size_t cap[16] = {};
+    ~Slots() {
+      for (void* q : p) std::free(q);
+    }
+  };
+  static thread_local Slots slots;
+  size_t bytes = ((size_t)(n_floats > 0 ? n_floats : 1) * sizeof(float) + 63) & ~(size_t)63;
+  if (slots.cap[slot] < bytes) {
+    std::free(slots.p[slot]);
+    slots.p[slot] = std::aligned_alloc(64, bytes);
+    slots.cap[slot] = bytes;
+  }
+  return static_cast<float*>(slots.p[slot]);
+}
+
 inline int64_t MinI(int64_t a, int64_t b) { return a < b ? a : b; }
 inline int64_t MaxI(int64_t a, int64_t b) { return a > b ? a : b; }
 inline float MaxF(float a, float b) { return a > b ? a : b; }

@@ -1,7 +1,16 @@
-// The AVX2 CPU backend (compiled with -mavx2 -mfma -mf16c -O3).
+// The AVX2 CPU backend (compiled with -mavx2 -mfma -mf16c -O3): the portable
+// kernels (auto-vectorised for ymm) plus hand-blocked SIMD kernels.
 #include "backend/cpu/impl/fill_ops.h"
+#include "backend/cpu/impl/flash_simd.h"
+#include "backend/cpu/isa_avx2/vec.h"
 #include "backend/cpu/kernels.h"
 
 namespace myriad::cpu {
-void FillAvx2Ops(BackendOps* ops) { FillPortableOps(ops); }
+
+void FillAvx2Ops(BackendOps* ops) {
+  FillPortableOps(ops);
+  ops->attention_fwd = FlashSimd<VecAvx2, 2>::Forward;
+  ops->attention_bwd = FlashSimd<VecAvx2, 2>::Backward;
+}
+
 }  // namespace myriad::cpu

@@ -1,0 +1,365 @@
+// Flash attention forward/backward with explicit SIMD, templated on a vector
+// traits type V (isa_avx512/vec.h, isa_avx2/vec.h) and a register row block
+// R; each ISA TU instantiates it. Same algorithm and symbols as
+// impl/attention.h (read that first); what differs is the blocking:
+//
+//   W    lanes per vector; BK = 4 W keys per tile (a score row = 4 vectors)
+//   BQ   query rows per task (forward, dQ pass)
+//   Dp   D rounded up to W; operands are packed once per call (Packed:
+//        zero-padded rows [T, Dp] and transposed tiles [D, BK]) so the
+//        micro-kernels need no masks along D and no per-tile copies
+//   R    query rows per micro-kernel: R x 4 score accumulators, and R x 4
+//        output accumulators for P V / dS K (AVX-512: R = 4 -> 16 zmm)
+//
+// Micro-kernels (all operands in L1-resident scratch):
+//   Scores:  s[R, BK]  = a[R, Dp] . bt[D, BK]           (bt: transposed tile)
+//   RowsXTile: acc[R, Dp] (*alpha) += p[R, BK] . t[BK, Dp]
+// Forward: S = Q K^T then O += P V. Pass B (dQ): S, dP = dO V^T, dQ += dS K.
+// Pass A (dK, dV) runs transposed so that R keys keep their dK/dV rows in
+// registers: S^T = K Q^T, dP^T = V dO^T, dV += P^T dO, dK += dS^T Q.
+// Work items are independent (each writes its own outputs with a fixed
+// order of operations), so dynamic scheduling stays deterministic.
+#pragma once
+
+#include "backend/backend.h"
+#include "backend/cpu/impl/common.h"
+#include "core/check.h"
+
+namespace myriad::cpu {
+namespace {
+
+template <class V, int R>
+struct FlashSimd {
+  using Reg = typename V::R;
+  static constexpr int W = V::W, BK = 4 * W, BQ = 64, CH = 4;
+  static_assert(BQ % R == 0, "row block must divide the query tile");
+
+  struct Geom {
+    int B, Tq, Tk, H, Hkv, D, Dp, group, q_off;
+    bool causal;
+    int64_t ldq, ldkv;
+    explicit Geom(const AttentionParams& p)
+        : B(p.B), Tq(p.Tq), Tk(p.Tk), H(p.H), Hkv(p.Hkv), D(p.D), Dp((p.D + W - 1) / W * W),
+          group(p.H / p.Hkv), q_off(p.Tk - p.Tq), causal(p.causal), ldq((int64_t)p.H * p.D),
+          ldkv((int64_t)p.Hkv * p.D) {}
+    int KeyLimit(int i) const { return causal ? (int)MinI(Tk, MaxI(0, (int64_t)i + q_off + 1)) : Tk; }
+  };
+
+  // dst [rows_alloc, Dp] = scale * src rows (stride ld), zero-padded in d and rows.
+  static void CopyRows(const float* src, int64_t ld, int rows, int rows_alloc, int D, int Dp,
+                       float scale, float* dst) {
+    for (int r = 0; r < rows_alloc; ++r) {
+      float* o = dst + (int64_t)r * Dp;
+      if (r < rows) {
+        for (int d = 0; d < D; ++d) o[d] = src[r * ld + d] * scale;
+        for (int d = D; d < Dp; ++d) o[d] = 0.f;
+      } else {
+        for (int d = 0; d < Dp; ++d) o[d] = 0.f;
+      }
+    }
+  }
+
+  // s [R, BK] = a [R, lda] . bt [D, BK]
+  static void Scores(const float* a, int lda, const float* bt, int D, float* s) {
+    Reg acc[R][4];
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < 4; ++v) acc[r][v] = V::zero();
+    for (int d = 0; d < D; ++d) {
+      const float* b = bt + (int64_t)d * BK;
+      Reg b0 = V::load(b), b1 = V::load(b + W), b2 = V::load(b + 2 * W), b3 = V::load(b + 3 * W);
+      for (int r = 0; r < R; ++r) {
+        Reg x = V::set1(a[r * lda + d]);
+        acc[r][0] = V::fma(x, b0, acc[r][0]);
+        acc[r][1] = V::fma(x, b1, acc[r][1]);
+        acc[r][2] = V::fma(x, b2, acc[r][2]);
+        acc[r][3] = V::fma(x, b3, acc[r][3]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < 4; ++v) V::store(s + r * BK + v * W, acc[r][v]);
+  }
+
+  // acc [R, Dp] = acc * alpha[r] (alpha may be null) + p [R, BK] . t [BK, Dp], keys j < bk.
+  static void RowsXTile(const float* p, const float* t, int bk, int Dp, const float* alpha, float* acc) {
+    for (int c = 0; c < Dp; c += CH * W) {
+      const int nv = (int)MinI(CH, (Dp - c) / W);
+      Reg a[R][CH];
+      for (int r = 0; r < R; ++r)
+        for (int v = 0; v < CH; ++v)
+          if (v < nv) {
+            a[r][v] = V::load(acc + r * Dp + c + v * W);
+            if (alpha) a[r][v] = V::mul(a[r][v], V::set1(alpha[r]));
+          } else {
+            a[r][v] = V::zero();
+          }
+      if (nv == CH) {
+        for (int j = 0; j < bk; ++j) {
+          const float* tj = t + (int64_t)j * Dp + c;
+          Reg t0 = V::load(tj), t1 = V::load(tj + W), t2 = V::load(tj + 2 * W), t3 = V::load(tj + 3 * W);
+          for (int r = 0; r < R; ++r) {
+            Reg x = V::set1(p[r * BK + j]);
+            a[r][0] = V::fma(x, t0, a[r][0]);
+            a[r][1] = V::fma(x, t1, a[r][1]);
+            a[r][2] = V::fma(x, t2, a[r][2]);
+            a[r][3] = V::fma(x, t3, a[r][3]);
+          }
+        }
+      } else {
+        for (int j = 0; j < bk; ++j) {
+          const float* tj = t + (int64_t)j * Dp + c;
+          for (int v = 0; v < nv; ++v) {
+            Reg tv = V::load(tj + v * W);
+            for (int r = 0; r < R; ++r) a[r][v] = V::fma(V::set1(p[r * BK + j]), tv, a[r][v]);
+          }
+        }
+      }
+      for (int r = 0; r < R; ++r)
+        for (int v = 0; v < nv; ++v) V::store(acc + r * Dp + c + v * W, a[r][v]);
+    }
+  }
+
+  // Overwrites s [R, BK] with P = exp(s - lse_r) and dp with dS = P (dp - drow_r),
+  // zero outside the visible keys (rows >= nrows are zeroed entirely).
+  static void ProbsAndDs(const Geom& g, const float* lse, const float* drow, int i, int nrows, int j0,
+                         float* s, float* dp) {
+    for (int r = 0; r < R; ++r) {
+      const int valid = r < nrows ? (int)MinI(BK, g.KeyLimit(i + r) - j0) : 0;
+      const Reg l = V::set1(r < nrows ? lse[i + r] : 0.f), dr = V::set1(r < nrows ? drow[i + r] : 0.f);
+      for (int v = 0; v < 4; ++v) {
+        float* sv = s + r * BK + v * W;
+        float* dv = dp + r * BK + v * W;
+        Reg pr = V::keep_first(V::exp(V::sub(V::load(sv), l)), valid - v * W, 0.f);
+        V::store(sv, pr);
+        V::store(dv, V::mul(pr, V::sub(V::load(dv), dr)));
+      }
+    }
+  }
+
+  // Per-call packed copies, one block per (b, head), zero-padded to Tpad
+  // rows (a multiple of BQ and BK):
+  //   rows:  [B, heads, Tpad, Dp]         (row-major, padded d)
+  //   tiles: [B, heads, Tpad/BK, D, BK]   (each BK-row tile transposed)
+  // Buffers come from ThreadWorkspace slots `slot` (rows) and `slot + 1` (tiles).
+  struct Packed {
+    int heads, T, Tpad, D, Dp;
+    float *rows, *tiles;
+    Packed(int B, int heads_, int T_, int D_, int Dp_, bool want_rows, bool want_tiles, int slot)
+        : heads(heads_), T(T_), Tpad((T_ + BQ - 1) / BQ * BQ), D(D_), Dp(Dp_),
+          rows(want_rows ? ThreadWorkspace(slot, (int64_t)B * heads_ * Tpad * Dp_) : nullptr),
+          tiles(want_tiles ? ThreadWorkspace(slot + 1, (int64_t)B * heads_ * Tpad * D_) : nullptr) {}
+    float* Rows(int b, int h) { return rows + ((int64_t)b * heads + h) * Tpad * Dp; }
+    float* Tile(int b, int h, int tile) {
+      return tiles + (((int64_t)b * heads + h) * (Tpad / BK) + tile) * D * BK;
+    }
+  };
+
+  // Fills `pk` from src [B, T, heads, D] (batch stride bs), times scale.
+  static void Pack(const float* src, int B, int64_t bs, float scale, bool rows, bool tiles, Packed& pk) {
+    const int64_t ld = (int64_t)pk.heads * pk.D;
+    const int ntiles = pk.Tpad / BK;
+#pragma omp parallel for schedule(static)
+    for (int64_t x = 0; x < (int64_t)B * pk.heads * ntiles; ++x) {
+      const int t = (int)(x % ntiles), h = (int)(x / ntiles % pk.heads), b = (int)(x / ntiles / pk.heads);
+      const int j0 = t * BK, n = (int)MaxI(0, MinI(BK, pk.T - j0));
+      const float* s = src + b * bs + (int64_t)j0 * ld + (int64_t)h * pk.D;
+      if (rows) CopyRows(s, ld, n, BK, pk.D, pk.Dp, scale, pk.Rows(b, h) + (int64_t)j0 * pk.Dp);
+      if (tiles) {
+        float* o = pk.Tile(b, h, t);
+        for (int d = 0; d < pk.D; ++d) {
+          int j = 0;
+          for (; j < n; ++j) o[d * BK + j] = s[j * ld + d] * scale;
+          for (; j < BK; ++j) o[d * BK + j] = 0.f;
+        }
+      }
+    }
+  }
+
+  static void Forward(const AttentionParams& p) {
+    const Geom g(p);
+    const int D = g.D, Dp = g.Dp;
+    Packed kp(g.B, g.Hkv, g.Tk, D, Dp, false, true, 0), vp(g.B, g.Hkv, g.Tk, D, Dp, true, false, 2);
+    Pack(p.k, g.B, p.kv_batch_stride, 1.f, false, true, kp);
+    Pack(p.v, g.B, p.kv_batch_stride, 1.f, true, false, vp);
+    const int qtiles = (g.Tq + BQ - 1) / BQ;
+    const int64_t tasks = (int64_t)g.B * g.H * qtiles;
+#pragma omp parallel
+    {
+      Scratch<float> qs(BQ * Dp), acc(BQ * Dp), s(R * BK);
+      float m[BQ], l[BQ], alpha[R];
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t task = 0; task < tasks; ++task) {
+        // Heaviest (last) query tiles first for load balance.
+        const int qt = qtiles - 1 - (int)(task % qtiles), h = (int)(task / qtiles % g.H),
+                  b = (int)(task / qtiles / g.H);
+        const int hk = h / g.group, i0 = qt * BQ, bq = (int)MinI(BQ, g.Tq - i0);
+        CopyRows(p.q + b * p.q_batch_stride + (int64_t)i0 * g.ldq + (int64_t)h * D, g.ldq, bq, BQ, D, Dp,
+                 p.scale, qs.p);
+        for (int x = 0; x < BQ * Dp; ++x) acc[x] = 0.f;
+        for (int i = 0; i < BQ; ++i) m[i] = -INFINITY, l[i] = 0.f;
+        const float* vrows = vp.Rows(b, hk);
+        const int kend = g.KeyLimit(i0 + bq - 1);
+        for (int j0 = 0; j0 < kend; j0 += BK) {
+          const int bk = (int)MinI(BK, kend - j0);
+          const float* kt = kp.Tile(b, hk, j0 / BK);
+          for (int i = 0; i < bq; i += R) {
+            Scores(qs.p + (int64_t)i * Dp, Dp, kt, D, s.p);
+            for (int r = 0; r < R; ++r) {
+              float* sr = s.p + r * BK;
+              const int valid = i + r < bq ? (int)MinI(bk, g.KeyLimit(i0 + i + r) - j0) : 0;
+              if (valid <= 0) {  // row sees no key of this tile
+                for (int j = 0; j < BK; ++j) sr[j] = 0.f;
+                alpha[r] = 1.f;
+                continue;
+              }
+              Reg sv[4];
+              Reg mx = V::set1(m[i + r]);
+              for (int v = 0; v < 4; ++v) {
+                sv[v] = V::keep_first(V::load(sr + v * W), valid - v * W, -INFINITY);
+                mx = V::max(mx, sv[v]);
+              }
+              const float mnew = V::hmax(mx);
+              const Reg mb = V::set1(mnew);
+              Reg sum = V::zero();
+              for (int v = 0; v < 4; ++v) {
+                Reg e = V::exp(V::sub(sv[v], mb));
+                V::store(sr + v * W, e);
+                sum = V::add(sum, e);
+              }
+              alpha[r] = ExpF(m[i + r] - mnew);
+              l[i + r] = l[i + r] * alpha[r] + V::hsum(sum);
+              m[i + r] = mnew;
+            }
+            RowsXTile(s.p, vrows + (int64_t)j0 * Dp, bk, Dp, alpha, acc.p + (int64_t)i * Dp);
+          }
+        }
+        float* obase = p.out + b * p.out_batch_stride + (int64_t)i0 * g.ldq + (int64_t)h * D;
+        for (int i = 0; i < bq; ++i) {
+          const float inv = l[i] > 0.f ? 1.f / l[i] : 0.f;
+          for (int d = 0; d < D; ++d) obase[i * g.ldq + d] = acc[(int64_t)i * Dp + d] * inv;
+          if (p.lse) p.lse[((int64_t)b * g.H + h) * g.Tq + i0 + i] = m[i] + std::log(l[i]);
+        }
+      }
+    }
+  }
+
+  // Transposed form for pass A: sT/dpT [R keys, BK queries] for keys
+  // j0k..j0k+R and queries i0..i0+BK. Overwrites sT with P^T and dpT with
+  // dS^T; lse/drow are padded per query so whole vectors can be read.
+  static void ProbsAndDsT(const Geom& g, const float* lse, const float* drow, int i0, int nq, int jk,
+                          int nk, float* sT, float* dpT) {
+    for (int r = 0; r < R; ++r) {
+      const int j = jk + r;
+      const int lo = r < nk ? (g.causal ? (int)MaxI(0, j - g.q_off - i0) : 0) : BK;  // first visible query lane
+      for (int v = 0; v < 4; ++v) {
+        float* sv = sT + r * BK + v * W;
+        float* dv = dpT + r * BK + v * W;
+        Reg pr = V::exp(V::sub(V::load(sv), V::load(lse + i0 + v * W)));
+        pr = V::keep_range(pr, lo - v * W, nq - v * W);
+        V::store(sv, pr);
+        V::store(dv, V::mul(pr, V::sub(V::load(dv), V::load(drow + i0 + v * W))));
+      }
+    }
+  }
+
+  static void Backward(const AttentionBackwardParams& bp) {
+    const AttentionParams& p = bp.fwd;
+    CHECK_MSG(p.lse != nullptr && p.out != nullptr, "[attention_bwd] needs fwd.out and fwd.lse");
+    const Geom g(p);
+    const int D = g.D, Dp = g.Dp;
+    // Packed operands (see Packed): Q scaled, dO, K, V as rows and as transposed tiles.
+    Packed qp(g.B, g.H, g.Tq, D, Dp, true, true, 0), dop(g.B, g.H, g.Tq, D, Dp, true, true, 2);
+    Packed kp(g.B, g.Hkv, g.Tk, D, Dp, true, true, 4), vp(g.B, g.Hkv, g.Tk, D, Dp, true, true, 6);
+    Pack(p.q, g.B, p.q_batch_stride, p.scale, true, true, qp);
+    Pack(bp.dout, g.B, p.out_batch_stride, 1.f, true, true, dop);
+    Pack(p.k, g.B, p.kv_batch_stride, 1.f, true, true, kp);
+    Pack(p.v, g.B, p.kv_batch_stride, 1.f, true, true, vp);
+    const int Tqp = qp.Tpad;
+    // lse and Drow = rowsum(dO * O), [B, H, Tqp] with zero padding.
+    float* lse = ThreadWorkspace(8, (int64_t)g.B * g.H * Tqp);
+    float* drow = ThreadWorkspace(9, (int64_t)g.B * g.H * Tqp);
+#pragma omp parallel for schedule(static)
+    for (int64_t x = 0; x < (int64_t)g.B * g.H * Tqp; ++x) {
+      const int i = (int)(x % Tqp), h = (int)(x / Tqp % g.H), b = (int)(x / Tqp / g.H);
+      float a = 0.f, ls = 0.f;
+      if (i < g.Tq) {
+        const int64_t off = b * p.out_batch_stride + (int64_t)i * g.ldq + (int64_t)h * D;
+        for (int d = 0; d < D; ++d) a += bp.dout[off + d] * p.out[off + d];
+        ls = p.lse[((int64_t)b * g.H + h) * g.Tq + i];
+      }
+      drow[x] = a;
+      lse[x] = ls;
+    }
+    const int qtiles = (g.Tq + BQ - 1) / BQ, ktiles = (g.Tk + BK - 1) / BK;
+#pragma omp parallel
+    {
+      Scratch<float> dk(BK * Dp), dv(BK * Dp), dq(BQ * Dp), s(R * BK), dp(R * BK);
+      // Pass A: dK, dV per (b, kv head, key tile); R keys at a time hold
+      // their dK/dV rows in registers while sweeping BK queries.
+      const int64_t tasks_a = (int64_t)g.B * g.Hkv * ktiles;
+#pragma omp for schedule(dynamic, 1) nowait
+      for (int64_t task = 0; task < tasks_a; ++task) {
+        const int kti = (int)(task % ktiles), hk = (int)(task / ktiles % g.Hkv), b = (int)(task / ktiles / g.Hkv);
+        const int j0 = kti * BK, bk = (int)MinI(BK, g.Tk - j0);
+        for (int x = 0; x < BK * Dp; ++x) dk[x] = dv[x] = 0.f;
+        const float* krows = kp.Rows(b, hk) + (int64_t)j0 * Dp;
+        const float* vrows = vp.Rows(b, hk) + (int64_t)j0 * Dp;
+        const int first_q = g.causal ? (int)MaxI(0, j0 - g.q_off) : 0;
+        for (int h = hk * g.group; h < (hk + 1) * g.group; ++h) {
+          const float* lse_h = lse + ((int64_t)b * g.H + h) * Tqp;
+          const float* drow_h = drow + ((int64_t)b * g.H + h) * Tqp;
+          for (int i0 = first_q / BK * BK; i0 < g.Tq; i0 += BK) {
+            const int nq = (int)MinI(BK, g.Tq - i0);
+            const float* qt = qp.Tile(b, h, i0 / BK);
+            const float* dot = dop.Tile(b, h, i0 / BK);
+            const float* qrows = qp.Rows(b, h) + (int64_t)i0 * Dp;
+            const float* dorows = dop.Rows(b, h) + (int64_t)i0 * Dp;
+            for (int kr = 0; kr < bk; kr += R) {
+              Scores(krows + (int64_t)kr * Dp, Dp, qt, D, s.p);
+              Scores(vrows + (int64_t)kr * Dp, Dp, dot, D, dp.p);
+              ProbsAndDsT(g, lse_h, drow_h, i0, nq, j0 + kr, (int)MinI(R, bk - kr), s.p, dp.p);
+              RowsXTile(s.p, dorows, nq, Dp, nullptr, dv.p + (int64_t)kr * Dp);
+              RowsXTile(dp.p, qrows, nq, Dp, nullptr, dk.p + (int64_t)kr * Dp);  // qrows carry the scale
+            }
+          }
+        }
+        const int64_t kvoff = b * p.kv_batch_stride + (int64_t)j0 * g.ldkv + (int64_t)hk * D;
+        for (int j = 0; j < bk; ++j) {
+          std::memcpy(bp.dk + kvoff + j * g.ldkv, dk.p + (int64_t)j * Dp, D * sizeof(float));
+          std::memcpy(bp.dv + kvoff + j * g.ldkv, dv.p + (int64_t)j * Dp, D * sizeof(float));
+        }
+      }
+      // Pass B: dQ per (b, h, query tile).
+      const int64_t tasks_b = (int64_t)g.B * g.H * qtiles;
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t task = 0; task < tasks_b; ++task) {
+        const int qt = qtiles - 1 - (int)(task % qtiles), h = (int)(task / qtiles % g.H),
+                  b = (int)(task / qtiles / g.H);
+        const int hk = h / g.group, i0 = qt * BQ, bq = (int)MinI(BQ, g.Tq - i0);
+        const float* qs = qp.Rows(b, h) + (int64_t)i0 * Dp;
+        const float* dos = dop.Rows(b, h) + (int64_t)i0 * Dp;
+        for (int x = 0; x < BQ * Dp; ++x) dq[x] = 0.f;
+        const float* lse_h = lse + ((int64_t)b * g.H + h) * Tqp;
+        const float* drow_h = drow + ((int64_t)b * g.H + h) * Tqp;
+        const int kend = g.KeyLimit(i0 + bq - 1);
+        for (int j0 = 0; j0 < kend; j0 += BK) {
+          const int bk = (int)MinI(BK, kend - j0);
+          const float* kt = kp.Tile(b, hk, j0 / BK);
+          const float* vt = vp.Tile(b, hk, j0 / BK);
+          const float* ks = kp.Rows(b, hk) + (int64_t)j0 * Dp;
+          for (int i = 0; i < bq; i += R) {
+            Scores(qs + (int64_t)i * Dp, Dp, kt, D, s.p);
+            Scores(dos + (int64_t)i * Dp, Dp, vt, D, dp.p);
+            ProbsAndDs(g, lse_h, drow_h, i0 + i, (int)MinI(R, bq - i), j0, s.p, dp.p);
+            RowsXTile(dp.p, ks, bk, Dp, nullptr, dq.p + (int64_t)i * Dp);
+          }
+        }
+        float* dqdst = bp.dq + b * p.q_batch_stride + (int64_t)i0 * g.ldq + (int64_t)h * D;
+        for (int i = 0; i < bq; ++i)
+          for (int d = 0; d < D; ++d) dqdst[i * g.ldq + d] = dq[(int64_t)i * Dp + d] * p.scale;
+      }
+    }
+  }
+};
+
+}  // namespace
+}  // namespace myriad::cpu

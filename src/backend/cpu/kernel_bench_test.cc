@@ -1,0 +1,80 @@
+// The microbenchmark as a disabled test, so it can be run from the test
+// binary without a main of its own:
+//   myriad_backend_test --gtest_also_run_disabled_tests --gtest_filter='KernelBench.*'
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <ctime>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include "backend/backend.h"
+
+#include "backend/cpu/kernel_bench.h"
+
+namespace myriad {
+namespace {
+
+TEST(KernelBench, DISABLED_Report) {
+  std::string report = RunKernelMicrobench();
+  std::printf("%s", report.c_str());
+  EXPECT_NE(report.find("\"bench\": \"attention_fwd_bwd\""), std::string::npos);
+  EXPECT_NE(report.find("\"bench\": \"gemv_q8\""), std::string::npos);
+}
+
+TEST(KernelBench, ProbesReturnPositiveRates) {
+  EXPECT_GT(MeasureSgemmPeakGflops(64), 0.0);
+}
+
+}  // namespace
+}  // namespace myriad
+
+namespace myriad {
+namespace {
+
+// Attention fwd+bwd per ISA backend (B=4, T=256, H=12, D=64 and D=32), for
+// quick iteration on the kernels; prints milliseconds.
+TEST(KernelBench, DISABLED_AttentionPerIsa) {
+  for (int D : {64, 32}) {
+    const int B = 4, T = 256, H = 12;
+    const size_t n = (size_t)B * T * H * D;
+    std::vector<float> q(n, 0.1f), k(n, 0.2f), v(n, 0.3f), o(n), dout(n, 0.01f), dq(n), dk(n), dv(n),
+        lse((size_t)B * H * T);
+    for (size_t i = 0; i < n; ++i) q[i] = (float)((i * 7919) % 1000) / 1000.f - 0.5f;
+    AttentionParams p;
+    p.B = B, p.Tq = T, p.Tk = T, p.H = H, p.Hkv = H, p.D = D, p.scale = 1.f / std::sqrt((float)D);
+    p.q_batch_stride = p.kv_batch_stride = p.out_batch_stride = (int64_t)T * H * D;
+    p.q = q.data(), p.k = k.data(), p.v = v.data(), p.out = o.data(), p.lse = lse.data();
+    AttentionBackwardParams bp;
+    bp.fwd = p, bp.dout = dout.data(), bp.dq = dq.data(), bp.dk = dk.data(), bp.dv = dv.data();
+    for (const char* isa : {"scalar", "avx2", "avx512"}) {
+      Backend* be = CpuBackend(isa);
+      if (!be) continue;
+      double best_f = 1e30, best_b = 1e30;
+      // Process CPU time: stable on a shared machine when run with
+      // OMP_NUM_THREADS=1 (then it is the single core's busy time).
+      auto cpu_now = [] {
+        timespec ts;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+        return ts.tv_sec + 1e-9 * ts.tv_nsec;
+      };
+      for (int r = 0; r < 5; ++r) {
+        double t0 = cpu_now();
+        be->ops().attention_fwd(p);
+        double t1 = cpu_now();
+        be->ops().attention_bwd(bp);
+        double t2 = cpu_now();
+        best_f = std::min(best_f, t1 - t0);
+        best_b = std::min(best_b, t2 - t1);
+      }
+      double mm = 2.0 * B * H * (double)T * T * D / 2;
+      std::printf("cpu-time D=%d %-7s fwd %7.2f ms (%5.1f GFLOP/s)  bwd %7.2f ms (%5.1f GFLOP/s, 5 matmuls)\n", D, isa,
+                  best_f * 1e3, 2 * mm / best_f * 1e-9, best_b * 1e3, 5 * mm / best_b * 1e-9);
+      EXPECT_TRUE(std::isfinite(o[0]) && std::isfinite(dq[0]));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace myriad
