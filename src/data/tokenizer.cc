@@ -4,6 +4,7 @@
 #include <sentencepiece_trainer.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <unordered_map>
@@ -144,6 +145,53 @@ std::vector<std::string> TrainingLines(const std::vector<std::string>& documents
   return lines;
 }
 
+// SentencePiece gives every character that helps reach `coverage` its own
+// piece and fails when those pieces alone overflow the vocabulary. Returns the
+// coverage to ask for so that at most `max_chars` characters are required,
+// counting characters the way it does (all code points of the lines), but no
+// less than SentencePiece's floor of 0.98; *chars_at_floor receives how many
+// characters that floor requires.
+constexpr double kMinCoverage = 0.98;
+double CappedCharacterCoverage(const std::vector<std::string>& lines, double coverage,
+                               size_t max_chars, size_t* chars_at_floor) {
+  std::unordered_map<uint32_t, uint64_t> counts;
+  uint64_t total = 0;
+  for (const auto& line : lines) {
+    for (size_t i = 0; i < line.size();) {
+      size_t len = Utf8CharLength(line, i);
+      if (len == 0) len = 1;
+      uint32_t cp = 0;
+      for (size_t k = 0; k < len; ++k) cp = (cp << 8) | static_cast<unsigned char>(line[i + k]);
+      ++counts[cp];
+      ++total;
+      i += len;
+    }
+  }
+  std::vector<uint64_t> freq;
+  freq.reserve(counts.size());
+  for (const auto& [cp, n] : counts) freq.push_back(n);
+  std::sort(freq.begin(), freq.end(), std::greater<>());
+  *chars_at_floor = 0;
+  for (uint64_t covered = 0; *chars_at_floor < freq.size() &&
+                             static_cast<double>(covered) < kMinCoverage * static_cast<double>(total);) {
+    covered += freq[(*chars_at_floor)++];
+  }
+  if (freq.size() <= max_chars) return coverage;
+  uint64_t covered = 0;
+  for (size_t k = 0; k < max_chars; ++k) covered += freq[k];
+  // A hair below the share of the top max_chars, so float rounding inside
+  // SentencePiece cannot pull in one more.
+  const double capped = static_cast<double>(covered) / static_cast<double>(total) * (1.0 - 1e-5);
+  return std::max(kMinCoverage, std::min(coverage, capped));
+}
+
+// Rounds down: rounding up could make SentencePiece require one more character.
+std::string CoverageString(double coverage) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.9f", std::floor(coverage * 1e9) / 1e9);
+  return buf;
+}
+
 class ScopedSentencePieceQuiet {
  public:
   ScopedSentencePieceQuiet() : saved_(sentencepiece::logging::GetMinLogLevel()) {
@@ -178,15 +226,28 @@ Status Tokenizer::Train(const std::vector<std::string>& documents, const std::st
   }
   int64_t sample_bytes = 0;
   for (const auto& l : lines) sample_bytes += static_cast<int64_t>(l.size());
-  LOG_INFO("tokenizer: training BPE vocab=%d on %zu lines, %.2f MB (of %.2f MB)", vocab_size,
-           lines.size(), sample_bytes / 1e6, total_bytes / 1e6);
+  // At most half of the learnable ids go to single characters; the rest to merges.
+  const size_t max_chars = std::max<size_t>(1, static_cast<size_t>(vocab_size - 259) / 2);
+  size_t chars_at_floor = 0;
+  const double coverage =
+      CappedCharacterCoverage(lines, options.character_coverage, max_chars, &chars_at_floor);
+  if (259 + chars_at_floor >= static_cast<size_t>(vocab_size)) {
+    return Status::Error(model_path + ": vocab_size=" + std::to_string(vocab_size) +
+                         " is too small for this text: " + std::to_string(chars_at_floor) +
+                         " distinct characters make up 98% of it and need ids besides the 259 "
+                         "reserved ones (hint: vocab_size >= " +
+                         std::to_string(259 + 2 * chars_at_floor) + ", e.g. 4096)");
+  }
+  LOG_INFO("tokenizer: training BPE vocab=%d on %zu lines, %.2f MB (of %.2f MB), "
+           "character_coverage=%.4f",
+           vocab_size, lines.size(), sample_bytes / 1e6, total_bytes / 1e6, coverage);
 
   std::unordered_map<std::string, std::string> args = {
       {"model_type", "bpe"},
       {"vocab_size", std::to_string(vocab_size)},
       {"hard_vocab_limit", "false"},
       {"byte_fallback", "true"},
-      {"character_coverage", std::to_string(options.character_coverage)},
+      {"character_coverage", CoverageString(coverage)},
       {"normalization_rule_name", "identity"},
       {"remove_extra_whitespaces", "false"},
       {"add_dummy_prefix", "false"},
