@@ -78,3 +78,58 @@ TEST(KernelBench, DISABLED_AttentionPerIsa) {
 
 }  // namespace
 }  // namespace myriad
+
+namespace myriad {
+namespace {
+
+// GEMV per ISA backend on a 50257 x 768 matrix; prints GB/s of weights by
+// process CPU time (run with OMP_NUM_THREADS=1 for a per-core figure).
+TEST(KernelBench, DISABLED_GemvPerIsa) {
+  const int64_t O = 50257, I = 768;
+  std::vector<float> W(O * I), x(I), y(O);
+  for (size_t i = 0; i < W.size(); ++i) W[i] = (float)((i * 2654435761u) % 2001) / 1000.f - 1.f;
+  for (int64_t i = 0; i < I; ++i) x[i] = (float)(i % 17) / 17.f - 0.5f;
+  std::vector<uint16_t> Wh(W.size(), 0x3c00);
+  std::vector<int8_t> Wq(W.size());
+  for (size_t i = 0; i < W.size(); ++i) Wq[i] = (int8_t)(W[i] * 127);
+  std::vector<float> scale(O, 0.01f);
+  auto cpu_now = [] {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+  };
+  for (const char* isa : {"scalar", "avx2", "avx512"}) {
+    Backend* be = CpuBackend(isa);
+    if (!be) continue;
+    const BackendOps& o = be->ops();
+    auto time = [&](auto fn) {
+      fn();
+      double best = 1e30;
+      for (int r = 0; r < 5; ++r) {
+        double t0 = cpu_now();
+        fn();
+        best = std::min(best, cpu_now() - t0);
+      }
+      return best;
+    };
+    double tf = time([&] { o.gemv_f32(W.data(), x.data(), O, I, y.data()); });
+    double th = time([&] { o.gemv_f16(Wh.data(), x.data(), O, I, y.data()); });
+    double tq = time([&] { o.gemv_q8(Wq.data(), scale.data(), x.data(), O, I, y.data()); });
+    std::printf("cpu-time gemv %-7s f32 %6.2f ms %5.1f GB/s | f16 %6.2f ms %5.1f GB/s | q8 %6.2f ms %5.1f GB/s\n",
+                isa, tf * 1e3, 4e-9 * O * I / tf, th * 1e3, 2e-9 * O * I / th, tq * 1e3, 1e-9 * O * I / tq);
+    EXPECT_TRUE(std::isfinite(y[0]));
+  }
+}
+
+}  // namespace
+}  // namespace myriad
+
+namespace myriad {
+namespace {
+TEST(KernelBench, DISABLED_ReadBandwidth) {
+  double bw = MeasureReadBandwidthGBs();
+  std::printf("read bandwidth %.1f GB/s\n", bw);
+  EXPECT_GT(bw, 0);
+}
+}  // namespace
+}  // namespace myriad

@@ -12,3 +12,21 @@ void FillAvx2Ops(BackendOps* ops);     // needs AVX2 + FMA + F16C
 void FillAvx512Ops(BackendOps* ops);   // needs AVX-512 F/BW/VL/DQ (VNNI optional)
 
 }  // namespace myriad::cpu
+
+namespace myriad::cpu {
+
+// Decode GEMVs with intrinsics (BackendOps::gemv_* contracts). Rows are split
+// statically over OpenMP threads, 4 rows per step; each row is reduced in a
+// fixed order, so results do not depend on the thread count.
+void GemvF32Avx512(const float* W, const float* x, int64_t out, int64_t in, float* y);
+void GemvF16Avx512(const uint16_t* W, const float* x, int64_t out, int64_t in, float* y);
+// Needs AVX512-VNNI (vpdpbusd).
+void GemvQ8Avx512Vnni(const int8_t* Wq, const float* scale, const float* x, int64_t out,
+                      int64_t in, float* y);
+void GemvF32Avx2(const float* W, const float* x, int64_t out, int64_t in, float* y);
+void GemvF16Avx2(const uint16_t* W, const float* x, int64_t out, int64_t in, float* y);
+// vpmaddwd on sign-extended int8 (no VNNI needed).
+void GemvQ8Avx2(const int8_t* Wq, const float* scale, const float* x, int64_t out, int64_t in,
+                float* y);
+
+}  // namespace myriad::cpu

@@ -11,6 +11,9 @@ void FillAvx2Ops(BackendOps* ops) {
   FillPortableOps(ops);
   ops->attention_fwd = FlashSimd<VecAvx2, 2>::Forward;
   ops->attention_bwd = FlashSimd<VecAvx2, 2>::Backward;
+  ops->gemv_f32 = GemvF32Avx2;
+  ops->gemv_f16 = GemvF16Avx2;
+  ops->gemv_q8 = GemvQ8Avx2;
 }
 
 }  // namespace myriad::cpu

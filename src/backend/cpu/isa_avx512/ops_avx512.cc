@@ -3,10 +3,12 @@
 // GCC 12 flags _mm512_undefined_ps() inside the max/scalef intrinsics as
 // "maybe uninitialized" (a false positive).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include "backend/cpu/impl/fill_ops.h"
 #include "backend/cpu/impl/flash_simd.h"
 #include "backend/cpu/isa_avx512/vec.h"
+#include "backend/cpu/cpu_info.h"
 #include "backend/cpu/kernels.h"
 
 namespace myriad::cpu {
@@ -15,6 +17,11 @@ void FillAvx512Ops(BackendOps* ops) {
   FillPortableOps(ops);
   ops->attention_fwd = FlashSimd<VecAvx512, 4>::Forward;
   ops->attention_bwd = FlashSimd<VecAvx512, 4>::Backward;
+  ops->gemv_f32 = GemvF32Avx512;
+  ops->gemv_f16 = GemvF16Avx512;
+  // Without VNNI the AVX2 kernel (built without VNNI flags) is the safe one:
+  // this TU may contain compiler-generated VNNI instructions.
+  ops->gemv_q8 = GetCpuInfo().avx512_vnni ? GemvQ8Avx512Vnni : GemvQ8Avx2;
 }
 
 }  // namespace myriad::cpu
