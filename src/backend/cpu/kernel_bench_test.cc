@@ -126,6 +126,48 @@ TEST(KernelBench, DISABLED_GemvPerIsa) {
 
 namespace myriad {
 namespace {
+// Row/element-wise ops per ISA backend, process CPU time (OMP_NUM_THREADS=1).
+TEST(KernelBench, DISABLED_ElementwisePerIsa) {
+  const int64_t N = 512, C = 768, F = 2048, V = 50257, NX = 64, P = 1 << 22;
+  std::vector<float> x(N * F), w(F, 1.f), out(N * F), rstd(N), g(N * F), up(N * F), dg(N * F), du(N * F);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = (float)((i * 2654435761u) % 2001) / 500.f - 2.f;
+  std::vector<float> logits(NX * V), losses(NX), dlogits(NX * V);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = (float)((i * 40503u) % 1001) / 100.f - 5.f;
+  std::vector<int32_t> tgt(NX, 7);
+  std::vector<float> prm(P, 0.1f), grd(P, 0.01f), m(P, 0.f), vv(P, 0.f);
+  auto cpu_now = [] {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+  };
+  auto time = [&](auto fn) {
+    fn();
+    double best = 1e30;
+    for (int r = 0; r < 5; ++r) {
+      double t0 = cpu_now();
+      fn();
+      best = std::min(best, cpu_now() - t0);
+    }
+    return best * 1e3;
+  };
+  for (const char* isa : {"scalar", "avx2", "avx512"}) {
+    Backend* be = CpuBackend(isa);
+    if (!be) continue;
+    const BackendOps& o = be->ops();
+    double t_rf = time([&] { o.rmsnorm_fwd(x.data(), w.data(), 1e-5f, N, C, out.data(), rstd.data()); });
+    double t_rb = time([&] { o.rmsnorm_bwd(x.data(), x.data(), w.data(), rstd.data(), N, C, out.data(), w.data()); });
+    double t_sf = time([&] { o.swiglu_fwd(x.data(), x.data(), N, F, out.data()); });
+    double t_sb = time([&] { o.swiglu_bwd(x.data(), x.data(), x.data(), N, F, dg.data(), du.data()); });
+    double t_x = time([&] { o.softmax_xent(logits.data(), tgt.data(), NX, V, 1.f, losses.data(), dlogits.data()); });
+    AdamWParams ap;
+    ap.n = P, ap.lr = 1e-3f, ap.param = prm.data(), ap.grad = grd.data(), ap.m = m.data(), ap.v = vv.data();
+    double t_a = time([&] { o.adamw(ap); });
+    std::printf("cpu-time %-7s rmsnorm f/b %.3f/%.3f ms  swiglu f/b %.3f/%.3f ms  xent %.3f ms  adamw %.3f ms\n",
+                isa, t_rf, t_rb, t_sf, t_sb, t_x, t_a);
+    EXPECT_TRUE(std::isfinite(losses[0]));
+  }
+}
+
 TEST(KernelBench, DISABLED_ReadBandwidth) {
   double bw = MeasureReadBandwidthGBs();
   std::printf("read bandwidth %.1f GB/s\n", bw);

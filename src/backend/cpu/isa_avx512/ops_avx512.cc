@@ -6,6 +6,7 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include "backend/cpu/impl/fill_ops.h"
+#include "backend/cpu/impl/elementwise_simd.h"
 #include "backend/cpu/impl/flash_simd.h"
 #include "backend/cpu/isa_avx512/vec.h"
 #include "backend/cpu/cpu_info.h"
@@ -17,6 +18,9 @@ void FillAvx512Ops(BackendOps* ops) {
   FillPortableOps(ops);
   ops->attention_fwd = FlashSimd<VecAvx512, 4>::Forward;
   ops->attention_bwd = FlashSimd<VecAvx512, 4>::Backward;
+  ops->swiglu_fwd = ElementwiseSimd<VecAvx512>::SwigluFwd;
+  ops->swiglu_bwd = ElementwiseSimd<VecAvx512>::SwigluBwd;
+  ops->softmax_xent = ElementwiseSimd<VecAvx512>::SoftmaxXent;
   ops->gemv_f32 = GemvF32Avx512;
   ops->gemv_f16 = GemvF16Avx512;
   // Without VNNI the AVX2 kernel (built without VNNI flags) is the safe one:

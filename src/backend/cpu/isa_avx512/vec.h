@@ -19,6 +19,7 @@ struct VecAvx512 {
   static R add(R a, R b) { return _mm512_add_ps(a, b); }
   static R sub(R a, R b) { return _mm512_sub_ps(a, b); }
   static R mul(R a, R b) { return _mm512_mul_ps(a, b); }
+  static R div(R a, R b) { return _mm512_div_ps(a, b); }
   static R max(R a, R b) { return _mm512_max_ps(a, b); }
   static float hsum(R x) { return _mm512_reduce_add_ps(x); }
   static float hmax(R x) { return _mm512_reduce_max_ps(x); }
