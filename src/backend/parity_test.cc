@@ -189,6 +189,9 @@ const AttnCase kAttnCases[] = {
     {2, 33, 33, 4, 4, 16, true}, {1, 67, 67, 4, 2, 24, true}, {2, 5, 37, 6, 1, 8, true},
     {1, 1, 67, 4, 2, 64, true},  {2, 33, 33, 4, 2, 64, false}, {1, 130, 130, 2, 1, 32, true},
     {1, 1, 1, 4, 4, 16, true},   {1, 7, 70, 4, 4, 24, false},
+    // Few query rows per kv head (the SIMD backends' decode path): causal
+    // with Tq > 1, several key tiles, GQA.
+    {1, 3, 40, 4, 2, 32, true},  {2, 2, 130, 6, 2, 16, true},
 };
 
 struct AttnData {

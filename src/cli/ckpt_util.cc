@@ -7,7 +7,7 @@ namespace myriad::cli {
 
 Result<LoadedModel> LoadModelFromCheckpoint(const std::string& path) {
   ASSIGN_OR_RETURN(LoadedCheckpoint ck, LoadCheckpoint(Env::Default(), path));
-  const auto& meta = ck.manifest["meta"];
+  const auto& meta = ck.manifest;
   if (!meta.contains("model_config"))
     return Status::Error(ck.dir + "/manifest.json: no model_config (hint: not a Myriad training checkpoint)");
   ASSIGN_OR_RETURN(ModelConfig mc, ModelConfig::FromJson(meta["model_config"]));

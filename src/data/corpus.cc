@@ -171,9 +171,11 @@ std::string Corpus::Summary() const {
   std::string out;
   for (const auto& s : sources) {
     char line[256];
-    std::snprintf(line, sizeof(line), "%s: %lld docs, %.2f MB from %lld files (%lld skipped)\n",
+    std::snprintf(line, sizeof(line),
+                  "%s: %lld docs, %.2f MB from %lld files (%lld skipped, %lld capped)\n",
                   s.source.c_str(), static_cast<long long>(s.documents), s.bytes / 1e6,
-                  static_cast<long long>(s.files), static_cast<long long>(s.skipped_files));
+                  static_cast<long long>(s.files), static_cast<long long>(s.skipped_files),
+                  static_cast<long long>(s.capped_files));
     out += line;
   }
   return out;
@@ -307,7 +309,7 @@ Status AddPythonStdlib(CorpusBuilder& builder, const DefaultCorpusOptions& optio
     int64_t size = static_cast<int64_t>(it->file_size(fec));
     if (fec || size == 0) continue;
     if (size > options.max_code_file_bytes) {
-      stats.skipped_files += 1;
+      stats.capped_files += 1;
       continue;
     }
     files.push_back({fs::relative(p, options.python_dir).string(), p.string(), size});
@@ -329,7 +331,7 @@ Status AddPythonStdlib(CorpusBuilder& builder, const DefaultCorpusOptions& optio
   int64_t used = 0;
   for (auto& f : by_hash) {
     if (used + f.bytes > cap) {
-      stats.skipped_files += 1;
+      stats.capped_files += 1;
       continue;
     }
     used += f.bytes;

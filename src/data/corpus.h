@@ -35,14 +35,15 @@ struct SourceStats {
   int64_t documents = 0;
   int64_t bytes = 0;
   int64_t files = 0;          // files that contributed at least one document
-  int64_t skipped_files = 0;  // binary, undecodable or over the cap
+  int64_t skipped_files = 0;  // binary, undecodable or unreadable
+  int64_t capped_files = 0;   // left out by a size cap (default corpus code)
 };
 
 struct Corpus {
   std::vector<CorpusDocument> documents;
   std::vector<SourceStats> sources;  // one entry per source, in document order
   int64_t total_bytes() const;
-  // One line per source: "fortunes-en: 1234 docs, 2.5 MB from 40 files (0 skipped)".
+  // One line per source: "python-stdlib: 281 docs, 4.59 MB from 281 files (0 skipped, 354 capped)".
   std::string Summary() const;
 };
 

@@ -192,10 +192,11 @@ Status RunPrepare(const PrepareOptions& options) {
              static_cast<long long>(options.max_bytes));
     CapCorpus(&corpus, options.max_bytes, options.seed);
   }
-  for (const auto& s : corpus.sources) {
-    LOG_INFO("prepare: source %s: %lld docs, %.2f MB from %lld files (%lld skipped)",
-             s.source.c_str(), static_cast<long long>(s.documents), s.bytes / 1e6,
-             static_cast<long long>(s.files), static_cast<long long>(s.skipped_files));
+  {
+    std::string summary = corpus.Summary();
+    for (size_t pos = 0, nl; (nl = summary.find('\n', pos)) != std::string::npos; pos = nl + 1) {
+      LOG_INFO("prepare: source %s", summary.substr(pos, nl - pos).c_str());
+    }
   }
 
   // 2. Split.
@@ -292,6 +293,7 @@ Status RunPrepare(const PrepareOptions& options) {
     sources[s.source] = {
         {"files", s.files},
         {"skipped_files", s.skipped_files},
+        {"capped_files", s.capped_files},
         {"train", {{"documents", c.documents[0]}, {"bytes", c.bytes[0]}, {"tokens", c.tokens[0]}}},
         {"val", {{"documents", c.documents[1]}, {"bytes", c.bytes[1]}, {"tokens", c.tokens[1]}}}};
   }

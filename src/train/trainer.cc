@@ -11,6 +11,7 @@
 #include "core/env.h"
 #include "core/log.h"
 #include "train/checkpoint/checkpoint.h"
+#include "ops/ops.h"
 #include "train/perf.h"
 #include "train/train_step.h"
 
@@ -151,13 +152,13 @@ Status RunTraining(const RunSpec& spec) {
   // Resume from the newest checkpoint in out_dir unless told not to.
   if (!spec.fresh && env->FileExists(tc.out_dir + "/latest")) {
     ASSIGN_OR_RETURN(LoadedCheckpoint ck, LoadCheckpoint(env, tc.out_dir));
-    auto saved_cfg = ModelConfig::FromJson(ck.manifest["meta"]["model_config"]);
+    auto saved_cfg = ModelConfig::FromJson(ck.manifest["model_config"]);
     if (!saved_cfg.ok()) return saved_cfg.status().With(ck.dir);
     if (saved_cfg->ToJson() != mc.ToJson())
       return Status::Error(ck.dir + ": checkpoint was written for another model config (hint: use --fresh "
                            "to start over, or train.out_dir to write elsewhere)");
     RETURN_IF_ERROR(RestoreModel(ck, &model, &opt));
-    ASSIGN_OR_RETURN(DataCursor cur, DataCursor::FromJson(ck.manifest["meta"]["data_cursor"]));
+    ASSIGN_OR_RETURN(DataCursor cur, DataCursor::FromJson(ck.manifest["data_cursor"]));
     RETURN_IF_ERROR(train_data->Seek(cur));
     step = ck.step;
     LOG_INFO("resumed from %s at step %lld", ck.dir.c_str(), static_cast<long long>(step));
@@ -183,7 +184,7 @@ Status RunTraining(const RunSpec& spec) {
     data.meta = {{"step", s}, {"model_config", mc.ToJson()}, {"train_config", tc.ToJson()},
                  {"data_cursor", train_data->cursor().ToJson()}, {"rng", {{"seed", tc.seed}}},
                  {"parallel", {{"dp", 1}, {"tp", 1}, {"pp", 1}, {"ep", 1}, {"cp", 1}}},
-                 {"tokenizer", train_data->tokenizer_path()}};
+                 {"tokenizer", tc.data_dir + "/tokenizer.model"}};
     data.model = ModelTensors(model, nullptr);
     data.optimizer = OptimizerTensors(model, opt, &opt_names);
     auto t0 = std::chrono::steady_clock::now();

@@ -168,6 +168,31 @@ TEST(KernelBench, DISABLED_ElementwisePerIsa) {
   }
 }
 
+// Decode attention (Tq = 1 against a KV cache) per ISA backend.
+TEST(KernelBench, DISABLED_DecodeAttentionPerIsa) {
+  const int B = 1, Tk = 1024, H = 12, Hkv = 12, D = 64;
+  std::vector<float> q((size_t)H * D, 0.1f), k((size_t)Tk * Hkv * D, 0.2f), v(k.size(), 0.3f), o(q.size()),
+      lse(H);
+  for (size_t i = 0; i < k.size(); ++i) k[i] = (float)((i * 7919) % 1000) / 1000.f - 0.5f;
+  AttentionParams p;
+  p.B = B, p.Tq = 1, p.Tk = Tk, p.H = H, p.Hkv = Hkv, p.D = D, p.scale = 0.125f;
+  p.q_batch_stride = p.out_batch_stride = (int64_t)H * D, p.kv_batch_stride = (int64_t)Tk * Hkv * D;
+  p.q = q.data(), p.k = k.data(), p.v = v.data(), p.out = o.data(), p.lse = lse.data();
+  for (const char* isa : {"scalar", "avx2", "avx512"}) {
+    Backend* be = CpuBackend(isa);
+    if (!be) continue;
+    double best = 1e30;
+    for (int r = 0; r < 20; ++r) {
+      auto t0 = std::chrono::steady_clock::now();
+      be->ops().attention_fwd(p);
+      best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::printf("decode attention %-7s Tk=%d H=%d D=%d: %.3f ms (%.1f GB/s of K+V)\n", isa, Tk, H, D,
+                best * 1e3, 2.0 * k.size() * 4 / best * 1e-9);
+    EXPECT_TRUE(std::isfinite(o[0]));
+  }
+}
+
 TEST(KernelBench, DISABLED_ReadBandwidth) {
   double bw = MeasureReadBandwidthGBs();
   std::printf("read bandwidth %.1f GB/s\n", bw);

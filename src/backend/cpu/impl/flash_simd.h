@@ -174,8 +174,100 @@ struct FlashSimd {
     }
   }
 
+  // Decode path (few query rows per kv head, e.g. Tq = 1 against a KV
+  // cache): one task per (b, kv head) serving all group * Tq query rows, so
+  // each K/V row is read from memory once and reused from L1; K and V are
+  // read in place (no packing), which would cost as much as the attention.
+  static constexpr int kMaxDecodeRows = 16;
+  static bool UseDecode(const Geom& g) { return g.Tq * g.group <= kMaxDecodeRows && g.D % W == 0; }
+
+  static void Decode(const AttentionParams& p, const Geom& g) {
+    const int D = g.D, NV = D / W, rows = g.group * g.Tq;
+    const int64_t tasks = (int64_t)g.B * g.Hkv;
+#pragma omp parallel
+    {
+      Scratch<float> qs(rows * D), acc(rows * D), s(rows * BK);
+      float m[kMaxDecodeRows], l[kMaxDecodeRows];
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t task = 0; task < tasks; ++task) {
+        const int hk = (int)(task % g.Hkv), b = (int)(task / g.Hkv);
+        // Row r is query row i = r % Tq of head h = hk * group + r / Tq.
+        for (int r = 0; r < rows; ++r) {
+          const int h = hk * g.group + r / g.Tq, i = r % g.Tq;
+          const float* src = p.q + b * p.q_batch_stride + (int64_t)i * g.ldq + (int64_t)h * D;
+          for (int d = 0; d < D; ++d) qs[(int64_t)r * D + d] = src[d] * p.scale, acc[(int64_t)r * D + d] = 0.f;
+          m[r] = -INFINITY, l[r] = 0.f;
+        }
+        const float* kbase = p.k + b * p.kv_batch_stride + (int64_t)hk * D;
+        const float* vbase = p.v + b * p.kv_batch_stride + (int64_t)hk * D;
+        const int kend = g.KeyLimit(g.Tq - 1);
+        for (int j0 = 0; j0 < kend; j0 += BK) {
+          const int bk = (int)MinI(BK, kend - j0);
+          for (int j = 0; j < bk; ++j) {  // s[r, j] = q_r . k_j
+            const float* kj = kbase + (int64_t)(j0 + j) * g.ldkv;
+            for (int r = 0; r < rows; ++r) {
+              Reg a = V::zero();
+              for (int v = 0; v < NV; ++v) a = V::fma(V::load(qs.p + (int64_t)r * D + v * W), V::load(kj + v * W), a);
+              s[(int64_t)r * BK + j] = V::hsum(a);
+            }
+          }
+          for (int r = 0; r < rows; ++r) {  // online softmax; s row becomes P
+            float* sr = s.p + (int64_t)r * BK;
+            const int valid = (int)MinI(bk, g.KeyLimit(r % g.Tq) + 1 - j0);
+            if (valid <= 0) {
+              for (int j = 0; j < BK; ++j) sr[j] = 0.f;
+              continue;
+            }
+            Reg sv[4];
+            Reg mx = V::set1(m[r]);
+            for (int v = 0; v < 4; ++v) {
+              sv[v] = V::keep_first(V::load(sr + v * W), valid - v * W, -INFINITY);
+              mx = V::max(mx, sv[v]);
+            }
+            const float mnew = V::hmax(mx);
+            Reg sum = V::zero();
+            for (int v = 0; v < 4; ++v) {
+              Reg e = V::exp(V::sub(sv[v], V::set1(mnew)));
+              V::store(sr + v * W, e);
+              sum = V::add(sum, e);
+            }
+            const float alpha = ExpF(m[r] - mnew);
+            l[r] = l[r] * alpha + V::hsum(sum);
+            m[r] = mnew;
+            if (alpha != 1.f)
+              for (int v = 0; v < NV; ++v) {
+                float* a = acc.p + (int64_t)r * D + v * W;
+                V::store(a, V::mul(V::load(a), V::set1(alpha)));
+              }
+          }
+          for (int j = 0; j < bk; ++j) {  // acc_r += P[r, j] v_j
+            const float* vj = vbase + (int64_t)(j0 + j) * g.ldkv;
+            for (int v = 0; v < NV; ++v) {
+              const Reg vv = V::load(vj + v * W);
+              for (int r = 0; r < rows; ++r) {
+                float* a = acc.p + (int64_t)r * D + v * W;
+                V::store(a, V::fma(V::set1(s[(int64_t)r * BK + j]), vv, V::load(a)));
+              }
+            }
+          }
+        }
+        for (int r = 0; r < rows; ++r) {
+          const int h = hk * g.group + r / g.Tq, i = r % g.Tq;
+          float* dst = p.out + b * p.out_batch_stride + (int64_t)i * g.ldq + (int64_t)h * D;
+          const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+          for (int d = 0; d < D; ++d) dst[d] = acc[(int64_t)r * D + d] * inv;
+          if (p.lse) p.lse[((int64_t)b * g.H + h) * g.Tq + i] = m[r] + std::log(l[r]);
+        }
+      }
+    }
+  }
+
   static void Forward(const AttentionParams& p) {
     const Geom g(p);
+    if (UseDecode(g)) {
+      Decode(p, g);
+      return;
+    }
     const int D = g.D, Dp = g.Dp;
     Packed kp(g.B, g.Hkv, g.Tk, D, Dp, false, true, 0), vp(g.B, g.Hkv, g.Tk, D, Dp, true, false, 2);
     Pack(p.k, g.B, p.kv_batch_stride, 1.f, false, true, kp);
