@@ -213,7 +213,7 @@ struct FlashSimd {
           }
           for (int r = 0; r < rows; ++r) {  // online softmax; s row becomes P
             float* sr = s.p + (int64_t)r * BK;
-            const int valid = (int)MinI(bk, g.KeyLimit(r % g.Tq) + 1 - j0);
+            const int valid = (int)MinI(bk, g.KeyLimit(r % g.Tq) - j0);
             if (valid <= 0) {
               for (int j = 0; j < BK; ++j) sr[j] = 0.f;
               continue;
