@@ -16,7 +16,7 @@ void FillAvx512Ops(BackendOps* ops);   // needs AVX-512 F/BW/VL/DQ (VNNI optiona
 namespace myriad::cpu {
 
 // Decode GEMVs with intrinsics (BackendOps::gemv_* contracts). Rows are split
-// statically over OpenMP threads, 4 rows per step; each row is reduced in a
+// statically over OpenMP threads, 4-8 rows per step; each row is reduced in a
 // fixed order, so results do not depend on the thread count.
 void GemvF32Avx512(const float* W, const float* x, int64_t out, int64_t in, float* y);
 void GemvF16Avx512(const uint16_t* W, const float* x, int64_t out, int64_t in, float* y);

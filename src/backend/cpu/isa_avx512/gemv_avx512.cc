@@ -1,7 +1,8 @@
 // Decode GEMVs for AVX-512: y[out] = W[out, in] x[in]. Memory-bound: the
-// weights stream once from DRAM, x stays in L1. Four rows per step share
-// each x load; one accumulator per row (the FMA chains of four rows hide
-// the latency); tails along `in` use masked loads.
+// weights stream once from DRAM, x stays in L1. kRows rows per step share
+// each x load; one accumulator per row (the FMA chains of the rows hide the
+// latency, and the row streams keep enough loads in flight); tails along
+// `in` use masked loads.
 // GCC 12 flags _mm512_undefined_*() inside the reduce intrinsics (false positives).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
