@@ -72,9 +72,11 @@ struct WrittenFileInfo {
 
 // Writes a safetensors file durably and atomically: streams the header and
 // each tensor (no extra copy of tensor data) into `path`.tmp, fsyncs it,
-// renames it over `path` and fsyncs the directory. On any failure the old
-// file at `path`, if any, is untouched, the .tmp file is removed (best effort)
-// and the error names the path. Invalid views are reported as errors here.
+// renames it over `path` and fsyncs the directory. If anything fails before
+// the rename, the old file at `path`, if any, is untouched and the .tmp file
+// is removed (best effort); only the final directory fsync can fail after the
+// new file is in place. Errors name the path. Invalid views are reported as
+// errors here. Thread-safe for distinct paths.
 // `info`, if non-null, receives size and checksum on success.
 Status WriteSafetensors(Env* env, const std::string& path, const std::vector<TensorView>& tensors,
                         const std::map<std::string, std::string>& metadata,

@@ -68,9 +68,13 @@ struct CheckpointData {
 // that directory's path. keep_last > 0 keeps that many complete checkpoints
 // (the highest steps, always including this one) and deletes the rest after
 // `latest` is updated; 0 keeps all. Saving a step that already exists replaces
-// it. Errors name the failing path and say what state ROOT is in; a failed
-// save removes its .tmp directory (best effort). Failing to prune is logged,
-// not an error.
+// it: the old directory is renamed to step_*.deleting just before the new one
+// is renamed into place (a crash between those two renames leaves `latest`
+// naming a missing directory; the old data survives in the .deleting dir
+// until the next save). Errors name the failing path and say what state ROOT
+// is in; a failed save removes its .tmp directory (best effort). If only the
+// update of `latest` fails, the new step directory is complete and kept.
+// Failing to prune is logged, not an error.
 Result<std::string> SaveCheckpoint(Env* env, const std::string& root, int64_t step,
                                    const CheckpointData& data, int keep_last = 3);
 
