@@ -410,6 +410,37 @@ TEST_P(Parity, Gemv) {
   for (float v : y) EXPECT_EQ(v, 0.f);
 }
 
+// The reductions of the other ops use fixed decompositions too.
+TEST_P(Parity, ReductionsAreDeterministicAcrossThreadCounts) {
+  Rng rng(13);
+  const int64_t N = 37, C = 301, V = 1037, n = 200003;
+  Vec x = Randn(N * C, rng), w = Randn(C, rng), g = Randn(N * C, rng), rstd(N), out(N * C);
+  Vec logits = Randn(N * V, rng, 3.f), big = Randn(n, rng);
+  std::vector<int32_t> tgt(N, 5);
+  std::vector<int8_t> Wq(N * C, 3);
+  Vec scale(N, 0.5f);
+  ops_->rmsnorm_fwd(x.data(), w.data(), 1e-5f, N, C, out.data(), rstd.data());
+  struct Result { Vec dx, dw, loss, dl, y; double ss; };
+  auto run = [&](int threads) {
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    Result r{Vec(N * C, 0.f), Vec(C, 0.f), Vec(N), Vec(N * V), Vec(N), 0.0};
+    ops_->rmsnorm_bwd(g.data(), x.data(), w.data(), rstd.data(), N, C, r.dx.data(), r.dw.data());
+    ops_->softmax_xent(logits.data(), tgt.data(), N, V, 1.f, r.loss.data(), r.dl.data());
+    ops_->gemv_q8(Wq.data(), scale.data(), x.data(), N, C, r.y.data());
+    r.ss = ops_->sumsq(big.data(), n);
+    omp_set_num_threads(saved);
+    return r;
+  };
+  Result a = run(1), b = run(3);
+  EXPECT_EQ(0, std::memcmp(a.dx.data(), b.dx.data(), a.dx.size() * 4));
+  EXPECT_EQ(0, std::memcmp(a.dw.data(), b.dw.data(), a.dw.size() * 4));
+  EXPECT_EQ(0, std::memcmp(a.loss.data(), b.loss.data(), a.loss.size() * 4));
+  EXPECT_EQ(0, std::memcmp(a.dl.data(), b.dl.data(), a.dl.size() * 4));
+  EXPECT_EQ(0, std::memcmp(a.y.data(), b.y.data(), a.y.size() * 4));
+  EXPECT_EQ(a.ss, b.ss);
+}
+
 INSTANTIATE_TEST_SUITE_P(Cpu, Parity, ::testing::Values("scalar", "avx2", "avx512"),
                          [](const auto& info) { return info.param; });
 
