@@ -31,7 +31,7 @@ namespace {
 template <class V, int R>
 struct FlashSimd {
   using Reg = typename V::R;
-  static constexpr int W = V::W, BK = 4 * W, BQ = 64, CH = 4;
+  static constexpr int W = V::W, BK = 4 * W, BQ = 64, CH = 4;  // CH: vectors per RowsXTile chunk
   static_assert(BQ % R == 0, "row block must divide the query tile");
 
   struct Geom {
@@ -79,42 +79,39 @@ struct FlashSimd {
       for (int v = 0; v < 4; ++v) V::store(s + r * BK + v * W, acc[r][v]);
   }
 
+  // Columns [c, c + NV W) of: acc [R, Dp] = acc * alpha[r] + p [R, BK] . t [BK, Dp].
+  // NV is a template argument so the R x NV accumulators stay in registers.
+  template <int NV>
+  static void RowsXTileChunk(const float* p, const float* t, int bk, int Dp, int c, const float* alpha,
+                             float* acc) {
+    Reg a[R][NV];
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < NV; ++v) {
+        a[r][v] = V::load(acc + r * Dp + c + v * W);
+        if (alpha) a[r][v] = V::mul(a[r][v], V::set1(alpha[r]));
+      }
+    for (int j = 0; j < bk; ++j) {
+      const float* tj = t + (int64_t)j * Dp + c;
+      Reg tv[NV];
+      for (int v = 0; v < NV; ++v) tv[v] = V::load(tj + v * W);
+      for (int r = 0; r < R; ++r) {
+        const Reg x = V::set1(p[r * BK + j]);
+        for (int v = 0; v < NV; ++v) a[r][v] = V::fma(x, tv[v], a[r][v]);
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int v = 0; v < NV; ++v) V::store(acc + r * Dp + c + v * W, a[r][v]);
+  }
+
   // acc [R, Dp] = acc * alpha[r] (alpha may be null) + p [R, BK] . t [BK, Dp], keys j < bk.
   static void RowsXTile(const float* p, const float* t, int bk, int Dp, const float* alpha, float* acc) {
     for (int c = 0; c < Dp; c += CH * W) {
-      const int nv = (int)MinI(CH, (Dp - c) / W);
-      Reg a[R][CH];
-      for (int r = 0; r < R; ++r)
-        for (int v = 0; v < CH; ++v)
-          if (v < nv) {
-            a[r][v] = V::load(acc + r * Dp + c + v * W);
-            if (alpha) a[r][v] = V::mul(a[r][v], V::set1(alpha[r]));
-          } else {
-            a[r][v] = V::zero();
-          }
-      if (nv == CH) {
-        for (int j = 0; j < bk; ++j) {
-          const float* tj = t + (int64_t)j * Dp + c;
-          Reg t0 = V::load(tj), t1 = V::load(tj + W), t2 = V::load(tj + 2 * W), t3 = V::load(tj + 3 * W);
-          for (int r = 0; r < R; ++r) {
-            Reg x = V::set1(p[r * BK + j]);
-            a[r][0] = V::fma(x, t0, a[r][0]);
-            a[r][1] = V::fma(x, t1, a[r][1]);
-            a[r][2] = V::fma(x, t2, a[r][2]);
-            a[r][3] = V::fma(x, t3, a[r][3]);
-          }
-        }
-      } else {
-        for (int j = 0; j < bk; ++j) {
-          const float* tj = t + (int64_t)j * Dp + c;
-          for (int v = 0; v < nv; ++v) {
-            Reg tv = V::load(tj + v * W);
-            for (int r = 0; r < R; ++r) a[r][v] = V::fma(V::set1(p[r * BK + j]), tv, a[r][v]);
-          }
-        }
+      switch ((int)MinI(CH, (Dp - c) / W)) {
+        case 4: RowsXTileChunk<4>(p, t, bk, Dp, c, alpha, acc); break;
+        case 3: RowsXTileChunk<3>(p, t, bk, Dp, c, alpha, acc); break;
+        case 2: RowsXTileChunk<2>(p, t, bk, Dp, c, alpha, acc); break;
+        default: RowsXTileChunk<1>(p, t, bk, Dp, c, alpha, acc); break;
       }
-      for (int r = 0; r < R; ++r)
-        for (int v = 0; v < nv; ++v) V::store(acc + r * Dp + c + v * W, a[r][v]);
     }
   }
 
