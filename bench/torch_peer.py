@@ -11,7 +11,9 @@ unless the caller set it) and torch.set_num_threads(--threads).
   /usr/bin/python3 bench/torch_peer.py decode --config bench/configs/gpt2_dense.toml \
       --tokens 32 --prompt-len 16 [--threads 1]
 
-Each prints ONE JSON line on stdout (progress goes to stderr).
+Each prints ONE JSON line on stdout (progress goes to stderr). CPU-time
+fields (process_time, all threads) show how much CPU the run actually got: on
+a shared machine a low CPU/wall ratio means the figure is contention-bound.
 train:  tokens_per_s = batch*seq / median step time; a step is forward, backward,
         global-norm clipping, AdamW and the bias update on one random batch.
 decode: tokens_per_s = generated tokens / time of the one-token steps (the
@@ -183,14 +185,15 @@ def cmd_train(args):
     buffers = model.init_buffers()
     trainer = Trainer(model, params, buffers, tcfg)
     tokens = torch.randint(0, mcfg.vocab_size, (total, B, T + 1), generator=gen)
-    times, losses = [], []
+    times, cpu_times, losses = [], [], []
     for s in range(total):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         loss, _, _ = trainer.step([tokens[s]])
-        dt = time.perf_counter() - t0
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
         losses.append(float(loss))
         if s >= args.warmup:
             times.append(dt)
+            cpu_times.append(dc)
         print(f"step {s + 1}/{total}: {dt * 1e3:.1f} ms loss {float(loss):.4f}"
               + ("" if s >= args.warmup else " (warmup)"), file=sys.stderr)
     med = statistics.median(times)
@@ -198,7 +201,8 @@ def cmd_train(args):
     result = {"bench": "train", "peer": "pytorch", "config": os.path.basename(args.config),
               "batch": B, "seq": T, "steps": args.steps, "warmup": args.warmup,
               "tokens_per_s": B * T / med, "step_ms_median": med * 1e3,
-              "step_ms_min": min(times) * 1e3, "params": n_params, "final_loss": losses[-1]}
+              "step_ms_min": min(times) * 1e3, "step_cpu_ms_median": statistics.median(cpu_times) * 1e3,
+              "params": n_params, "final_loss": losses[-1]}
     result.update(environment(args.threads))
     print(json.dumps(result), flush=True)
 
@@ -215,11 +219,14 @@ def cmd_decode(args):
     max_len = args.prompt_len + args.tokens
     # Warm-up pass (caches, allocator, lazy library init), then the measured one.
     greedy_decode(KVCacheDecoder(model, params, buffers, max_len), prompt, min(4, args.tokens))
+    c0 = time.process_time()
     out, prefill_s, times = greedy_decode(KVCacheDecoder(model, params, buffers, max_len), prompt, args.tokens)
+    cpu_s = time.process_time() - c0
     result = {"bench": "decode", "peer": "pytorch", "config": os.path.basename(args.config),
               "prompt_len": args.prompt_len, "tokens": args.tokens,
               "tokens_per_s": len(times) / sum(times), "token_ms_median": statistics.median(times) * 1e3,
-              "prefill_ms": prefill_s * 1e3, "last_token": out[-1] if out else None}
+              "prefill_ms": prefill_s * 1e3, "cpu_s_per_wall_s": cpu_s / (prefill_s + sum(times)),
+              "last_token": out[-1] if out else None}
     result.update(environment(args.threads))
     print(json.dumps(result), flush=True)
 

@@ -505,26 +505,34 @@ class Trainer:
             out = self.model.forward(self.params, self.buffers, tokens)
             g = torch.autograd.grad(out.loss, plist, allow_unused=True)
             g = [torch.zeros_like(p) if gi is None else gi for p, gi in zip(plist, g)]
-            grads = g if grads is None else [a + b for a, b in zip(grads, g)]
+            if grads is None:
+                grads = g
+            else:
+                for acc, gi in zip(grads, g):
+                    acc.add_(gi)
             loss_sum = out.loss.detach() if loss_sum is None else loss_sum + out.loss.detach()
             for k, v in out.loads.items():
                 loads[k] = loads.get(k, 0) + v
         A = len(micro_batches)
-        grads = OrderedDict((n, g / A) for n, g in zip(names, grads))
+        if A > 1:
+            for g in grads:
+                g.div_(A)
+        grads = OrderedDict(zip(names, grads))
         return grads, loss_sum / A, loads
 
     @torch.no_grad()
     def apply(self, grads, loads):
-        """One optimizer step from averaged grads; returns (lr, grad_norm before clipping)."""
+        """One optimizer step from averaged grads (clipped in place); returns (lr, norm before clipping)."""
         t = self.t
         self.step_count += 1
         step = self.step_count
-        norm = torch.sqrt(torch.stack([(g * g).sum() for g in grads.values()]).sum())
+        # Global L2 norm = norm of the per-tensor norms (no squared temporaries).
+        norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads.values()]))
         scale = min(1.0, t.grad_clip / (float(norm) + 1e-6)) if t.grad_clip > 0 else 1.0
         lr = lr_at(step, t)
         bc1, bc2 = 1.0 - t.beta1 ** step, 1.0 - t.beta2 ** step
         for name, p in self.params.items():
-            g = grads[name] * scale if scale != 1.0 else grads[name]
+            g = grads[name].mul_(scale) if scale != 1.0 else grads[name]   # clips in place
             m, v = self.m[name], self.v[name]
             m.mul_(t.beta1).add_(g, alpha=1.0 - t.beta1)
             v.mul_(t.beta2).addcmul_(g, g, value=1.0 - t.beta2)

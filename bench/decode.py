@@ -1,0 +1,56 @@
+#!/usr/bin/python3
+"""bench/decode: batch-1 greedy decode tokens/s of Myriad vs a PyTorch decode
+loop with a KV cache, on one config, and Myriad's fraction of the memory
+roofline (weight bytes per token x tokens/s / DRAM read bandwidth measured in
+the same run). Also runs Myriad with fp16 and int8 weights.
+
+    bench/decode.py --config bench/configs/gpt2_dense.toml [--rounds 3]
+"""
+import argparse
+import sys
+
+import common
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--prompt-len", type=int, default=16)
+    ap.add_argument("--json-out")
+    a = ap.parse_args()
+
+    def mine(fmt):
+        return [f"{common.BUILD}/bench_decode", "--config", a.config, "--tokens", str(a.tokens),
+                "--prompt-len", str(a.prompt_len), "--weights", fmt]
+
+    peer = [common.PY, f"{common.ROOT}/bench/torch_peer.py", "decode", "--config", a.config, "--tokens",
+            str(a.tokens), "--prompt-len", str(a.prompt_len)]
+    sys.stderr.write(f"decode {a.config}: {a.rounds} rounds, Myriad (fp32) and PyTorch alternating\n")
+    ra, rb = common.alternate(a.rounds, lambda: common.run_json(mine("fp32"), common.myriad_env()),
+                              lambda: common.run_json(peer, common.peer_env()))
+    extra = {}
+    for fmt in ("fp16", "int8"):
+        rs = [common.run_json(mine(fmt), common.myriad_env()) for _ in range(a.rounds)]
+        extra[fmt] = {"tokens_per_s": common.median([r["tokens_per_s"] for r in rs]),
+                      "roofline_fraction": common.median([r["roofline_fraction"] for r in rs])}
+    m = common.median([r["tokens_per_s"] for r in ra])
+    p = common.median([r["tokens_per_s"] for r in rb])
+    roof = common.median([r["roofline_fraction"] for r in ra])
+    bw = common.median([r["read_bw_gbs"] for r in ra])
+    sys.stderr.write(f"  median: myriad fp32 {m:.1f} tok/s ({100 * roof:.0f}% of the {bw:.1f} GB/s roofline), "
+                     f"peer {p:.1f} tok/s, ratio {m / p:.2f}x; fp16 {extra['fp16']['tokens_per_s']:.1f}, "
+                     f"int8 {extra['int8']['tokens_per_s']:.1f} tok/s "
+                     f"({extra['int8']['tokens_per_s'] / m:.2f}x fp32)\n")
+    common.emit({"bench": "decode", "config": {"file": a.config, "batch": 1, "tokens": a.tokens,
+                 "prompt_len": a.prompt_len, "weights": "fp32", "read_bw_gbs": bw,
+                 "weight_bytes_per_token": ra[0]["weight_bytes_per_token"], "threads": ra[0]["threads"],
+                 "fp16": extra["fp16"], "int8": extra["int8"],
+                 "int8_vs_fp32": extra["int8"]["tokens_per_s"] / m},
+                 "myriad": m, "peer": p, "unit": "tokens/s", "ratio": m / p, "roofline_fraction": roof},
+                a.json_out)
+
+
+if __name__ == "__main__":
+    main()

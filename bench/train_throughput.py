@@ -1,0 +1,50 @@
+#!/usr/bin/python3
+"""bench/train_throughput: training tokens/s of Myriad vs PyTorch on one config.
+
+Same model (the golden reference architecture), same shapes and batch, random
+tokens, fp32, both using both cores (Myriad: OpenMP over 2 threads; PyTorch:
+torch.set_num_threads(1) with OpenBLAS using both cores, its fastest setting
+here per BENCHMARKS.md), both with OpenBLAS's fast kernel. MFU is against the
+SGEMM peak Myriad measures in the same run.
+
+    bench/train_throughput.py --config configs/demo-moe.toml [--rounds 3]
+"""
+import argparse
+import sys
+
+import common
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=5, help="timed steps per run")
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--json-out")
+    a = ap.parse_args()
+    mine = [f"{common.BUILD}/bench_train_throughput", "--config", a.config, "--steps", str(a.steps),
+            "--warmup", str(a.warmup)]
+    peer = [common.PY, f"{common.ROOT}/bench/torch_peer.py", "train", "--config", a.config, "--steps",
+            str(a.steps), "--warmup", str(a.warmup), "--threads", "1"]
+    sys.stderr.write(f"train_throughput {a.config}: {a.rounds} rounds, Myriad and PyTorch alternating\n")
+    ra, rb = common.alternate(a.rounds, lambda: common.run_json(mine, common.myriad_env()),
+                              lambda: common.run_json(peer, common.peer_env()))
+    m = common.median([r["tokens_per_s"] for r in ra])
+    p = common.median([r["tokens_per_s"] for r in rb])
+    peak = common.median([r["sgemm_peak_gflops"] for r in ra])
+    fpt = ra[0]["flops_per_token"]
+    mfu = fpt * m / (peak * 1e9)
+    sys.stderr.write(f"  median: myriad {m:.1f} tok/s (MFU {100 * mfu:.1f}%), peer {p:.1f} tok/s "
+                     f"(MFU {100 * fpt * p / (peak * 1e9):.1f}%), ratio {m / p:.2f}x; SGEMM peak {peak:.0f} GFLOP/s\n")
+    common.emit({"bench": "train_throughput", "config": {"file": a.config, "params": ra[0]["params"],
+                 "threads": ra[0]["threads"], "blas_core": ra[0]["blas_core"], "backend": ra[0]["backend"],
+                 "peer_blas_core": rb[0].get("openblas_coretype"), "peer_threads": rb[0].get("threads"),
+                 "precision": "fp32", "steps": a.steps, "rounds": a.rounds, "sgemm_peak_gflops": peak,
+                 "peer_mfu": fpt * p / (peak * 1e9)},
+                 "myriad": m, "peer": p, "unit": "tokens/s", "ratio": m / p, "roofline_fraction": mfu},
+                a.json_out)
+
+
+if __name__ == "__main__":
+    main()
