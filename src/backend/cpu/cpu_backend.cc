@@ -1,6 +1,18 @@
 // CpuBackend(): one immutable Backend per ISA, created on first request and
 // alive for the whole process (callers never delete it). The ISA is checked
 // against cpuid here, so no ISA-specific code runs on a CPU without it.
+//
+// What the backends are made of (see kernels.h):
+//   scalar  impl/*.h portable kernels at baseline x86-64 flags
+//   avx2    the same compiled for AVX2/FMA/F16C, plus impl/flash_simd.h,
+//           impl/elementwise_simd.h and isa_avx2/gemv_avx2.cc (intrinsics)
+//   avx512  likewise for AVX-512, GEMV q8 through VNNI when present
+// gemm always goes through blas.h. Ops may be called from several threads
+// at once; each call parallelises with OpenMP. Attention keeps grow-only
+// per-calling-thread scratch (impl/common.h ThreadWorkspace): about
+// 8 x B x H x T x D floats for a training-shape backward, kept until the
+// thread exits. MYRIAD_CPU_ISA=avx512|avx2|scalar overrides the choice made
+// for CpuBackend("") (benchmarks, debugging).
 #include <omp.h>
 
 #include <cstdlib>
