@@ -192,6 +192,8 @@ const AttnCase kAttnCases[] = {
     // Few query rows per kv head (the SIMD backends' decode path): causal
     // with Tq > 1, several key tiles, GQA.
     {1, 3, 40, 4, 2, 32, true},  {2, 2, 130, 6, 2, 16, true},
+    // Head dims that are not multiples of 8 (transpose and padding edges).
+    {1, 9, 21, 2, 1, 12, true},  {2, 1, 50, 4, 2, 20, true},  {1, 70, 70, 2, 2, 36, false},
 };
 
 struct AttnData {

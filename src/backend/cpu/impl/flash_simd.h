@@ -21,6 +21,8 @@
 // order of operations), so dynamic scheduling stays deterministic.
 #pragma once
 
+#include <immintrin.h>  // AVX: included only by ISA TUs (AVX2 or AVX-512 flags)
+
 #include "backend/backend.h"
 #include "backend/cpu/impl/common.h"
 #include "core/check.h"
@@ -48,14 +50,49 @@ struct FlashSimd {
   // dst [rows_alloc, Dp] = scale * src rows (stride ld), zero-padded in d and rows.
   static void CopyRows(const float* src, int64_t ld, int rows, int rows_alloc, int D, int Dp,
                        float scale, float* dst) {
+    const __m256 sc = _mm256_set1_ps(scale);
     for (int r = 0; r < rows_alloc; ++r) {
       float* o = dst + (int64_t)r * Dp;
+      int d = 0;
       if (r < rows) {
-        for (int d = 0; d < D; ++d) o[d] = src[r * ld + d] * scale;
-        for (int d = D; d < Dp; ++d) o[d] = 0.f;
-      } else {
-        for (int d = 0; d < Dp; ++d) o[d] = 0.f;
+        const float* sr = src + r * ld;
+        for (; d + 8 <= D; d += 8) _mm256_storeu_ps(o + d, _mm256_mul_ps(_mm256_loadu_ps(sr + d), sc));
+        for (; d < D; ++d) o[d] = sr[d] * scale;
       }
+      for (; d < Dp; ++d) o[d] = 0.f;
+    }
+  }
+
+  // dst [D, BK] = scale * (src rows j < n, stride ld)^T, zero for j >= n;
+  // 8 x 8 blocks transposed in registers (AVX), edges scalar.
+  static void TransposeTile(const float* src, int64_t ld, int n, int D, float scale, float* dst) {
+    const __m256 sc = _mm256_set1_ps(scale);
+    const int n8 = n / 8 * 8, d8 = D / 8 * 8;
+    for (int j0 = 0; j0 < n8; j0 += 8)
+      for (int d0 = 0; d0 < d8; d0 += 8) {
+        __m256 r[8];
+        for (int a = 0; a < 8; ++a) r[a] = _mm256_mul_ps(_mm256_loadu_ps(src + (j0 + a) * ld + d0), sc);
+        __m256 t[8], u[8];
+        for (int a = 0; a < 8; a += 2) {
+          t[a] = _mm256_unpacklo_ps(r[a], r[a + 1]);
+          t[a + 1] = _mm256_unpackhi_ps(r[a], r[a + 1]);
+        }
+        for (int a = 0; a < 8; a += 4) {
+          u[a + 0] = _mm256_shuffle_ps(t[a], t[a + 2], 0x44);
+          u[a + 1] = _mm256_shuffle_ps(t[a], t[a + 2], 0xEE);
+          u[a + 2] = _mm256_shuffle_ps(t[a + 1], t[a + 3], 0x44);
+          u[a + 3] = _mm256_shuffle_ps(t[a + 1], t[a + 3], 0xEE);
+        }
+        for (int a = 0; a < 4; ++a) {
+          _mm256_storeu_ps(dst + (int64_t)(d0 + a) * BK + j0, _mm256_permute2f128_ps(u[a], u[a + 4], 0x20));
+          _mm256_storeu_ps(dst + (int64_t)(d0 + a + 4) * BK + j0, _mm256_permute2f128_ps(u[a], u[a + 4], 0x31));
+        }
+      }
+    for (int d = 0; d < D; ++d) {
+      float* o = dst + (int64_t)d * BK;
+      const int jstart = d < d8 ? n8 : 0;  // the 8 x 8 blocks covered j < n8 for d < d8
+      for (int j = jstart; j < n; ++j) o[j] = src[j * ld + d] * scale;
+      for (int j = n; j < BK; ++j) o[j] = 0.f;
     }
   }
 
@@ -160,14 +197,7 @@ struct FlashSimd {
       const int j0 = t * BK, n = (int)MaxI(0, MinI(BK, pk.T - j0));
       const float* s = src + b * bs + (int64_t)j0 * ld + (int64_t)h * pk.D;
       if (rows) CopyRows(s, ld, n, BK, pk.D, pk.Dp, scale, pk.Rows(b, h) + (int64_t)j0 * pk.Dp);
-      if (tiles) {
-        float* o = pk.Tile(b, h, t);
-        for (int d = 0; d < pk.D; ++d) {
-          int j = 0;
-          for (; j < n; ++j) o[d * BK + j] = s[j * ld + d] * scale;
-          for (; j < BK; ++j) o[d * BK + j] = 0.f;
-        }
-      }
+      if (tiles) TransposeTile(s, ld, n, pk.D, scale, pk.Tile(b, h, t));
     }
   }
 
