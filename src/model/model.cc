@@ -181,7 +181,8 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
   if (!backward) return out;
 
   // ---- Backward. d_next holds d(h^k) contributions flowing down the MTP chain.
-  std::vector<float> d_chain;  // d of the previous level's output (prefix rows)
+  std::vector<float>& d_chain = d_chain_;  // d of the previous level's output (prefix rows)
+  d_chain.clear();
   for (int j = Dm - 1; j >= 0; --j) {
     const int k = j + 1, Tk = T - k;
     const int64_t Nk = static_cast<int64_t>(B) * Tk;
@@ -189,7 +190,9 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
     const auto& mw = W.mtp[j];
     const auto& mg = G.mtp[j];
     Fit(&d_tmp_, Nk * C);
-    std::vector<float> d_out(Nk * C, 0.f);
+    Fit(&m.d_out, Nk * C);
+    std::fill(m.d_out.begin(), m.d_out.end(), 0.f);
+    std::vector<float>& d_out = m.d_out;
     // From the next module: its d(h_in) covers rows i < Tk-1 of each sequence.
     if (!d_chain.empty()) {
       const int Tn = Tk - 1;
@@ -200,11 +203,20 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
     // Own loss: head and final norm.
     ops::LinearBackward(m.logits.data(), m.nrm.data(), W.head, Nk, C, V, d_tmp_.data(), false, G.head);
     ops::RmsNormBackward(d_tmp_.data(), m.out.data(), mw.norm, m.rstd_n.data(), Nk, C, d_out.data(), mg.norm);
-    std::vector<float> d_hp(Nk * C), d_cat(Nk * 2 * C);
+    Fit(&m.d_hp, Nk * C);
+    Fit(&m.d_cat, Nk * 2 * C);
+    std::vector<float>& d_hp = m.d_hp;
+    std::vector<float>& d_cat = m.d_cat;
     BlockBackward(Context(L + j, mtp_pos_[j].data()), mw.block, mg.block, &m.block, d_out.data(), loss_scale,
                   &scratch_, d_hp.data());
     ops::LinearBackward(d_hp.data(), m.cat.data(), mw.eh_proj, Nk, 2 * C, C, d_cat.data(), false, mg.eh_proj);
-    std::vector<float> d_hn(Nk * C), d_en(Nk * C), d_e(Nk * C, 0.f);
+    Fit(&m.d_hn, Nk * C);
+    Fit(&m.d_en, Nk * C);
+    Fit(&m.d_e, Nk * C);
+    std::fill(m.d_e.begin(), m.d_e.end(), 0.f);
+    std::vector<float>& d_hn = m.d_hn;
+    std::vector<float>& d_en = m.d_en;
+    std::vector<float>& d_e = m.d_e;
     for (int64_t n = 0; n < Nk; ++n) {
       std::memcpy(d_hn.data() + n * C, d_cat.data() + n * 2 * C, C * sizeof(float));
       std::memcpy(d_en.data() + n * C, d_cat.data() + n * 2 * C + C, C * sizeof(float));

@@ -60,6 +60,7 @@ class Model {
  private:
   struct MtpActs {
     std::vector<float> h_in, hn, rstd_h, e, en, rstd_e, cat, hp, out, nrm, rstd_n, logits, losses;
+    std::vector<float> d_out, d_hp, d_cat, d_hn, d_en, d_e;  // backward scratch
     BlockActs block;
   };
   BlockContext Context(int block_index, const int32_t* pos);
@@ -82,7 +83,7 @@ class Model {
   std::vector<std::vector<int32_t>> mtp_etok_;  
   std::vector<std::vector<int32_t>> mtp_pos_;   // RoPE positions of each MTP module's rows  // embedded tokens of each MTP module
   BlockScratch scratch_;
-  std::vector<float> d_resid_a_, d_resid_b_, d_tmp_;
+  std::vector<float> d_resid_a_, d_resid_b_, d_tmp_, d_chain_;
 };
 
 }  // namespace myriad

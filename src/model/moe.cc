@@ -4,7 +4,10 @@
 // F expert width, M = N*K permuted rows.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+
+#include <omp.h>
 
 #include "model/block.h"
 #include "ops/ops.h"
@@ -33,6 +36,17 @@ void Scores(bool sigmoid, const float* logits, int64_t N, int64_t E, float* s) {
       for (int64_t e = 0; e < E; ++e) o[e] /= sum;
     }
   }
+}
+
+// Whether to run experts in parallel (one per thread) rather than one after
+// another with multi-threaded GEMMs. MYRIAD_MOE_GROUPED=0/1 overrides.
+bool GroupExperts(int64_t E) {
+  static const int mode = [] {
+    const char* e = std::getenv("MYRIAD_MOE_GROUPED");
+    return e ? std::atoi(e) : -1;
+  }();
+  if (mode >= 0) return mode == 1;
+  return omp_get_max_threads() > 1 && E >= 2 * omp_get_max_threads();
 }
 
 }  // namespace
@@ -89,6 +103,10 @@ void MoeForward(const ModelConfig& cfg, const BlockWeights<float*>& w, const flo
   ops::MoeGather(f, a->perm.data(), M, C, a->x.data());
 
   // 3. Experts: y_e = down(silu(gate x_e) * up x_e) on each expert's rows.
+  // Experts run side by side, one per thread, each with single-threaded GEMMs
+  // (a grouped GEMM): their matrices are too small to split well.
+  const bool grouped = GroupExperts(E);
+#pragma omp parallel for schedule(dynamic, 1) if (grouped)
   for (int64_t e = 0; e < E; ++e) {
     const int64_t o = a->expert_offset[e], n = count[e];
     if (n == 0) continue;
@@ -161,6 +179,8 @@ void MoeBackward(const ModelConfig& cfg, const BlockWeights<float*>& w,
                           s->d_w.data());
   // Experts.
   Fit(&s->d_h, M * F); Fit(&s->d_g, M * F); Fit(&s->d_u, M * F);
+  const bool grouped = GroupExperts(E);
+#pragma omp parallel for schedule(dynamic, 1) if (grouped)
   for (int64_t e = 0; e < E; ++e) {
     const int64_t o = a->expert_offset[e], n = a->expert_offset[e + 1] - o;
     if (n == 0) continue;
