@@ -8,15 +8,16 @@
 #include "backend/cpu/cpu_info.h"
 #include "cli/verbs.h"
 #include "ops/ops.h"
-#include "train/perf.h"
+#include "backend/cpu/kernel_bench.h"
 
 namespace myriad::cli {
 
 
 int RunDoctor(int argc, char** argv) {
   CLI::App app{"Report the CPU, ISA, BLAS kernel, cores and memory Myriad sees", "myriad doctor"};
-  bool quick = false;
+  bool quick = false, bench = false;
   app.add_flag("--quick", quick, "skip the SGEMM probe");
+  app.add_flag("--bench", bench, "also time the kernels (attention, GEMV, elementwise) and memory bandwidth");
   CLI11_PARSE(app, argc, argv);
 
   const CpuInfo& cpu = GetCpuInfo();
@@ -33,7 +34,8 @@ int RunDoctor(int argc, char** argv) {
               blas.coretype_set_by_us ? " (OPENBLAS_CORETYPE chosen by Myriad from cpuid)"
                                       : (blas.coretype_env.empty() ? "" : " (OPENBLAS_CORETYPE from the environment)"));
   if (!blas.note.empty()) std::printf("blas note  %s\n", blas.note.c_str());
-  if (!quick) std::printf("sgemm      %.1f GFLOP/s (n=1024, best of 3)\n", MeasureSgemmGflops(1024));
+  if (!quick) std::printf("sgemm      %.1f GFLOP/s (n=1024, best of 3)\n", MeasureSgemmPeakGflops(1024));
+  if (bench) std::printf("\n%s\n", RunKernelMicrobench().c_str());
   if (!blas.fast_kernel) {
     std::fprintf(stderr,
                  "\n*** WARNING: the BLAS runs a GENERIC kernel (%s); dense GEMM will be several times slower "
