@@ -12,7 +12,8 @@ unless the caller set it) and torch.set_num_threads(--threads).
       --tokens 32 --prompt-len 16 [--threads 1]
 
 Environment: OPENBLAS_CORETYPE (default SkylakeX, see above);
-MYRIAD_PEER_MALLOC=default turns off the mallopt tuning (see tune_malloc).
+MYRIAD_PEER_MALLOC=default turns off the allocator tuning (see tune_malloc;
+by default the script re-executes itself once with GLIBC_TUNABLES set).
 
 Each prints ONE JSON line on stdout (progress goes to stderr). CPU-time
 fields (process_time, all threads) show how much CPU the run actually got: on
@@ -23,9 +24,19 @@ decode: tokens_per_s = generated tokens / time of the one-token steps (the
         prompt is prefilled once, timed separately as prefill_ms).
 """
 import os
+import sys
 
 if "OPENBLAS_CORETYPE" not in os.environ:
     os.environ["OPENBLAS_CORETYPE"] = "SkylakeX"   # must precede the first torch import
+
+PEER_MALLOC_TUNED = os.environ.get("MYRIAD_PEER_MALLOC", "tuned") != "default"
+_THP_SET = "glibc.malloc.hugetlb" in os.environ.get("GLIBC_TUNABLES", "")
+if __name__ == "__main__" and PEER_MALLOC_TUNED and not _THP_SET:
+    # glibc reads its tunables only at process start: re-exec once with
+    # transparent huge pages for malloc's mmap'd blocks (see tune_malloc).
+    prev = os.environ.get("GLIBC_TUNABLES")
+    os.environ["GLIBC_TUNABLES"] = (prev + ":" if prev else "") + "glibc.malloc.hugetlb=1"
+    os.execv(sys.executable, [sys.executable] + sys.argv)
 
 import argparse  # noqa: E402
 import ctypes  # noqa: E402
@@ -36,10 +47,14 @@ def tune_malloc():
 
     PyTorch on CPU allocates its activations afresh every step; with glibc's
     defaults, blocks of a few MB and up are mmap'd and unmapped each time, and
-    the page faults to re-touch them cost ~45% of a moe_small training step on
-    this VM. This is the usual PyTorch-on-CPU advice (a caching allocator) done
-    with mallopt, so the peer runs its best ordinary configuration. Blocks over
-    32 MiB (glibc's ceiling for the threshold) are still mmap'd.
+    page faults on this VM are expensive: re-touching them cost ~45% of a
+    moe_small step and ~40% of a gpt2_dense step. The usual PyTorch-on-CPU
+    advice is a caching allocator (jemalloc/tcmalloc, not installed here); we
+    get the same effect from glibc: mallopt keeps blocks up to 32 MiB (glibc's
+    ceiling) in the heap, and GLIBC_TUNABLES=glibc.malloc.hugetlb=1 (set by the
+    re-exec at the top of this file) backs the larger mmap'd blocks (logits,
+    embedding gradients) with transparent huge pages. The peer thus runs its
+    best ordinary configuration. MYRIAD_PEER_MALLOC=default turns both off.
     """
     libc = ctypes.CDLL("libc.so.6")
     M_TRIM_THRESHOLD, M_TOP_PAD, M_MMAP_THRESHOLD = -1, -2, -3
@@ -49,10 +64,10 @@ def tune_malloc():
     return bool(ok)
 
 
-MALLOC_TUNED = os.environ.get("MYRIAD_PEER_MALLOC", "tuned") != "default" and tune_malloc()
+MALLOC_TUNED = PEER_MALLOC_TUNED and tune_malloc()
+
 import json  # noqa: E402
 import statistics  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 from dataclasses import replace  # noqa: E402
 
@@ -82,6 +97,7 @@ def openblas_corename():
 def environment(threads):
     return {"threads": threads, "openblas_coretype": os.environ.get("OPENBLAS_CORETYPE"),
             "openblas_corename": openblas_corename(), "malloc_tuned": MALLOC_TUNED,
+            "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),
             "torch_version": torch.__version__}
 
 
