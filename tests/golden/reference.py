@@ -25,6 +25,13 @@ Choices the contract leaves open (the C++ side must make the same ones):
     sign(sum_j load_j - E * load_i); MTP MoE blocks update their own bias.
   * lr(s) exactly as docs/model.md now states it (p = (s-W)/max(1, steps-W)),
     computed in float64 and used as a Python scalar; stored as F32 in step_lr.
+  * Parameter order (init draws, optimizer loop, golden file order) is the
+    order the tensor list of docs/model.md is written in: per block
+    input_layernorm, q, k, v, o, post_attention_layernorm, then the FFN (gate,
+    experts 0..E-1 each gate/up/down, shared); per MTP module enorm, hnorm,
+    eh_proj, norm, then the block. Nothing numeric depends on it beyond the
+    summation order of the global grad norm.
+  * MTP does not detach h^{k-1}: L_mtp trains the main model too.
   * grad_clip <= 0 disables clipping. Adam bias corrections use t = step.
     Weight decay is lr*wd*p with the pre-update p, on every 2-D tensor
     (embedding, projections, router gate, eh_proj, lm_head).
