@@ -165,8 +165,16 @@ def apply_overrides(doc, sets):
         t[parts[-1]] = parse_set_value(value)
 
 
+# Keys of the C++ trainer loop (logging, checkpoints, threads) that do not
+# change the model or the optimizer: the reference accepts and ignores them.
+LOOP_ONLY_TRAIN_KEYS = {"log_every", "eval_every", "eval_batches", "ckpt_every", "keep_last",
+                        "threads", "out_dir", "metrics_file", "precision"}
+
+
 def _typed_section(doc, section, keys, required):
     table = doc.get(section)
+    if table is not None and section == "train":
+        table = {k: v for k, v in table.items() if k not in LOOP_ONLY_TRAIN_KEYS}
     if table is None:
         if required:
             raise ValueError(f"[config] missing [{section}] section")
