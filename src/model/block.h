@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/buffer.h"
 #include "model/config.h"
 #include "model/params.h"
 
@@ -19,35 +20,35 @@ struct RopeTables {
 
 // Per-token routing of one MoE block, kept for backward and for statistics.
 struct MoeActs {
-  std::vector<float> logits, scores;      // [N, E]
-  std::vector<int32_t> sel;               // [N, K] selected experts
-  std::vector<float> w;                   // [N, K] normalised weights
-  std::vector<int32_t> pos;               // [N, K] row in the permuted buffer
-  std::vector<int32_t> perm;              // [M=N*K] token of each buffer row
-  std::vector<int64_t> expert_offset;     // [E+1]
-  std::vector<float> x, g, u, h, y;       // permuted: x [M,C], g/u/h [M,F], y [M,C]
-  std::vector<float> sg, su, sh;          // shared experts [N, S*F]
-  std::vector<float> f_frac;              // [B, E] balance-loss f_i per sequence
-  std::vector<int64_t> load;              // [E] assignments in this forward
+  Buf<float> logits, scores;      // [N, E]
+  Buf<int32_t> sel;               // [N, K] selected experts
+  Buf<float> w;                   // [N, K] normalised weights
+  Buf<int32_t> pos;               // [N, K] row in the permuted buffer
+  Buf<int32_t> perm;              // [M=N*K] token of each buffer row
+  Buf<int64_t> expert_offset;     // [E+1]
+  Buf<float> x, g, u, h, y;       // permuted: x [M,C], g/u/h [M,F], y [M,C]
+  Buf<float> sg, su, sh;          // shared experts [N, S*F]
+  Buf<float> f_frac;              // [B, E] balance-loss f_i per sequence
+  Buf<int64_t> load;              // [E] assignments in this forward
   double aux_loss = 0;                    // alpha-weighted balance loss
 };
 
 struct BlockActs {
   int B = 0, T = 0;
   const float* x_in = nullptr;            // [N, C], owned by the caller
-  std::vector<float> a, rstd1;            // attn norm out [N,C], [N]
-  std::vector<float> q, k, v;             // [N, H*D], [N, Hkv*D] (after RoPE)
-  std::vector<float> att, lse;            // [N, H*D], [B, H, T]
-  std::vector<float> x_mid;               // [N, C]
-  std::vector<float> f, rstd2;            // ffn norm out [N,C], [N]
-  std::vector<float> g, u, h;             // dense FFN [N, F]
-  std::vector<float> ffn_out;             // [N, C]
+  Buf<float> a, rstd1;            // attn norm out [N,C], [N]
+  Buf<float> q, k, v;             // [N, H*D], [N, Hkv*D] (after RoPE)
+  Buf<float> att, lse;            // [N, H*D], [B, H, T]
+  Buf<float> x_mid;               // [N, C]
+  Buf<float> f, rstd2;            // ffn norm out [N,C], [N]
+  Buf<float> g, u, h;             // dense FFN [N, F]
+  Buf<float> ffn_out;             // [N, C]
   MoeActs moe;
 };
 
 // Scratch space for backward, shared by all blocks of a model.
 struct BlockScratch {
-  std::vector<float> d_mid, d_f, d_att, d_q, d_k, d_v, d_a, d_g, d_u, d_h, d_y, d_x, d_w, d_logits;
+  Buf<float> d_mid, d_f, d_att, d_q, d_k, d_v, d_a, d_g, d_u, d_h, d_y, d_x, d_w, d_logits;
 };
 
 struct BlockContext {

@@ -192,7 +192,7 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
     Fit(&d_tmp_, Nk * C);
     Fit(&m.d_out, Nk * C);
     std::fill(m.d_out.begin(), m.d_out.end(), 0.f);
-    std::vector<float>& d_out = m.d_out;
+    auto& d_out = m.d_out;
     // From the next module: its d(h_in) covers rows i < Tk-1 of each sequence.
     if (!d_chain.empty()) {
       const int Tn = Tk - 1;
@@ -205,8 +205,8 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
     ops::RmsNormBackward(d_tmp_.data(), m.out.data(), mw.norm, m.rstd_n.data(), Nk, C, d_out.data(), mg.norm);
     Fit(&m.d_hp, Nk * C);
     Fit(&m.d_cat, Nk * 2 * C);
-    std::vector<float>& d_hp = m.d_hp;
-    std::vector<float>& d_cat = m.d_cat;
+    auto& d_hp = m.d_hp;
+    auto& d_cat = m.d_cat;
     BlockBackward(Context(L + j, mtp_pos_[j].data()), mw.block, mg.block, &m.block, d_out.data(), loss_scale,
                   &scratch_, d_hp.data());
     ops::LinearBackward(d_hp.data(), m.cat.data(), mw.eh_proj, Nk, 2 * C, C, d_cat.data(), false, mg.eh_proj);
@@ -214,9 +214,9 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
     Fit(&m.d_en, Nk * C);
     Fit(&m.d_e, Nk * C);
     std::fill(m.d_e.begin(), m.d_e.end(), 0.f);
-    std::vector<float>& d_hn = m.d_hn;
-    std::vector<float>& d_en = m.d_en;
-    std::vector<float>& d_e = m.d_e;
+    auto& d_hn = m.d_hn;
+    auto& d_en = m.d_en;
+    auto& d_e = m.d_e;
     for (int64_t n = 0; n < Nk; ++n) {
       std::memcpy(d_hn.data() + n * C, d_cat.data() + n * 2 * C, C * sizeof(float));
       std::memcpy(d_en.data() + n * C, d_cat.data() + n * 2 * C + C, C * sizeof(float));

@@ -59,8 +59,8 @@ class Model {
 
  private:
   struct MtpActs {
-    std::vector<float> h_in, hn, rstd_h, e, en, rstd_e, cat, hp, out, nrm, rstd_n, logits, losses;
-    std::vector<float> d_out, d_hp, d_cat, d_hn, d_en, d_e;  // backward scratch
+    Buf<float> h_in, hn, rstd_h, e, en, rstd_e, cat, hp, out, nrm, rstd_n, logits, losses;
+    Buf<float> d_out, d_hp, d_cat, d_hn, d_en, d_e;  // backward scratch
     BlockActs block;
   };
   BlockContext Context(int block_index, const int32_t* pos);
