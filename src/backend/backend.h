@@ -83,11 +83,11 @@ struct BackendOps {
   void (*rope)(float* x, int64_t N, int H, int D, const int32_t* pos, const float* cos_table,
                const float* sin_table, bool inverse);
 
-  // out = silu(gate) * up, all [N,F]. Writes out.
-  void (*swiglu_fwd)(const float* gate, const float* up, int64_t N, int64_t F, float* out);
-  // Writes dgate and dup [N,F].
-  void (*swiglu_bwd)(const float* dout, const float* gate, const float* up, int64_t N,
-                     int64_t F, float* dgate, float* dup);
+  // SwiGLU on a fused gate-up buffer: gu [N, 2F], row n = [gate (F) | up (F)]
+  // (both projections come from one GEMM). Writes out [N, F] = silu(gate) * up.
+  void (*swiglu_fwd)(const float* gu, int64_t N, int64_t F, float* out);
+  // Writes dgu [N, 2F] = [dgate | dup] for dout [N, F].
+  void (*swiglu_bwd)(const float* dout, const float* gu, int64_t N, int64_t F, float* dgu);
 
   // Softmax cross-entropy over logits [N,V] with targets [N] (-1: ignored, loss
   // 0, gradient 0). Writes losses [N] (natural log). If dlogits is non-null,

@@ -140,19 +140,26 @@ TEST_P(Parity, Rope) {
 
 TEST_P(Parity, Swiglu) {
   Rng rng(4);
-  for (auto [N, F] : {std::pair<int64_t, int64_t>{1, 1}, {5, 37}, {3, 4099}, {33, 24}}) {
-    Vec gate = Randn(N * F, rng, 4.f), up = Randn(N * F, rng), dout = Randn(N * F, rng);
-    gate[0] = 30.f;
-    if (N * F > 1) gate[1] = -30.f;
-    Vec out(N * F), out_r(N * F), dg(N * F), du(N * F), dg_r(N * F), du_r(N * F);
-    ops_->swiglu_fwd(gate.data(), up.data(), N, F, out.data());
-    ref_.swiglu_fwd(gate.data(), up.data(), N, F, out_r.data());
-    ops_->swiglu_bwd(dout.data(), gate.data(), up.data(), N, F, dg.data(), du.data());
-    ref_.swiglu_bwd(dout.data(), gate.data(), up.data(), N, F, dg_r.data(), du_r.data());
+  std::vector<std::pair<int64_t, int64_t>> shapes = {
+      {1, 1}, {1, 37}, {1, 130}, {1, 3072}, {5, 37}, {3, 4099}, {33, 24}, {2, 1}, {7, 130}};
+  for (int r = 0; r < 6; ++r) {  // random N (1 included) with ragged F
+    const int64_t Fs[] = {1, 37, 130, 515};
+    shapes.push_back({1 + (int64_t)rng.Below(r == 0 ? 1 : 9), Fs[rng.Below(4)]});
+  }
+  for (auto [N, F] : shapes) {
+    Vec gu = Randn(N * 2 * F, rng, 4.f), dout = Randn(N * F, rng);
+    for (int64_t n = 0; n < N; ++n)  // up half at unit scale, as before
+      for (int64_t f = 0; f < F; ++f) gu[n * 2 * F + F + f] *= 0.25f;
+    gu[0] = 30.f;
+    if (F > 1) gu[1] = -30.f;
+    Vec out(N * F, -7.f), out_r(N * F), dgu(N * 2 * F, -7.f), dgu_r(N * 2 * F);
+    ops_->swiglu_fwd(gu.data(), N, F, out.data());
+    ref_.swiglu_fwd(gu.data(), N, F, out_r.data());
+    ops_->swiglu_bwd(dout.data(), gu.data(), N, F, dgu.data());
+    ref_.swiglu_bwd(dout.data(), gu.data(), N, F, dgu_r.data());
     std::string tag = " N" + std::to_string(N) + " F" + std::to_string(F);
     ExpectClose(out, out_r, 1e-5, 1e-6, "swiglu_fwd" + tag);
-    ExpectClose(dg, dg_r, 1e-5, 1e-6, "swiglu_bwd dgate" + tag);
-    ExpectClose(du, du_r, 1e-5, 1e-6, "swiglu_bwd dup" + tag);
+    ExpectClose(dgu, dgu_r, 1e-5, 1e-6, "swiglu_bwd dgu" + tag);
   }
 }
 
@@ -514,15 +521,14 @@ TEST(RefOracle, RmsnormBackwardMatchesFiniteDifferences) {
 TEST(RefOracle, SwigluBackwardMatchesFiniteDifferences) {
   Rng rng(22);
   const int64_t N = 4, F = 9;
-  Vec gate = Randn(N * F, rng, 2.f), up = Randn(N * F, rng), R = Randn(N * F, rng), out(N * F);
+  Vec gu = Randn(N * 2 * F, rng, 2.f), R = Randn(N * F, rng), out(N * F);
   auto loss = [&] {
-    RefOps().swiglu_fwd(gate.data(), up.data(), N, F, out.data());
+    RefOps().swiglu_fwd(gu.data(), N, F, out.data());
     return Dot(out, R);
   };
-  Vec dg(N * F), du(N * F);
-  RefOps().swiglu_bwd(R.data(), gate.data(), up.data(), N, F, dg.data(), du.data());
-  CheckGradient(gate, dg, loss, rng, 20, 1e-2f, 1e-2, 1e-3, "ref swiglu dgate");
-  CheckGradient(up, du, loss, rng, 20, 1e-2f, 1e-2, 1e-3, "ref swiglu dup");
+  Vec dgu(N * 2 * F);
+  RefOps().swiglu_bwd(R.data(), gu.data(), N, F, dgu.data());
+  CheckGradient(gu, dgu, loss, rng, 40, 1e-2f, 1e-2, 1e-3, "ref swiglu dgu");
 }
 
 TEST(RefOracle, SoftmaxXentGradientMatchesFiniteDifferences) {

@@ -129,8 +129,9 @@ namespace {
 // Row/element-wise ops per ISA backend, process CPU time (OMP_NUM_THREADS=1).
 TEST(KernelBench, DISABLED_ElementwisePerIsa) {
   const int64_t N = 512, C = 768, F = 2048, V = 50257, NX = 64, P = 1 << 22;
-  std::vector<float> x(N * F), w(F, 1.f), out(N * F), rstd(N), g(N * F), up(N * F), dg(N * F), du(N * F);
+  std::vector<float> x(N * F), w(F, 1.f), out(N * F), rstd(N), gu(N * 2 * F), dgu(N * 2 * F);
   for (size_t i = 0; i < x.size(); ++i) x[i] = (float)((i * 2654435761u) % 2001) / 500.f - 2.f;
+  for (size_t i = 0; i < gu.size(); ++i) gu[i] = (float)((i * 2654435761u) % 2001) / 500.f - 2.f;
   std::vector<float> logits(NX * V), losses(NX), dlogits(NX * V);
   for (size_t i = 0; i < logits.size(); ++i) logits[i] = (float)((i * 40503u) % 1001) / 100.f - 5.f;
   std::vector<int32_t> tgt(NX, 7);
@@ -156,8 +157,8 @@ TEST(KernelBench, DISABLED_ElementwisePerIsa) {
     const BackendOps& o = be->ops();
     double t_rf = time([&] { o.rmsnorm_fwd(x.data(), w.data(), 1e-5f, N, C, out.data(), rstd.data()); });
     double t_rb = time([&] { o.rmsnorm_bwd(x.data(), x.data(), w.data(), rstd.data(), N, C, out.data(), w.data()); });
-    double t_sf = time([&] { o.swiglu_fwd(x.data(), x.data(), N, F, out.data()); });
-    double t_sb = time([&] { o.swiglu_bwd(x.data(), x.data(), x.data(), N, F, dg.data(), du.data()); });
+    double t_sf = time([&] { o.swiglu_fwd(gu.data(), N, F, out.data()); });
+    double t_sb = time([&] { o.swiglu_bwd(x.data(), gu.data(), N, F, dgu.data()); });
     double t_x = time([&] { o.softmax_xent(logits.data(), tgt.data(), NX, V, 1.f, losses.data(), dlogits.data()); });
     AdamWParams ap;
     ap.n = P, ap.lr = 1e-3f, ap.param = prm.data(), ap.grad = grd.data(), ap.m = m.data(), ap.v = vv.data();

@@ -91,32 +91,45 @@ inline void RopeK(float* x, int64_t N, int H, int D, const int32_t* pos, const f
 
 constexpr int64_t kElemChunk = 4096;  // elements per OpenMP work item
 
-// gate, up, out [N, F].
-inline void SwigluFwdK(const float* gate, const float* up, int64_t N, int64_t F, float* out) {
-  int64_t n = N * F;
+// SwiGLU work items: (row, column chunk of kSwigluCol) pairs, so a single
+// long row (decode: N=1, F=3072) still spreads over threads. Element-wise, so
+// the result does not depend on the decomposition or thread count.
+constexpr int64_t kSwigluCol = 512;  // multiple of every vector width
+
+// gu [N, 2F] = [gate | up] per row; out [N, F].
+inline void SwigluFwdK(const float* gu, int64_t N, int64_t F, float* out) {
+  const int64_t nc = (F + kSwigluCol - 1) / kSwigluCol;
 #pragma omp parallel for schedule(static)
-  for (int64_t c0 = 0; c0 < n; c0 += kElemChunk) {
-    int64_t c1 = MinI(n, c0 + kElemChunk);
+  for (int64_t t = 0; t < N * nc; ++t) {
+    const int64_t n = t / nc, f0 = (t % nc) * kSwigluCol, f1 = MinI(F, f0 + kSwigluCol);
+    const float* gate = gu + n * 2 * F;
+    const float* up = gate + F;
+    float* o = out + n * F;
 #pragma omp simd
-    for (int64_t i = c0; i < c1; ++i) {
-      float g = gate[i];
-      out[i] = g / (1.f + ExpF(-g)) * up[i];
+    for (int64_t f = f0; f < f1; ++f) {
+      float g = gate[f];
+      o[f] = g / (1.f + ExpF(-g)) * up[f];
     }
   }
 }
 
-inline void SwigluBwdK(const float* dout, const float* gate, const float* up, int64_t N,
-                       int64_t F, float* dgate, float* dup) {
-  int64_t n = N * F;
+// dout [N, F]; gu, dgu [N, 2F] = [gate | up], [dgate | dup] per row.
+inline void SwigluBwdK(const float* dout, const float* gu, int64_t N, int64_t F, float* dgu) {
+  const int64_t nc = (F + kSwigluCol - 1) / kSwigluCol;
 #pragma omp parallel for schedule(static)
-  for (int64_t c0 = 0; c0 < n; c0 += kElemChunk) {
-    int64_t c1 = MinI(n, c0 + kElemChunk);
+  for (int64_t t = 0; t < N * nc; ++t) {
+    const int64_t n = t / nc, f0 = (t % nc) * kSwigluCol, f1 = MinI(F, f0 + kSwigluCol);
+    const float* gate = gu + n * 2 * F;
+    const float* up = gate + F;
+    const float* dr = dout + n * F;
+    float* dgate = dgu + n * 2 * F;
+    float* dup = dgate + F;
 #pragma omp simd
-    for (int64_t i = c0; i < c1; ++i) {
-      float g = gate[i], d = dout[i], u = up[i];
+    for (int64_t f = f0; f < f1; ++f) {
+      float g = gate[f], d = dr[f], u = up[f];
       float s = 1.f / (1.f + ExpF(-g));
-      dgate[i] = d * u * s * (1.f + g * (1.f - s));
-      dup[i] = d * g * s;
+      dgate[f] = d * u * s * (1.f + g * (1.f - s));
+      dup[f] = d * g * s;
     }
   }
 }

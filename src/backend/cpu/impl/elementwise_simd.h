@@ -17,41 +17,52 @@ struct ElementwiseSimd {
   using Reg = typename V::R;
   static constexpr int W = V::W;
 
-  static void SwigluFwd(const float* gate, const float* up, int64_t N, int64_t F, float* out) {
-    const int64_t n = N * F;
+  // gu [N, 2F] = [gate | up] per row; out [N, F]. Work items are (row,
+  // column chunk) pairs as in SwigluFwdK.
+  static void SwigluFwd(const float* gu, int64_t N, int64_t F, float* out) {
+    const int64_t nc = (F + kSwigluCol - 1) / kSwigluCol;
 #pragma omp parallel for schedule(static)
-    for (int64_t c0 = 0; c0 < n; c0 += kElemChunk) {
-      const int64_t c1 = MinI(n, c0 + kElemChunk);
-      int64_t i = c0;
-      for (; i + W <= c1; i += W) {
-        Reg g = V::load(gate + i);
-        V::store(out + i, V::mul(V::mul(g, V::div(V::set1(1.f), V::add(V::set1(1.f), V::exp(V::sub(V::zero(), g))))),
-                                 V::load(up + i)));
+    for (int64_t t = 0; t < N * nc; ++t) {
+      const int64_t n = t / nc, f0 = (t % nc) * kSwigluCol, f1 = MinI(F, f0 + kSwigluCol);
+      const float* gate = gu + n * 2 * F;
+      const float* up = gate + F;
+      float* o = out + n * F;
+      const Reg one = V::set1(1.f);
+      int64_t f = f0;
+      for (; f + W <= f1; f += W) {
+        Reg g = V::load(gate + f);
+        V::store(o + f, V::mul(V::mul(g, V::div(one, V::add(one, V::exp(V::sub(V::zero(), g))))),
+                               V::load(up + f)));
       }
-      for (; i < c1; ++i) out[i] = gate[i] / (1.f + ExpF(-gate[i])) * up[i];
+      for (; f < f1; ++f) o[f] = gate[f] / (1.f + ExpF(-gate[f])) * up[f];
     }
   }
 
-  static void SwigluBwd(const float* dout, const float* gate, const float* up, int64_t N, int64_t F,
-                        float* dgate, float* dup) {
-    const int64_t n = N * F;
+  // dout [N, F]; gu, dgu [N, 2F] = [gate | up], [dgate | dup] per row.
+  static void SwigluBwd(const float* dout, const float* gu, int64_t N, int64_t F, float* dgu) {
+    const int64_t nc = (F + kSwigluCol - 1) / kSwigluCol;
 #pragma omp parallel for schedule(static)
-    for (int64_t c0 = 0; c0 < n; c0 += kElemChunk) {
-      const int64_t c1 = MinI(n, c0 + kElemChunk);
-      int64_t i = c0;
+    for (int64_t t = 0; t < N * nc; ++t) {
+      const int64_t n = t / nc, f0 = (t % nc) * kSwigluCol, f1 = MinI(F, f0 + kSwigluCol);
+      const float* gate = gu + n * 2 * F;
+      const float* up = gate + F;
+      const float* dr = dout + n * F;
+      float* dgate = dgu + n * 2 * F;
+      float* dup = dgate + F;
       const Reg one = V::set1(1.f);
-      for (; i + W <= c1; i += W) {
-        Reg g = V::load(gate + i), d = V::load(dout + i), u = V::load(up + i);
+      int64_t f = f0;
+      for (; f + W <= f1; f += W) {
+        Reg g = V::load(gate + f), d = V::load(dr + f), u = V::load(up + f);
         Reg s = V::div(one, V::add(one, V::exp(V::sub(V::zero(), g))));
         // dgate = d u s (1 + g (1 - s)); dup = d g s
-        V::store(dgate + i, V::mul(V::mul(V::mul(d, u), s), V::fma(g, V::sub(one, s), one)));
-        V::store(dup + i, V::mul(V::mul(d, g), s));
+        V::store(dgate + f, V::mul(V::mul(V::mul(d, u), s), V::fma(g, V::sub(one, s), one)));
+        V::store(dup + f, V::mul(V::mul(d, g), s));
       }
-      for (; i < c1; ++i) {
-        float g = gate[i], d = dout[i], u = up[i];
+      for (; f < f1; ++f) {
+        float g = gate[f], d = dr[f], u = up[f];
         float s = 1.f / (1.f + ExpF(-g));
-        dgate[i] = d * u * s * (1.f + g * (1.f - s));
-        dup[i] = d * g * s;
+        dgate[f] = d * u * s * (1.f + g * (1.f - s));
+        dup[f] = d * g * s;
       }
     }
   }

@@ -75,17 +75,26 @@ void Rope(float* x, int64_t N, int H, int D, const int32_t* pos, const float* co
 
 double Sigmoid(double g) { return 1.0 / (1.0 + std::exp(-g)); }
 
-void SwigluFwd(const float* gate, const float* up, int64_t N, int64_t F, float* out) {
-  for (int64_t i = 0; i < N * F; ++i) out[i] = (float)(gate[i] * Sigmoid(gate[i]) * up[i]);
+// gu [N, 2F] = [gate | up] per row; out [N, F].
+void SwigluFwd(const float* gu, int64_t N, int64_t F, float* out) {
+  for (int64_t n = 0; n < N; ++n) {
+    const float* g = gu + n * 2 * F;
+    const float* u = g + F;
+    for (int64_t f = 0; f < F; ++f) out[n * F + f] = (float)(g[f] * Sigmoid(g[f]) * u[f]);
+  }
 }
 
-void SwigluBwd(const float* dout, const float* gate, const float* up, int64_t N, int64_t F,
-               float* dgate, float* dup) {
-  for (int64_t i = 0; i < N * F; ++i) {
-    double g = gate[i], s = Sigmoid(g);
-    double d = dout[i], u = up[i];
-    dgate[i] = (float)(d * u * s * (1.0 + g * (1.0 - s)));
-    dup[i] = (float)(d * g * s);
+// dout [N, F]; dgu [N, 2F] = [dgate | dup] per row.
+void SwigluBwd(const float* dout, const float* gu, int64_t N, int64_t F, float* dgu) {
+  for (int64_t n = 0; n < N; ++n) {
+    const float* gr = gu + n * 2 * F;
+    float* dg = dgu + n * 2 * F;
+    for (int64_t f = 0; f < F; ++f) {
+      double g = gr[f], s = Sigmoid(g);
+      double d = dout[n * F + f], u = gr[F + f];
+      dg[f] = (float)(d * u * s * (1.0 + g * (1.0 - s)));
+      dg[F + f] = (float)(d * g * s);
+    }
   }
 }
 
