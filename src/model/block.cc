@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/check.h"
 #include "ops/ops.h"
 
 namespace myriad {
@@ -43,6 +44,28 @@ AttentionParams MakeAttention(const ModelConfig& cfg, BlockActs* a) {
 
 }  // namespace
 
+void SplitQkv(const float* qkv, int64_t N, int64_t qd, int64_t kvd, float* q, float* k, float* v) {
+  const int64_t row = qd + 2 * kvd;
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* src = qkv + n * row;
+    std::memcpy(q + n * qd, src, qd * sizeof(float));
+    std::memcpy(k + n * kvd, src + qd, kvd * sizeof(float));
+    std::memcpy(v + n * kvd, src + qd + kvd, kvd * sizeof(float));
+  }
+}
+
+void JoinQkv(const float* q, const float* k, const float* v, int64_t N, int64_t qd, int64_t kvd, float* qkv) {
+  const int64_t row = qd + 2 * kvd;
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    float* dst = qkv + n * row;
+    std::memcpy(dst, q + n * qd, qd * sizeof(float));
+    std::memcpy(dst + qd, k + n * kvd, kvd * sizeof(float));
+    std::memcpy(dst + qd + kvd, v + n * kvd, kvd * sizeof(float));
+  }
+}
+
 void BlockForward(const BlockContext& ctx, const BlockWeights<float*>& w, const float* x_in,
                   int B, int T, BlockActs* a, float* x_out) {
   const ModelConfig& cfg = *ctx.cfg;
@@ -57,9 +80,13 @@ void BlockForward(const BlockContext& ctx, const BlockWeights<float*>& w, const 
 
   // Attention: a = norm(x); q,k,v = proj(a); rope; att = softmax(qk^T)v.
   ops::RmsNorm(x_in, w.attn_norm, eps, N, C, a->a.data(), a->rstd1.data());
-  ops::Linear(a->a.data(), w.wq, N, C, H * D, a->q.data());
-  ops::Linear(a->a.data(), w.wk, N, C, Hkv * D, a->k.data());
-  ops::Linear(a->a.data(), w.wv, N, C, Hkv * D, a->v.data());
+  // q_proj, k_proj and v_proj are adjacent in the parameter buffer: one GEMM.
+  CHECK(w.wk == w.wq + static_cast<int64_t>(H) * D * C && w.wv == w.wk + static_cast<int64_t>(Hkv) * D * C);
+  const int64_t QKV = static_cast<int64_t>(H + 2 * Hkv) * D;
+  Buf<float>& qkv = ctx.scratch->qkv;
+  Fit(&qkv, N * QKV);
+  ops::Linear(a->a.data(), w.wq, N, C, QKV, qkv.data());
+  SplitQkv(qkv.data(), N, H * D, Hkv * D, a->q.data(), a->k.data(), a->v.data());
   ops::Rope(a->q.data(), N, H, D, ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), false);
   ops::Rope(a->k.data(), N, Hkv, D, ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), false);
   ops::Attention(MakeAttention(cfg, a));
@@ -71,10 +98,11 @@ void BlockForward(const BlockContext& ctx, const BlockWeights<float*>& w, const 
   ops::RmsNorm(a->x_mid.data(), w.ffn_norm, eps, N, C, a->f.data(), a->rstd2.data());
   if (!w.moe) {
     const int64_t F = cfg.d_ff;
-    Fit(&a->g, N * F); Fit(&a->u, N * F); Fit(&a->h, N * F);
-    ops::Linear(a->f.data(), w.w_gate, N, C, F, a->g.data());
-    ops::Linear(a->f.data(), w.w_up, N, C, F, a->u.data());
-    ops::SwiGlu(a->g.data(), a->u.data(), N, F, a->h.data());
+    // gate_proj and up_proj are adjacent in the parameter buffer: one GEMM.
+    CHECK(w.w_up == w.w_gate + F * C);
+    Fit(&a->gu, N * 2 * F); Fit(&a->h, N * F);
+    ops::Linear(a->f.data(), w.w_gate, N, C, 2 * F, a->gu.data());
+    ops::SwiGlu(a->gu.data(), N, F, a->h.data());
     ops::Linear(a->h.data(), w.w_down, N, F, C, a->ffn_out.data());
   } else {
     MoeForward(cfg, w, ctx.bias, a->f.data(), B, T, &a->moe, a->ffn_out.data());
@@ -97,11 +125,10 @@ void BlockBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
   // FFN: d_f = dFFN/df; d_mid = d_out + RmsNorm' (d_f).
   if (!w.moe) {
     const int64_t F = cfg.d_ff;
-    Fit(&s->d_h, N * F); Fit(&s->d_g, N * F); Fit(&s->d_u, N * F);
+    Fit(&s->d_h, N * F); Fit(&s->d_gu, N * 2 * F);
     ops::LinearBackward(d_out, a->h.data(), w.w_down, N, F, C, s->d_h.data(), false, gw.w_down);
-    ops::SwiGluBackward(s->d_h.data(), a->g.data(), a->u.data(), N, F, s->d_g.data(), s->d_u.data());
-    ops::LinearBackward(s->d_g.data(), a->f.data(), w.w_gate, N, C, F, s->d_f.data(), false, gw.w_gate);
-    ops::LinearBackward(s->d_u.data(), a->f.data(), w.w_up, N, C, F, s->d_f.data(), true, gw.w_up);
+    ops::SwiGluBackward(s->d_h.data(), a->gu.data(), N, F, s->d_gu.data());
+    ops::LinearBackward(s->d_gu.data(), a->f.data(), w.w_gate, N, C, 2 * F, s->d_f.data(), false, gw.w_gate);
   } else {
     MoeBackward(cfg, w, gw, a->f.data(), B, T, &a->moe, d_out, loss_scale, s, s->d_f.data());
   }
@@ -120,9 +147,10 @@ void BlockBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
   ops::AttentionBackward(bp);
   ops::Rope(s->d_q.data(), N, H, D, ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), true);
   ops::Rope(s->d_k.data(), N, Hkv, D, ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), true);
-  ops::LinearBackward(s->d_q.data(), a->a.data(), w.wq, N, C, H * D, s->d_a.data(), false, gw.wq);
-  ops::LinearBackward(s->d_k.data(), a->a.data(), w.wk, N, C, Hkv * D, s->d_a.data(), true, gw.wk);
-  ops::LinearBackward(s->d_v.data(), a->a.data(), w.wv, N, C, Hkv * D, s->d_a.data(), true, gw.wv);
+  const int64_t QKV = static_cast<int64_t>(H + 2 * Hkv) * D;
+  Fit(&s->d_qkv, N * QKV);
+  JoinQkv(s->d_q.data(), s->d_k.data(), s->d_v.data(), N, H * D, Hkv * D, s->d_qkv.data());
+  ops::LinearBackward(s->d_qkv.data(), a->a.data(), w.wq, N, C, QKV, s->d_a.data(), false, gw.wq);
   std::memcpy(d_in, s->d_mid.data(), N * C * sizeof(float));
   ops::RmsNormBackward(s->d_a.data(), a->x_in, w.attn_norm, a->rstd1.data(), N, C, d_in, gw.attn_norm);
 }

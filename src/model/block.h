@@ -26,8 +26,8 @@ struct MoeActs {
   Buf<int32_t> pos;               // [N, K] row in the permuted buffer
   Buf<int32_t> perm;              // [M=N*K] token of each buffer row
   Buf<int64_t> expert_offset;     // [E+1]
-  Buf<float> x, g, u, h, y;       // permuted: x [M,C], g/u/h [M,F], y [M,C]
-  Buf<float> sg, su, sh;          // shared experts [N, S*F]
+  Buf<float> x, gu, h, y;         // permuted: x [M,C], gu [M,2F] (gate|up), h [M,F], y [M,C]
+  Buf<float> sgu, sh;             // shared experts: [N, 2*S*F], [N, S*F]
   Buf<float> f_frac;              // [B, E] balance-loss f_i per sequence
   Buf<int64_t> load;              // [E] assignments in this forward
   double aux_loss = 0;                    // alpha-weighted balance loss
@@ -41,14 +41,15 @@ struct BlockActs {
   Buf<float> att, lse;            // [N, H*D], [B, H, T]
   Buf<float> x_mid;               // [N, C]
   Buf<float> f, rstd2;            // ffn norm out [N,C], [N]
-  Buf<float> g, u, h;             // dense FFN [N, F]
+  Buf<float> gu, h;               // dense FFN: [N, 2F] (gate|up), [N, F]
   Buf<float> ffn_out;             // [N, C]
   MoeActs moe;
 };
 
 // Scratch space for backward, shared by all blocks of a model.
 struct BlockScratch {
-  Buf<float> d_mid, d_f, d_att, d_q, d_k, d_v, d_a, d_g, d_u, d_h, d_y, d_x, d_w, d_logits;
+  Buf<float> d_mid, d_f, d_att, d_q, d_k, d_v, d_qkv, d_a, d_gu, d_h, d_y, d_x, d_w, d_logits;
+  Buf<float> qkv;  // forward: the fused q|k|v projection before it is split
 };
 
 struct BlockContext {
@@ -56,11 +57,16 @@ struct BlockContext {
   const RopeTables* rope;
   const int32_t* pos;  // [N] positions of the tokens
   const float* bias;   // [E] selection bias (MoE blocks), may be null
+  BlockScratch* scratch;  // shared temporaries (forward and backward)
 };
 
 // x_out[N,C] = Block(x_in). Saves what backward needs in `acts`.
 void BlockForward(const BlockContext& ctx, const BlockWeights<float*>& w, const float* x_in,
                   int B, int T, BlockActs* acts, float* x_out);
+
+// q|k|v rows [N, (H+2Hkv)D] <-> separate q [N,H*D], k, v [N,Hkv*D].
+void SplitQkv(const float* qkv, int64_t N, int64_t qd, int64_t kvd, float* q, float* k, float* v);
+void JoinQkv(const float* q, const float* k, const float* v, int64_t N, int64_t qd, int64_t kvd, float* qkv);
 
 // Given d x_out, writes d x_in [N,C] and accumulates weight grads into `gw`.
 // loss_scale multiplies the balance-loss gradient (the same factor the caller

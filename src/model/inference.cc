@@ -118,23 +118,21 @@ InferenceSession::InferenceSession(const Model& model, int64_t max_len, WeightFo
     L.wv.Init(w.wv, Hkv * D, C, fmt);
     L.wo.Init(w.wo, C, H * D, fmt);
     if (!w.moe) {
-      L.w_gate.Init(w.w_gate, cfg_.d_ff, C, fmt);
-      L.w_up.Init(w.w_up, cfg_.d_ff, C, fmt);
+      // gate_proj and up_proj are adjacent: one [2F, C] matrix.
+      L.w_gate.Init(w.w_gate, 2 * cfg_.d_ff, C, fmt);
       L.w_down.Init(w.w_down, C, cfg_.d_ff, fmt);
     } else {
       const int64_t F = cfg_.d_expert, E = cfg_.n_routed_experts;
       L.router = w.router;
       L.bias = model.biases()[bias_i++].data();
-      L.e_gate.resize(E); L.e_up.resize(E); L.e_down.resize(E);
+      L.e_gate.resize(E); L.e_down.resize(E);
       for (int64_t e = 0; e < E; ++e) {
-        L.e_gate[e].Init(w.e_gate[e], F, C, fmt);
-        L.e_up[e].Init(w.e_up[e], F, C, fmt);
+        L.e_gate[e].Init(w.e_gate[e], 2 * F, C, fmt);
         L.e_down[e].Init(w.e_down[e], C, F, fmt);
       }
       if (w.s_gate) {
         const int64_t SF = cfg_.n_shared_experts * F;
-        L.s_gate.Init(w.s_gate, SF, C, fmt);
-        L.s_up.Init(w.s_up, SF, C, fmt);
+        L.s_gate.Init(w.s_gate, 2 * SF, C, fmt);
         L.s_down.Init(w.s_down, C, SF, fmt);
       }
     }
@@ -148,10 +146,10 @@ int64_t InferenceSession::WeightBytesPerToken() const {
   for (const auto& L : layers_) {
     b += L.wq.bytes() + L.wk.bytes() + L.wv.bytes() + L.wo.bytes();
     if (!L.moe) {
-      b += L.w_gate.bytes() + L.w_up.bytes() + L.w_down.bytes();
+      b += L.w_gate.bytes() + L.w_down.bytes();
     } else {
-      b += cfg_.top_k * (L.e_gate[0].bytes() + L.e_up[0].bytes() + L.e_down[0].bytes());
-      b += L.s_gate.bytes() + L.s_up.bytes() + L.s_down.bytes() + cfg_.n_routed_experts * cfg_.d_model * 4;
+      b += cfg_.top_k * (L.e_gate[0].bytes() + L.e_down[0].bytes());
+      b += L.s_gate.bytes() + L.s_down.bytes() + cfg_.n_routed_experts * cfg_.d_model * 4;
     }
   }
   return b;
@@ -161,10 +159,9 @@ void InferenceSession::Ffn(Layer& L, const float* f, int64_t n, float* out) {
   const int64_t C = cfg_.d_model;
   if (!L.moe) {
     const int64_t F = cfg_.d_ff;
-    g_.resize(n * F); u_.resize(n * F); h_.resize(n * F);
+    g_.resize(n * 2 * F); h_.resize(n * F);
     L.w_gate.Apply(f, n, g_.data());
-    L.w_up.Apply(f, n, u_.data());
-    ops::SwiGlu(g_.data(), u_.data(), n, F, h_.data());
+    ops::SwiGlu(g_.data(), n, F, h_.data());
     L.w_down.Apply(h_.data(), n, out);
     return;
   }
@@ -172,7 +169,7 @@ void InferenceSession::Ffn(Layer& L, const float* f, int64_t n, float* out) {
   scores_.resize(n * E);
   ops::Linear(f, L.router, n, C, E, scores_.data());
   std::memset(out, 0, n * C * sizeof(float));
-  g_.resize(F); u_.resize(F); h_.resize(F); eo_.resize(C);
+  g_.resize(2 * F); h_.resize(F); eo_.resize(C);
   for (int64_t t = 0; t < n; ++t) {
     float* s = scores_.data() + t * E;
     if (cfg_.sigmoid_scores()) {
@@ -194,19 +191,17 @@ void InferenceSession::Ffn(Layer& L, const float* f, int64_t n, float* out) {
     for (int64_t k = 0; k < K; ++k) {
       int32_t e = idx[k];
       L.e_gate[e].Apply(f + t * C, 1, g_.data());
-      L.e_up[e].Apply(f + t * C, 1, u_.data());
-      ops::SwiGlu(g_.data(), u_.data(), 1, F, h_.data());
+      ops::SwiGlu(g_.data(), 1, F, h_.data());
       L.e_down[e].Apply(h_.data(), 1, eo_.data());
       const float wk = s[e] / z;
       for (int64_t c = 0; c < C; ++c) out[t * C + c] += wk * eo_[c];
     }
   }
   if (L.s_gate.out() > 0) {
-    const int64_t SF = L.s_gate.out();
-    std::vector<float> sg(n * SF), su(n * SF), sh(n * SF), so(n * C);
-    L.s_gate.Apply(f, n, sg.data());
-    L.s_up.Apply(f, n, su.data());
-    ops::SwiGlu(sg.data(), su.data(), n, SF, sh.data());
+    const int64_t SF = L.s_gate.out() / 2;
+    std::vector<float> sgu(n * 2 * SF), sh(n * SF), so(n * C);
+    L.s_gate.Apply(f, n, sgu.data());
+    ops::SwiGlu(sgu.data(), n, SF, sh.data());
     L.s_down.Apply(sh.data(), n, so.data());
     for (int64_t i = 0; i < n * C; ++i) out[i] += so[i];
   }

@@ -54,8 +54,9 @@ class InferenceSession {
   struct Layer {
     bool moe = false;
     const float *attn_norm, *ffn_norm, *router;
-    InferLinear wq, wk, wv, wo, w_gate, w_up, w_down, s_gate, s_up, s_down;
-    std::vector<InferLinear> e_gate, e_up, e_down;
+    // w_gate, e_gate and s_gate hold gate and up projections together [2F, C].
+    InferLinear wq, wk, wv, wo, w_gate, w_down, s_gate, s_down;
+    std::vector<InferLinear> e_gate, e_down;
     const float* bias = nullptr;
     std::vector<float> k_cache, v_cache;  // [max_len, Hkv*D]
   };
@@ -70,7 +71,7 @@ class InferenceSession {
   const float* norm_;
   InferLinear head_;
   RopeTables rope_;
-  std::vector<float> x_, a_, q_, att_, f_, tmp_, g_, u_, h_, logits_, rstd_, eo_, scores_;
+  std::vector<float> x_, a_, q_, att_, f_, tmp_, g_, h_, logits_, rstd_, eo_, scores_;
   std::vector<int32_t> pos_;
 };
 

@@ -86,6 +86,7 @@ BlockContext Model::Context(int block_index, const int32_t* pos) {
   ctx.pos = pos;
   int bi = bias_index_[block_index];
   ctx.bias = bi >= 0 ? biases_[bi].data() : nullptr;
+  ctx.scratch = &scratch_;
   return ctx;
 }
 

@@ -58,7 +58,7 @@ void MoeForward(const ModelConfig& cfg, const BlockWeights<float*>& w, const flo
   Fit(&a->logits, N * E); Fit(&a->scores, N * E);
   Fit(&a->sel, N * K); Fit(&a->w, N * K); Fit(&a->pos, N * K); Fit(&a->perm, M);
   Fit(&a->expert_offset, E + 1);
-  Fit(&a->x, M * C); Fit(&a->g, M * F); Fit(&a->u, M * F); Fit(&a->h, M * F); Fit(&a->y, M * C);
+  Fit(&a->x, M * C); Fit(&a->gu, M * 2 * F); Fit(&a->h, M * F); Fit(&a->y, M * C);
   a->load.assign(E, 0);
 
   // 1. Route: scores, top-K of (score + bias), weights normalised over the K.
@@ -110,9 +110,9 @@ void MoeForward(const ModelConfig& cfg, const BlockWeights<float*>& w, const flo
   for (int64_t e = 0; e < E; ++e) {
     const int64_t o = a->expert_offset[e], n = count[e];
     if (n == 0) continue;
-    ops::Linear(a->x.data() + o * C, w.e_gate[e], n, C, F, a->g.data() + o * F);
-    ops::Linear(a->x.data() + o * C, w.e_up[e], n, C, F, a->u.data() + o * F);
-    ops::SwiGlu(a->g.data() + o * F, a->u.data() + o * F, n, F, a->h.data() + o * F);
+    // gate_proj and up_proj are adjacent in the parameter buffer: one GEMM.
+    ops::Linear(a->x.data() + o * C, w.e_gate[e], n, C, 2 * F, a->gu.data() + o * 2 * F);
+    ops::SwiGlu(a->gu.data() + o * 2 * F, n, F, a->h.data() + o * F);
     ops::Linear(a->h.data() + o * F, w.e_down[e], n, F, C, a->y.data() + o * C);
   }
 
@@ -121,10 +121,9 @@ void MoeForward(const ModelConfig& cfg, const BlockWeights<float*>& w, const flo
   ops::MoeCombine(a->y.data(), a->pos.data(), a->w.data(), N, K, C, out);
   if (w.s_gate) {
     const int64_t SF = cfg.n_shared_experts * F;
-    Fit(&a->sg, N * SF); Fit(&a->su, N * SF); Fit(&a->sh, N * SF);
-    ops::Linear(f, w.s_gate, N, C, SF, a->sg.data());
-    ops::Linear(f, w.s_up, N, C, SF, a->su.data());
-    ops::SwiGlu(a->sg.data(), a->su.data(), N, SF, a->sh.data());
+    Fit(&a->sgu, N * 2 * SF); Fit(&a->sh, N * SF);
+    ops::Linear(f, w.s_gate, N, C, 2 * SF, a->sgu.data());
+    ops::SwiGlu(a->sgu.data(), N, SF, a->sh.data());
     ops::Linear(a->sh.data(), w.s_down, N, SF, C, out, /*accumulate=*/true);
   }
 
@@ -165,11 +164,10 @@ void MoeBackward(const ModelConfig& cfg, const BlockWeights<float*>& w,
   // Shared experts first: they write df.
   if (w.s_gate) {
     const int64_t SF = cfg.n_shared_experts * F;
-    Fit(&s->d_h, N * SF); Fit(&s->d_g, N * SF); Fit(&s->d_u, N * SF);
+    Fit(&s->d_h, N * SF); Fit(&s->d_gu, N * 2 * SF);
     ops::LinearBackward(d_out, a->sh.data(), w.s_down, N, SF, C, s->d_h.data(), false, gw.s_down);
-    ops::SwiGluBackward(s->d_h.data(), a->sg.data(), a->su.data(), N, SF, s->d_g.data(), s->d_u.data());
-    ops::LinearBackward(s->d_g.data(), f, w.s_gate, N, C, SF, df, false, gw.s_gate);
-    ops::LinearBackward(s->d_u.data(), f, w.s_up, N, C, SF, df, true, gw.s_up);
+    ops::SwiGluBackward(s->d_h.data(), a->sgu.data(), N, SF, s->d_gu.data());
+    ops::LinearBackward(s->d_gu.data(), f, w.s_gate, N, C, 2 * SF, df, false, gw.s_gate);
   } else {
     std::memset(df, 0, N * C * sizeof(float));
   }
@@ -178,7 +176,7 @@ void MoeBackward(const ModelConfig& cfg, const BlockWeights<float*>& w,
   ops::MoeCombineBackward(d_out, a->y.data(), a->pos.data(), a->w.data(), N, K, C, s->d_y.data(),
                           s->d_w.data());
   // Experts.
-  Fit(&s->d_h, M * F); Fit(&s->d_g, M * F); Fit(&s->d_u, M * F);
+  Fit(&s->d_h, M * F); Fit(&s->d_gu, M * 2 * F);
   const bool grouped = GroupExperts(E);
 #pragma omp parallel for schedule(dynamic, 1) if (grouped)
   for (int64_t e = 0; e < E; ++e) {
@@ -186,12 +184,9 @@ void MoeBackward(const ModelConfig& cfg, const BlockWeights<float*>& w,
     if (n == 0) continue;
     ops::LinearBackward(s->d_y.data() + o * C, a->h.data() + o * F, w.e_down[e], n, F, C,
                         s->d_h.data() + o * F, false, gw.e_down[e]);
-    ops::SwiGluBackward(s->d_h.data() + o * F, a->g.data() + o * F, a->u.data() + o * F, n, F,
-                        s->d_g.data() + o * F, s->d_u.data() + o * F);
-    ops::LinearBackward(s->d_g.data() + o * F, a->x.data() + o * C, w.e_gate[e], n, C, F,
+    ops::SwiGluBackward(s->d_h.data() + o * F, a->gu.data() + o * 2 * F, n, F, s->d_gu.data() + o * 2 * F);
+    ops::LinearBackward(s->d_gu.data() + o * 2 * F, a->x.data() + o * C, w.e_gate[e], n, C, 2 * F,
                         s->d_x.data() + o * C, false, gw.e_gate[e]);
-    ops::LinearBackward(s->d_u.data() + o * F, a->x.data() + o * C, w.e_up[e], n, C, F,
-                        s->d_x.data() + o * C, true, gw.e_up[e]);
   }
   // Un-permute: df[t] += sum_k dx[pos[t,k]].
   ops::MoeCombine(s->d_x.data(), a->pos.data(), nullptr, N, K, C, df);

@@ -1,5 +1,7 @@
 #include "model/params.h"
 
+#include "core/check.h"
+
 namespace myriad {
 
 int64_t ParamLayout::Add(const std::string& name, std::vector<int64_t> shape, bool decay) {
@@ -26,11 +28,14 @@ BlockWeights<int64_t> ParamLayout::AddBlock(const std::string& prefix, bool moe)
   b.wv = Add(prefix + "self_attn.v_proj.weight", {KVD, C}, true);
   b.wo = Add(prefix + "self_attn.o_proj.weight", {C, HD}, true);
   b.ffn_norm = Add(prefix + "post_attention_layernorm.weight", {C}, false);
+  // The kernels rely on q|k|v and gate|up being adjacent (one GEMM each).
+  CHECK(b.wk == b.wq + HD * C && b.wv == b.wk + KVD * C);
   if (!moe) {
     const int64_t F = cfg_.d_ff;
     b.w_gate = Add(prefix + "mlp.gate_proj.weight", {F, C}, true);
     b.w_up = Add(prefix + "mlp.up_proj.weight", {F, C}, true);
     b.w_down = Add(prefix + "mlp.down_proj.weight", {C, F}, true);
+    CHECK(b.w_up == b.w_gate + F * C);
     return b;
   }
   const int64_t E = cfg_.n_routed_experts, F = cfg_.d_expert;
@@ -41,12 +46,14 @@ BlockWeights<int64_t> ParamLayout::AddBlock(const std::string& prefix, bool moe)
     b.e_gate.push_back(Add(ep + "gate_proj.weight", {F, C}, true));
     b.e_up.push_back(Add(ep + "up_proj.weight", {F, C}, true));
     b.e_down.push_back(Add(ep + "down_proj.weight", {C, F}, true));
+    CHECK(b.e_up.back() == b.e_gate.back() + F * C);
   }
   if (cfg_.n_shared_experts > 0) {
     const int64_t SF = cfg_.n_shared_experts * F;
     b.s_gate = Add(prefix + "mlp.shared_experts.gate_proj.weight", {SF, C}, true);
     b.s_up = Add(prefix + "mlp.shared_experts.up_proj.weight", {SF, C}, true);
     b.s_down = Add(prefix + "mlp.shared_experts.down_proj.weight", {C, SF}, true);
+    CHECK(b.s_up == b.s_gate + SF * C);
   }
   return b;
 }

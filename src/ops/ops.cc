@@ -58,14 +58,13 @@ void Rope(float* x, int64_t N, int H, int D, const int32_t* pos, const float* co
   OP_CHECK("rope", x && pos && cos_table && sin_table && H > 0 && D > 0 && D % 2 == 0);
   T().rope(x, N, H, D, pos, cos_table, sin_table, inverse);
 }
-void SwiGlu(const float* gate, const float* up, int64_t N, int64_t F, float* out) {
-  OP_CHECK("swiglu", gate && up && out && F > 0);
-  T().swiglu_fwd(gate, up, N, F, out);
+void SwiGlu(const float* gu, int64_t N, int64_t F, float* out) {
+  OP_CHECK("swiglu", gu && out && F > 0);
+  T().swiglu_fwd(gu, N, F, out);
 }
-void SwiGluBackward(const float* dout, const float* gate, const float* up, int64_t N, int64_t F,
-                    float* dgate, float* dup) {
-  OP_CHECK("swiglu_backward", dout && gate && up && dgate && dup && F > 0);
-  T().swiglu_bwd(dout, gate, up, N, F, dgate, dup);
+void SwiGluBackward(const float* dout, const float* gu, int64_t N, int64_t F, float* dgu) {
+  OP_CHECK("swiglu_backward", dout && gu && dgu && F > 0);
+  T().swiglu_bwd(dout, gu, N, F, dgu);
 }
 void SoftmaxXent(const float* logits, const int32_t* targets, int64_t N, int64_t V,
                  float grad_scale, float* losses, float* dlogits) {

@@ -31,9 +31,9 @@ void RmsNormBackward(const float* dout, const float* x, const float* w, const fl
                      int64_t N, int64_t C, float* dx, float* dw);
 void Rope(float* x, int64_t N, int H, int D, const int32_t* pos, const float* cos_table,
           const float* sin_table, bool inverse);
-void SwiGlu(const float* gate, const float* up, int64_t N, int64_t F, float* out);
-void SwiGluBackward(const float* dout, const float* gate, const float* up, int64_t N, int64_t F,
-                    float* dgate, float* dup);
+// gu [N, 2F] holds [gate | up] per row (one GEMM computes both).
+void SwiGlu(const float* gu, int64_t N, int64_t F, float* out);
+void SwiGluBackward(const float* dout, const float* gu, int64_t N, int64_t F, float* dgu);
 void SoftmaxXent(const float* logits, const int32_t* targets, int64_t N, int64_t V,
                  float grad_scale, float* losses, float* dlogits);
 void Attention(const AttentionParams& p);
