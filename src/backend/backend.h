@@ -67,6 +67,10 @@ struct BackendOps {
   void (*gemm)(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
                const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
                float* C, int64_t ldc);
+  // Same contract as gemm, but A and B are rounded to bf16 (round-to-nearest-even) before multiplying; products accumulate in fp32. Null where the CPU lacks AVX512-BF16.
+  void (*gemm_bf16)(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
+                    const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                    float* C, int64_t ldc);
 
   // out[n,:] = x[n,:] * rstd[n] * w, rstd[n] = 1/sqrt(mean(x[n,:]^2) + eps).
   // Writes out [N,C] and rstd [N].

@@ -36,6 +36,7 @@ class CpuBackendImpl final : public Backend {
 #define MYRIAD_SLOT(slot) \
   if (op == #slot) return ops_.slot != nullptr;
     MYRIAD_SLOT(gemm)
+    MYRIAD_SLOT(gemm_bf16)
     MYRIAD_SLOT(rmsnorm_fwd)
     MYRIAD_SLOT(rmsnorm_bwd)
     MYRIAD_SLOT(rope)

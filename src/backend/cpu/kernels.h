@@ -23,6 +23,10 @@ void GemvF16Avx512(const uint16_t* W, const float* x, int64_t out, int64_t in, f
 // Needs AVX512-VNNI (vpdpbusd).
 void GemvQ8Avx512Vnni(const int8_t* Wq, const float* scale, const float* x, int64_t out,
                       int64_t in, float* y);
+// BackendOps::gemm_bf16 (gemm_bf16.cc); needs AVX512-BF16.
+void GemmBf16Avx512(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
+                    const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                    float* C, int64_t ldc);
 void GemvF32Avx2(const float* W, const float* x, int64_t out, int64_t in, float* y);
 void GemvF16Avx2(const uint16_t* W, const float* x, int64_t out, int64_t in, float* y);
 // vpmaddwd on sign-extended int8 (no VNNI needed).

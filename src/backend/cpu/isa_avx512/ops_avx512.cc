@@ -22,6 +22,8 @@ void FillAvx512Ops(BackendOps* ops) {
   ops->swiglu_bwd = ElementwiseSimd<VecAvx512>::SwigluBwd;
   ops->softmax_xent = ElementwiseSimd<VecAvx512>::SoftmaxXent;
   ops->gemv_f32 = GemvF32Avx512;
+  // gemm_bf16.cc is the only TU with AVX512-BF16 code; null without it.
+  ops->gemm_bf16 = GetCpuInfo().avx512_bf16 ? GemmBf16Avx512 : nullptr;
   ops->gemv_f16 = GemvF16Avx512;
   // Without VNNI the AVX2 kernel (built without VNNI flags) is the safe one:
   // this TU may contain compiler-generated VNNI instructions.

@@ -26,6 +26,39 @@ void Gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, cons
     }
 }
 
+// fp32 -> bf16 -> fp32, round to nearest even (NaN stays NaN); subnormals
+// flush to signed zero, as vcvtne2ps2bf16 does.
+double RoundBf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7f800000u) == 0) {
+    u &= 0x80000000u;
+  } else if ((u & 0x7fffffffu) > 0x7f800000u) {
+    u |= 0x00400000u;
+  } else {
+    u += 0x7fffu + ((u >> 16) & 1u);
+  }
+  u &= 0xffff0000u;
+  float r;
+  std::memcpy(&r, &u, 4);
+  return r;
+}
+
+void GemmBf16(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+              int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double acc = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        double a = RoundBf16(ta == Trans::kNo ? A[i * lda + k] : A[k * lda + i]);
+        double b = RoundBf16(tb == Trans::kNo ? B[k * ldb + j] : B[j * ldb + k]);
+        acc += a * b;
+      }
+      double c = beta == 0.f ? 0.0 : (double)beta * C[i * ldc + j];
+      C[i * ldc + j] = (float)(alpha * acc + c);
+    }
+}
+
 void RmsnormFwd(const float* x, const float* w, float eps, int64_t N, int64_t C, float* out,
                 float* rstd) {
   for (int64_t n = 0; n < N; ++n) {
@@ -226,6 +259,7 @@ const BackendOps& RefOps() {
   static const BackendOps ops = [] {
     BackendOps o{};
     o.gemm = ref::Gemm;
+    o.gemm_bf16 = ref::GemmBf16;
     o.rmsnorm_fwd = ref::RmsnormFwd;
     o.rmsnorm_bwd = ref::RmsnormBwd;
     o.rope = ref::Rope;

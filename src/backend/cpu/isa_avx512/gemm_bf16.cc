@@ -1,0 +1,267 @@
+// BF16 GEMM with fp32 accumulation (BackendOps::gemm_bf16) on AVX512-BF16.
+//
+// GotoBLAS/BLIS structure:
+//   for jc (NC columns of C)        B block [KC x NC] packed once, shared
+//     for pc (KC of K)
+//       for ic (MC rows of C)       A block [MC x KC] packed per thread
+//         for jr (NR) for ir (MR)   micro-kernel: MR x NR tile in zmm
+// Packing converts fp32 -> bf16 (vcvtne2ps2bf16, round to nearest even) and
+// lays pairs along K next to each other, which is what vdpbf16ps consumes:
+// a packed panel of R "rows" (R = MR rows of op(A), or NR columns of op(B))
+// is, for each k pair p, R uint32 words {bf16(x[r][2p]), bf16(x[r][2p+1])}.
+// Odd K and ragged rows are padded with zeros while packing.
+//
+// Determinism: every C element is the sum over KC blocks in increasing k
+// order, each block reduced by one micro-kernel call in a fixed order; the
+// thread count only changes which thread computes a tile, never the order.
+//
+// Only this file uses AVX512-BF16; the entry point is registered only when
+// cpuid reports it (ops_avx512.cc).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC target("avx512bf16")
+
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace myriad::cpu {
+namespace {
+
+constexpr int kMR = 12;            // rows of a micro-tile
+constexpr int kNV = 2;             // zmm per micro-tile row
+constexpr int kNR = 16 * kNV;      // columns of a micro-tile
+constexpr int64_t kKC = 512;       // K per block (even)
+constexpr int64_t kMC = 192;       // rows of op(A) per packed block (multiple of kMR)
+constexpr int64_t kNC = 3072;      // columns of op(B) per packed block (multiple of kNR)
+
+// Grow-only 64-byte-aligned scratch, one per thread that ever packs.
+struct Scratch {
+  uint32_t* p = nullptr;
+  size_t n = 0;
+  ~Scratch() { std::free(p); }
+  uint32_t* Get(size_t words) {
+    if (words > n) {
+      std::free(p);
+      size_t bytes = (words * sizeof(uint32_t) + 63) / 64 * 64;
+      p = static_cast<uint32_t*>(std::aligned_alloc(64, bytes));
+      n = words;
+    }
+    return p;
+  }
+};
+thread_local Scratch tls_a, tls_b;
+
+inline __mmask16 Mask16(int64_t n) {
+  return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
+}
+
+// 32 fp32 (two vectors lo = k 0..15, hi = k 16..31) -> 16 bf16 pairs in k order.
+inline __m512i CvtPairs(__m512 lo, __m512 hi) {
+  return (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+}
+
+// In-register transpose of a 16x16 matrix of 32-bit words.
+inline void Transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i + 0], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i + 0], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_i32x4(r[i], r[i + 4], 0xdd);
+    t[i + 8] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_i32x4(r[i + 8], r[i + 12], 0xdd);
+  }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_i32x4(t[i], t[i + 8], 0xdd);
+  }
+}
+
+// Packs rows [0, nr) x k [0, kc) of a fp32 matrix with element (r, k) at
+// src[r * rs + k * ks] (one of rs, ks is 1) into a panel of R rows:
+// dst[p * R + r] = pair p of row r, zero for r >= nr and k >= kc.
+// kp = ceil(kc / 2) pairs are written.
+template <int R>
+void PackPanel(const float* src, int64_t rs, int64_t ks, int64_t nr, int64_t kc,
+               uint32_t* dst) {
+  const int64_t kp = (kc + 1) / 2;
+  if (ks == 1) {
+    // Rows are contiguous in k: convert 32 k of 16 rows, transpose 16x16.
+    for (int64_t r0 = 0; r0 < R; r0 += 16) {
+      const int64_t rows = std::min<int64_t>(16, std::max<int64_t>(0, nr - r0));
+      const __mmask16 smask = Mask16(std::min<int64_t>(16, R - r0));
+      for (int64_t p0 = 0; p0 < kp; p0 += 16) {
+        const int64_t k0 = 2 * p0;
+        const __mmask16 mlo = Mask16(std::max<int64_t>(0, kc - k0));
+        const __mmask16 mhi = Mask16(std::max<int64_t>(0, kc - k0 - 16));
+        __m512i v[16];
+        for (int i = 0; i < 16; ++i) {
+          if (i < rows) {
+            const float* s = src + (r0 + i) * rs + k0;
+            v[i] = CvtPairs(_mm512_maskz_loadu_ps(mlo, s), _mm512_maskz_loadu_ps(mhi, s + 16));
+          } else {
+            v[i] = _mm512_setzero_si512();
+          }
+        }
+        Transpose16(v);
+        const int64_t np = std::min<int64_t>(16, kp - p0);
+        for (int64_t p = 0; p < np; ++p)
+          _mm512_mask_storeu_epi32(dst + (p0 + p) * R + r0, smask, v[p]);
+      }
+    }
+  } else {
+    // Rows are contiguous in r (rs == 1): rows k and k+1 of 16 r's convert
+    // to 32 bf16 [k row | k+1 row], interleaved with one vpermw.
+    const __m512i idx = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9,
+                                         24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1,
+                                         16, 0);
+    for (int64_t r0 = 0; r0 < R; r0 += 16) {
+      const int64_t rows = std::min<int64_t>(16, std::max<int64_t>(0, nr - r0));
+      const __mmask16 lmask = Mask16(rows);
+      const __mmask16 smask = Mask16(std::min<int64_t>(16, R - r0));
+      for (int64_t p = 0; p < kp; ++p) {
+        const int64_t k = 2 * p;
+        const float* s = src + k * ks + r0;
+        __m512 a = _mm512_maskz_loadu_ps(lmask, s);
+        __m512 b = k + 1 < kc ? _mm512_maskz_loadu_ps(lmask, s + ks) : _mm512_setzero_ps();
+        __m512i pr = _mm512_permutexvar_epi16(idx, CvtPairs(a, b));
+        _mm512_mask_storeu_epi32(dst + p * R + r0, smask, pr);
+      }
+    }
+  }
+}
+
+// C[0:m, 0:n] (+)= alpha * Apanel x Bpanel over kp pairs. mode 0: C = alpha
+// acc; 1: C = alpha acc + beta C; 2: C += alpha acc.
+template <int MR, int NV>
+void Micro(int64_t kp, const uint32_t* __restrict a, const uint32_t* __restrict b, float* C,
+           int64_t ldc, int64_t m, int64_t n, float alpha, float beta, int mode) {
+  __m512 acc[MR][NV];
+#pragma GCC unroll 32
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_setzero_ps();
+  for (int64_t p = 0; p < kp; ++p) {
+    __m512bh bv[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) bv[v] = (__m512bh)_mm512_load_si512(b + 16 * v);
+    _mm_prefetch((const char*)(b + 16 * NV * 8), _MM_HINT_T0);
+#pragma GCC unroll 32
+    for (int i = 0; i < MR; ++i) {
+      __m512bh av = (__m512bh)_mm512_set1_epi32((int)a[i]);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) acc[i][v] = _mm512_dpbf16_ps(acc[i][v], av, bv[v]);
+    }
+    a += MR;
+    b += 16 * NV;
+  }
+  const __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+#pragma GCC unroll 32
+  for (int i = 0; i < MR; ++i) {
+    if (i >= m) break;
+    float* c = C + i * ldc;
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      const int64_t nn = n - 16 * v;
+      if (nn <= 0) break;
+      const __mmask16 mk = Mask16(nn);
+      __m512 r = _mm512_mul_ps(acc[i][v], va);
+      if (mode == 1) r = _mm512_fmadd_ps(vb, _mm512_maskz_loadu_ps(mk, c + 16 * v), r);
+      else if (mode == 2) r = _mm512_add_ps(_mm512_maskz_loadu_ps(mk, c + 16 * v), r);
+      _mm512_mask_storeu_ps(c + 16 * v, mk, r);
+    }
+  }
+}
+
+}  // namespace
+
+void GemmBf16Avx512(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
+                    const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
+                    float* C, int64_t ldc) {
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0 || alpha == 0.f) {
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < N; ++j)
+        C[i * ldc + j] = beta == 0.f ? 0.f : beta * C[i * ldc + j];
+    return;
+  }
+  // Element (i, k) of op(A) at A[i * ars + k * aks]; (k, j) of op(B) at B[j * brs + k * bks].
+  const int64_t ars = ta == Trans::kNo ? lda : 1, aks = ta == Trans::kNo ? 1 : lda;
+  const int64_t brs = tb == Trans::kNo ? 1 : ldb, bks = tb == Trans::kNo ? ldb : 1;
+
+  const int64_t kc_max = std::min<int64_t>(kKC, (K + 1) / 2 * 2);
+  const int64_t nc_max = std::min<int64_t>(kNC, (N + kNR - 1) / kNR * kNR);
+  const int64_t mc_max = std::min<int64_t>(kMC, (M + kMR - 1) / kMR * kMR);
+  uint32_t* bpack = tls_b.Get((size_t)(kc_max / 2) * nc_max);
+
+  const double flops = 2.0 * M * N * K;
+  int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (flops < 4e6) nt = 1;
+
+#pragma omp parallel num_threads(nt)
+  {
+    const int tid = omp_get_thread_num(), nthr = omp_get_num_threads();
+    uint32_t* apack = tls_a.Get((size_t)(kc_max / 2) * mc_max);
+    for (int64_t jc = 0; jc < N; jc += kNC) {
+      const int64_t nc = std::min<int64_t>(kNC, N - jc);
+      const int64_t npanels = (nc + kNR - 1) / kNR;
+      for (int64_t pc = 0; pc < K; pc += kKC) {
+        const int64_t kc = std::min<int64_t>(kKC, K - pc);
+        const int64_t kp = (kc + 1) / 2;
+        const int mode = pc > 0 ? 2 : beta == 0.f ? 0 : 1;
+        // Pack B cooperatively: panel q of NR columns.
+#pragma omp for schedule(static)
+        for (int64_t q = 0; q < npanels; ++q) {
+          const int64_t j0 = jc + q * kNR;
+          PackPanel<kNR>(B + j0 * brs + pc * bks, brs, bks, std::min<int64_t>(kNR, N - j0), kc,
+                         bpack + q * kp * kNR);
+        }
+        // (implicit barrier) Work items: (ic block, column chunk of panels),
+        // ic-major; each thread takes a contiguous range so it repacks A
+        // only when its ic changes.
+        const int64_t nmb = (M + kMC - 1) / kMC;
+        int64_t nchunks = 1;
+        while (nmb * nchunks < 2 * nthr && nchunks * 2 <= npanels) nchunks *= 2;
+        const int64_t items = nmb * nchunks;
+        const int64_t lo = items * tid / nthr, hi = items * (tid + 1) / nthr;
+        int64_t packed_ic = -1;
+        for (int64_t it = lo; it < hi; ++it) {
+          const int64_t mb = it / nchunks, ch = it % nchunks;
+          const int64_t ic = mb * kMC, mc = std::min<int64_t>(kMC, M - ic);
+          if (packed_ic != ic) {
+            for (int64_t i0 = 0; i0 < mc; i0 += kMR)
+              PackPanel<kMR>(A + (ic + i0) * ars + pc * aks, ars, aks,
+                             std::min<int64_t>(kMR, mc - i0), kc, apack + (i0 / kMR) * kp * kMR);
+            packed_ic = ic;
+          }
+          const int64_t q0 = npanels * ch / nchunks, q1 = npanels * (ch + 1) / nchunks;
+          for (int64_t q = q0; q < q1; ++q) {
+            const int64_t j0 = jc + q * kNR, nn = std::min<int64_t>(kNR, N - j0);
+            const uint32_t* bp = bpack + q * kp * kNR;
+            for (int64_t i0 = 0; i0 < mc; i0 += kMR)
+              Micro<kMR, kNV>(kp, apack + (i0 / kMR) * kp * kMR, bp, C + (ic + i0) * ldc + j0,
+                              ldc, std::min<int64_t>(kMR, mc - i0), nn, alpha, beta, mode);
+          }
+        }
+#pragma omp barrier
+      }
+    }
+  }
+}
+
+}  // namespace myriad::cpu
