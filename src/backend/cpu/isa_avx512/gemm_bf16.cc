@@ -188,8 +188,76 @@ void Micro(int64_t kp, const uint32_t* __restrict a, const uint32_t* __restrict 
   }
 }
 
+// Tunables (env overrides for tuning runs only; read once).
+struct Blocking {
+  int64_t kc = kKC, mc = kMC, nc = kNC;
+  Blocking() {
+    if (const char* e = std::getenv("MYRIAD_BF16_KC")) kc = std::max<int64_t>(2, std::atoll(e) / 2 * 2);
+    if (const char* e = std::getenv("MYRIAD_BF16_MC")) mc = std::max<int64_t>(1, std::atoll(e) / kMR) * kMR;
+    if (const char* e = std::getenv("MYRIAD_BF16_NC")) nc = std::max<int64_t>(1, std::atoll(e) / kNR) * kNR;
+  }
+};
+const Blocking& Blk() {
+  static const Blocking b;
+  return b;
+}
+
+// K is cut into ceil(K / kc) blocks of equal even size (the last one shorter),
+// so no block is a sliver; the cut depends only on K.
+int64_t KBlock(int64_t K) {
+  const int64_t kc = Blk().kc;
+  const int64_t nb = (K + kc - 1) / kc;
+  return ((K + nb - 1) / nb + 1) / 2 * 2;
+}
+
+// Serial GotoBLAS on C[0:M, 0:N] with this thread's pack buffers.
+void GemmTile(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t ars,
+              int64_t aks, const float* B, int64_t brs, int64_t bks, float beta, float* C,
+              int64_t ldc) {
+  const Blocking& bl = Blk();
+  const int64_t KC = KBlock(K), MC = bl.mc, NC = bl.nc;
+  const int64_t kc_max = std::min<int64_t>(KC, (K + 1) / 2 * 2);
+  const int64_t nc_max = std::min<int64_t>(NC, (N + kNR - 1) / kNR * kNR);
+  const int64_t mc_max = std::min<int64_t>(MC, (M + kMR - 1) / kMR * kMR);
+  uint32_t* bpack = tls_b.Get((size_t)(kc_max / 2) * nc_max);
+  uint32_t* apack = tls_a.Get((size_t)(kc_max / 2) * mc_max);
+  for (int64_t jc = 0; jc < N; jc += NC) {
+    const int64_t nc = std::min<int64_t>(NC, N - jc);
+    const int64_t npanels = (nc + kNR - 1) / kNR;
+    for (int64_t pc = 0; pc < K; pc += KC) {
+      const int64_t kc = std::min<int64_t>(KC, K - pc);
+      const int64_t kp = (kc + 1) / 2;
+      const int mode = pc > 0 ? 2 : beta == 0.f ? 0 : 1;
+      for (int64_t q = 0; q < npanels; ++q) {
+        const int64_t j0 = jc + q * kNR;
+        PackPanel<kNR>(B + j0 * brs + pc * bks, brs, bks, std::min<int64_t>(kNR, N - j0), kc,
+                       bpack + q * kp * kNR);
+      }
+      for (int64_t ic = 0; ic < M; ic += MC) {
+        const int64_t mc = std::min<int64_t>(MC, M - ic);
+        for (int64_t i0 = 0; i0 < mc; i0 += kMR)
+          PackPanel<kMR>(A + (ic + i0) * ars + pc * aks, ars, aks, std::min<int64_t>(kMR, mc - i0),
+                         kc, apack + (i0 / kMR) * kp * kMR);
+        for (int64_t q = 0; q < npanels; ++q) {
+          const int64_t j0 = jc + q * kNR, nn = std::min<int64_t>(kNR, N - j0);
+          const uint32_t* bp = bpack + q * kp * kNR;
+          for (int64_t i0 = 0; i0 < mc; i0 += kMR)
+            Micro<kMR, kNV>(kp, apack + (i0 / kMR) * kp * kMR, bp, C + (ic + i0) * ldc + j0, ldc,
+                            std::min<int64_t>(kMR, mc - i0), nn, alpha, beta, mode);
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
+// Parallel driver: C is cut into mt x nt tiles (rows multiple of kMR, columns
+// multiple of kNR), each an independent serial GEMM that packs its own
+// panels; tiles are handed out dynamically, so there are no barriers and a
+// descheduled thread does not stall the other. Each tile's arithmetic does
+// not depend on which thread runs it, hence results are bitwise identical
+// for any thread count. The tiling depends only on the shape.
 void GemmBf16Avx512(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
                     const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
                     float* C, int64_t ldc) {
@@ -204,63 +272,33 @@ void GemmBf16Avx512(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float a
   const int64_t ars = ta == Trans::kNo ? lda : 1, aks = ta == Trans::kNo ? 1 : lda;
   const int64_t brs = tb == Trans::kNo ? 1 : ldb, bks = tb == Trans::kNo ? ldb : 1;
 
-  const int64_t kc_max = std::min<int64_t>(kKC, (K + 1) / 2 * 2);
-  const int64_t nc_max = std::min<int64_t>(kNC, (N + kNR - 1) / kNR * kNR);
-  const int64_t mc_max = std::min<int64_t>(kMC, (M + kMR - 1) / kMR * kMR);
-  uint32_t* bpack = tls_b.Get((size_t)(kc_max / 2) * nc_max);
-
+  // Tiling from the shape alone: about kUnits tiles of at least ~kMin rows
+  // and columns, choosing the split with the least duplicated packing
+  // (each row-tile repacks B, each column-tile repacks A).
+  constexpr int64_t kUnits = 8, kMin = 128;
   const double flops = 2.0 * M * N * K;
-  int nt = omp_in_parallel() ? 1 : omp_get_max_threads();
-  if (flops < 4e6) nt = 1;
-
-#pragma omp parallel num_threads(nt)
-  {
-    const int tid = omp_get_thread_num(), nthr = omp_get_num_threads();
-    uint32_t* apack = tls_a.Get((size_t)(kc_max / 2) * mc_max);
-    for (int64_t jc = 0; jc < N; jc += kNC) {
-      const int64_t nc = std::min<int64_t>(kNC, N - jc);
-      const int64_t npanels = (nc + kNR - 1) / kNR;
-      for (int64_t pc = 0; pc < K; pc += kKC) {
-        const int64_t kc = std::min<int64_t>(kKC, K - pc);
-        const int64_t kp = (kc + 1) / 2;
-        const int mode = pc > 0 ? 2 : beta == 0.f ? 0 : 1;
-        // Pack B cooperatively: panel q of NR columns.
-#pragma omp for schedule(static)
-        for (int64_t q = 0; q < npanels; ++q) {
-          const int64_t j0 = jc + q * kNR;
-          PackPanel<kNR>(B + j0 * brs + pc * bks, brs, bks, std::min<int64_t>(kNR, N - j0), kc,
-                         bpack + q * kp * kNR);
-        }
-        // (implicit barrier) Work items: (ic block, column chunk of panels),
-        // ic-major; each thread takes a contiguous range so it repacks A
-        // only when its ic changes.
-        const int64_t nmb = (M + kMC - 1) / kMC;
-        int64_t nchunks = 1;
-        while (nmb * nchunks < 2 * nthr && nchunks * 2 <= npanels) nchunks *= 2;
-        const int64_t items = nmb * nchunks;
-        const int64_t lo = items * tid / nthr, hi = items * (tid + 1) / nthr;
-        int64_t packed_ic = -1;
-        for (int64_t it = lo; it < hi; ++it) {
-          const int64_t mb = it / nchunks, ch = it % nchunks;
-          const int64_t ic = mb * kMC, mc = std::min<int64_t>(kMC, M - ic);
-          if (packed_ic != ic) {
-            for (int64_t i0 = 0; i0 < mc; i0 += kMR)
-              PackPanel<kMR>(A + (ic + i0) * ars + pc * aks, ars, aks,
-                             std::min<int64_t>(kMR, mc - i0), kc, apack + (i0 / kMR) * kp * kMR);
-            packed_ic = ic;
-          }
-          const int64_t q0 = npanels * ch / nchunks, q1 = npanels * (ch + 1) / nchunks;
-          for (int64_t q = q0; q < q1; ++q) {
-            const int64_t j0 = jc + q * kNR, nn = std::min<int64_t>(kNR, N - j0);
-            const uint32_t* bp = bpack + q * kp * kNR;
-            for (int64_t i0 = 0; i0 < mc; i0 += kMR)
-              Micro<kMR, kNV>(kp, apack + (i0 / kMR) * kp * kMR, bp, C + (ic + i0) * ldc + j0,
-                              ldc, std::min<int64_t>(kMR, mc - i0), nn, alpha, beta, mode);
-          }
-        }
-#pragma omp barrier
-      }
+  int64_t best_mt = 1, best_nt = 1;
+  if (flops >= 4e6) {
+    double best = 1e300;
+    const int64_t mmax = std::max<int64_t>(1, M / kMin), nmax = std::max<int64_t>(1, N / kMin);
+    for (int64_t mt = 1; mt <= std::min(kUnits, mmax); ++mt) {
+      const int64_t nt = std::min(nmax, (kUnits + mt - 1) / mt);
+      const int64_t units = mt * nt;
+      // Pack overhead plus a penalty for having too few units to balance.
+      double cost = (double)mt * N + (double)nt * M + (units < kUnits ? (kUnits - units) * 0.1 * (M + N) : 0);
+      if (cost < best) best = cost, best_mt = mt, best_nt = nt;
     }
+  }
+  const int64_t mt = best_mt, nt = best_nt;
+  const int64_t tm = ((M + mt - 1) / mt + kMR - 1) / kMR * kMR;
+  const int64_t tn = ((N + nt - 1) / nt + kNR - 1) / kNR * kNR;
+  const int64_t gm = (M + tm - 1) / tm, gn = (N + tn - 1) / tn, units = gm * gn;
+  const int threads = omp_in_parallel() || units == 1 ? 1 : (int)std::min<int64_t>(omp_get_max_threads(), units);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+  for (int64_t u = 0; u < units; ++u) {
+    const int64_t i0 = (u / gn) * tm, j0 = (u % gn) * tn;
+    GemmTile(std::min(tm, M - i0), std::min(tn, N - j0), K, alpha, A + i0 * ars, ars, aks,
+             B + j0 * brs, brs, bks, beta, C + i0 * ldc + j0, ldc);
   }
 }
 
