@@ -241,9 +241,17 @@ void GemmTile(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int6
         for (int64_t q = 0; q < npanels; ++q) {
           const int64_t j0 = jc + q * kNR, nn = std::min<int64_t>(kNR, N - j0);
           const uint32_t* bp = bpack + q * kp * kNR;
-          for (int64_t i0 = 0; i0 < mc; i0 += kMR)
+          for (int64_t i0 = 0; i0 < mc; i0 += kMR) {
+            // Touch the C tile first: with ldc a multiple of 4 KiB its rows
+            // alias in L1, and a late write-allocate stalls the stores.
+            float* ct = C + (ic + i0) * ldc + j0;
+            for (int64_t i = 0; i < std::min<int64_t>(kMR, mc - i0); ++i) {
+              _mm_prefetch((const char*)(ct + i * ldc), _MM_HINT_T0);
+              _mm_prefetch((const char*)(ct + i * ldc + kNR - 1), _MM_HINT_T0);
+            }
             Micro<kMR, kNV>(kp, apack + (i0 / kMR) * kp * kMR, bp, C + (ic + i0) * ldc + j0, ldc,
                             std::min<int64_t>(kMR, mc - i0), nn, alpha, beta, mode);
+          }
         }
       }
     }
