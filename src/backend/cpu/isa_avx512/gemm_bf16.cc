@@ -37,7 +37,7 @@ namespace {
 constexpr int kMR = 12;            // rows of a micro-tile
 constexpr int kNV = 2;             // zmm per micro-tile row
 constexpr int kNR = 16 * kNV;      // columns of a micro-tile
-constexpr int64_t kKC = 512;       // K per block (even)
+constexpr int64_t kKC = 1024;      // K per block at most (even)
 constexpr int64_t kMC = 192;       // rows of op(A) per packed block (multiple of kMR)
 constexpr int64_t kNC = 3072;      // columns of op(B) per packed block (multiple of kNR)
 
