@@ -63,16 +63,17 @@ def run_json(cmd, env, timeout=1800):
     return out
 
 
-def alternate(rounds, run_a, run_b, log=True):
-    """Runs A and B alternately; returns the lists of their results."""
-    a, b = [], []
+def alternate(rounds, runners, log=True):
+    """Runs the named runners in turn, round after round (A B C A B C ...);
+    returns {name: [result per round]}."""
+    out = {name: [] for name in runners}
     for r in range(rounds):
-        a.append(run_a())
-        b.append(run_b())
+        for name, run in runners.items():
+            out[name].append(run())
         if log:
-            sys.stderr.write(f"  round {r + 1}/{rounds}: myriad {a[-1]['tokens_per_s']:.1f} tok/s, "
-                             f"peer {b[-1]['tokens_per_s']:.1f} tok/s\n")
-    return a, b
+            sys.stderr.write(f"  round {r + 1}/{rounds}: " + ", ".join(
+                f"{name} {out[name][-1]['tokens_per_s']:.1f} tok/s" for name in runners) + "\n")
+    return out
 
 
 def median(xs):

@@ -28,8 +28,9 @@ def main():
     peer = [common.PY, f"{common.ROOT}/bench/torch_peer.py", "decode", "--config", a.config, "--tokens",
             str(a.tokens), "--prompt-len", str(a.prompt_len)]
     sys.stderr.write(f"decode {a.config}: {a.rounds} rounds, Myriad (fp32) and PyTorch alternating\n")
-    ra, rb = common.alternate(a.rounds, lambda: common.run_json(mine("fp32"), common.myriad_env()),
-                              lambda: common.run_json(peer, common.peer_env()))
+    res = common.alternate(a.rounds, {"myriad-fp32": lambda: common.run_json(mine("fp32"), common.myriad_env()),
+                                      "pytorch-fp32": lambda: common.run_json(peer, common.peer_env())})
+    ra, rb = res["myriad-fp32"], res["pytorch-fp32"]
     extra = {}
     for fmt in ("fp16", "int8"):
         rs = [common.run_json(mine(fmt), common.myriad_env()) for _ in range(a.rounds)]

@@ -2,7 +2,7 @@
 // tokens (same shapes as the PyTorch peer) and prints one JSON line with
 // tokens/s, the median step time and the SGEMM peak measured in this process.
 //
-//   bench_train_throughput --config FILE [--set k=v ...] [--steps N] [--warmup W]
+//   bench_train_throughput --config FILE [--set k=v ...] [--steps N] [--warmup W] [--precision fp32|bf16|auto]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -16,6 +16,7 @@
 #include "backend/cpu/kernel_bench.h"
 #include "core/rng.h"
 #include "ops/ops.h"
+#include "train/precision.h"
 #include "train/train_step.h"
 #include "train/trainer.h"
 
@@ -25,6 +26,7 @@ int main(int argc, char** argv) {
   std::string config;
   std::vector<std::string> sets;
   int steps = 5, warmup = 2;
+  std::string precision = "fp32";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -35,6 +37,7 @@ int main(int argc, char** argv) {
     else if (a == "--set") sets.push_back(next());
     else if (a == "--steps") steps = std::stoi(next());
     else if (a == "--warmup") warmup = std::stoi(next());
+    else if (a == "--precision") precision = next();
     else { std::fprintf(stderr, "unknown flag %s\n", a.c_str()); return 2; }
   }
   ModelConfig mc;
@@ -42,6 +45,10 @@ int main(int argc, char** argv) {
   Status s = LoadRunConfig(config, sets, &mc, &tc);
   if (!s.ok()) { std::fprintf(stderr, "%s\n", s.message().c_str()); return 1; }
   const int B = static_cast<int>(tc.batch_size), T = static_cast<int>(tc.seq_len);
+  auto choice = ChoosePrecision(precision, mc, static_cast<int64_t>(B) * T);
+  if (!choice.ok()) { std::fprintf(stderr, "%s\n", choice.status().message().c_str()); return 1; }
+  ops::SetGemmPrecision(choice->precision);
+  std::fprintf(stderr, "precision: %s\n", choice->reason.c_str());
   Model model(mc);
   model.InitWeights(tc.seed);
   AdamWOptimizer opt(model.layout(), tc.optim);
@@ -57,12 +64,14 @@ int main(int argc, char** argv) {
   }
   std::sort(times.begin(), times.end());
   const double med = times[times.size() / 2];
+  ops::SetGemmPrecision(ops::GemmPrecision::kFp32);  // the peak is the fp32 SGEMM peak
   const double peak = MeasureSgemmPeakGflops(1024);
   const double tps = B * T / med;
   nlohmann::json out = {{"tokens_per_s", tps}, {"step_ms_median", med * 1e3},
                         {"sgemm_peak_gflops", peak}, {"flops_per_token", model.TrainFlopsPerToken(T)},
                         {"mfu", model.TrainFlopsPerToken(T) * tps / (peak * 1e9)},
-                        {"params", model.layout().total()}, {"backend", ops::Active()->name()},
+                        {"params", model.layout().total()},
+                        {"precision", choice->precision == ops::GemmPrecision::kBf16 ? "bf16" : "fp32"}, {"backend", ops::Active()->name()},
                         {"blas_core", GetBlasInfo().corename}, {"threads", ops::Active()->num_threads()}};
   std::printf("%s\n", out.dump().c_str());
   return 0;

@@ -23,25 +23,35 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--json-out")
     a = ap.parse_args()
-    mine = [f"{common.BUILD}/bench_train_throughput", "--config", a.config, "--steps", str(a.steps),
-            "--warmup", str(a.warmup)]
+    def mine(precision):
+        return [f"{common.BUILD}/bench_train_throughput", "--config", a.config, "--steps", str(a.steps),
+                "--warmup", str(a.warmup), "--precision", precision]
     peer = [common.PY, f"{common.ROOT}/bench/torch_peer.py", "train", "--config", a.config, "--steps",
             str(a.steps), "--warmup", str(a.warmup), "--threads", "1"]
     sys.stderr.write(f"train_throughput {a.config}: {a.rounds} rounds, Myriad and PyTorch alternating\n")
-    ra, rb = common.alternate(a.rounds, lambda: common.run_json(mine, common.myriad_env()),
-                              lambda: common.run_json(peer, common.peer_env()))
+    res = common.alternate(a.rounds, {
+        "myriad-fp32": lambda: common.run_json(mine("fp32"), common.myriad_env()),
+        "pytorch-fp32": lambda: common.run_json(peer, common.peer_env()),
+        "myriad-auto": lambda: common.run_json(mine("auto"), common.myriad_env()),
+    })
+    ra, rb, rc = res["myriad-fp32"], res["pytorch-fp32"], res["myriad-auto"]
+    auto = common.median([r["tokens_per_s"] for r in rc])
+    auto_precision = rc[0].get("precision", "fp32")
     m = common.median([r["tokens_per_s"] for r in ra])
     p = common.median([r["tokens_per_s"] for r in rb])
     peak = common.median([r["sgemm_peak_gflops"] for r in ra])
     fpt = ra[0]["flops_per_token"]
     mfu = fpt * m / (peak * 1e9)
-    sys.stderr.write(f"  median: myriad {m:.1f} tok/s (MFU {100 * mfu:.1f}%), peer {p:.1f} tok/s "
-                     f"(MFU {100 * fpt * p / (peak * 1e9):.1f}%), ratio {m / p:.2f}x; SGEMM peak {peak:.0f} GFLOP/s\n")
+    sys.stderr.write(f"  median: myriad fp32 {m:.1f} tok/s (MFU {100 * mfu:.1f}%), peer fp32 {p:.1f} tok/s "
+                     f"(MFU {100 * fpt * p / (peak * 1e9):.1f}%), ratio {m / p:.2f}x (same precision); "
+                     f"myriad default ({auto_precision}) {auto:.1f} tok/s, {auto / p:.2f}x; "
+                     f"SGEMM peak {peak:.0f} GFLOP/s\n")
     common.emit({"bench": "train_throughput", "config": {"file": a.config, "params": ra[0]["params"],
                  "threads": ra[0]["threads"], "blas_core": ra[0]["blas_core"], "backend": ra[0]["backend"],
                  "peer_blas_core": rb[0].get("openblas_coretype"), "peer_threads": rb[0].get("threads"),
                  "precision": "fp32", "steps": a.steps, "rounds": a.rounds, "sgemm_peak_gflops": peak,
-                 "peer_mfu": fpt * p / (peak * 1e9)},
+                 "peer_mfu": fpt * p / (peak * 1e9), "myriad_default_precision": auto_precision,
+                 "myriad_default_tokens_per_s": auto, "myriad_default_ratio": auto / p},
                  "myriad": m, "peer": p, "unit": "tokens/s", "ratio": m / p, "roofline_fraction": mfu},
                 a.json_out)
 

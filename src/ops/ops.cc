@@ -7,8 +7,18 @@
 namespace myriad::ops {
 namespace {
 Backend* g_active = nullptr;
+GemmPrecision g_precision = GemmPrecision::kFp32;
 const BackendOps& T() { return Active()->ops(); }
+// The GEMM the model's products use under the current precision.
+auto ModelGemm() {
+  if (g_precision == GemmPrecision::kBf16 && T().gemm_bf16) return T().gemm_bf16;
+  return T().gemm;
+}
 }  // namespace
+
+void SetGemmPrecision(GemmPrecision p) { g_precision = p; }
+GemmPrecision GetGemmPrecision() { return g_precision; }
+bool HasBf16Gemm() { return T().gemm_bf16 != nullptr; }
 
 Backend* Active() {
   if (!g_active) g_active = CpuBackend("");
@@ -21,26 +31,27 @@ void Gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, cons
           int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   OP_CHECK("gemm", M >= 0 && N >= 0 && K >= 0 && C != nullptr);
   if (M == 0 || N == 0) return;
-  T().gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+  ModelGemm()(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void Linear(const float* x, const float* W, int64_t N, int64_t in, int64_t out, float* y,
             bool accumulate) {
   OP_CHECK("linear", x && W && y && in > 0 && out > 0 && N >= 0);
   if (N == 0) return;
-  if (N == 1 && !accumulate && T().gemv_f32) {
+  if (N == 1 && !accumulate && T().gemv_f32 && g_precision == GemmPrecision::kFp32) {
     T().gemv_f32(W, x, out, in, y);
     return;
   }
-  T().gemm(Trans::kNo, Trans::kYes, N, out, in, 1.f, x, in, W, in, accumulate ? 1.f : 0.f, y, out);
+  ModelGemm()(Trans::kNo, Trans::kYes, N, out, in, 1.f, x, in, W, in, accumulate ? 1.f : 0.f, y, out);
 }
 
 void LinearBackward(const float* dy, const float* x, const float* W, int64_t N, int64_t in,
                     int64_t out, float* dx, bool accumulate_dx, float* dW) {
   OP_CHECK("linear_backward", dy && x && W && dW && in > 0 && out > 0 && N >= 0);
   if (N == 0) return;
-  if (dx) T().gemm(Trans::kNo, Trans::kNo, N, in, out, 1.f, dy, out, W, in, accumulate_dx ? 1.f : 0.f, dx, in);
-  T().gemm(Trans::kYes, Trans::kNo, out, in, N, 1.f, dy, out, x, in, 1.f, dW, in);
+  auto gemm = ModelGemm();
+  if (dx) gemm(Trans::kNo, Trans::kNo, N, in, out, 1.f, dy, out, W, in, accumulate_dx ? 1.f : 0.f, dx, in);
+  gemm(Trans::kYes, Trans::kNo, out, in, N, 1.f, dy, out, x, in, 1.f, dW, in);
 }
 
 void RmsNorm(const float* x, const float* w, float eps, int64_t N, int64_t C, float* out,

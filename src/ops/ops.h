@@ -14,6 +14,15 @@ namespace myriad::ops {
 Backend* Active();
 void SetActive(Backend* backend);
 
+// Precision of the model's matrix products (Linear, LinearBackward, Gemm):
+// fp32, or bf16 inputs with fp32 accumulation where the backend has
+// gemm_bf16. Process-wide; fp32 unless set. Setting bf16 on a backend
+// without the slot is a no-op (HasBf16Gemm() tells).
+enum class GemmPrecision { kFp32, kBf16 };
+void SetGemmPrecision(GemmPrecision p);
+GemmPrecision GetGemmPrecision();
+bool HasBf16Gemm();
+
 // y[N,out] (=|+=) x[N,in] @ W[out,in]^T.
 void Linear(const float* x, const float* W, int64_t N, int64_t in, int64_t out, float* y,
             bool accumulate = false);

@@ -44,9 +44,8 @@ Status TrainConfig::Validate() const {
   if (optim.beta1 < 0 || optim.beta1 >= 1 || optim.beta2 < 0 || optim.beta2 >= 1)
     return bad("train.beta1 and train.beta2 must be in [0, 1)");
   if (optim.grad_clip < 0) return bad("train.grad_clip must be >= 0 (0 disables clipping)");
-  if (precision != "fp32")
-    return bad("train.precision=\"" + precision +
-               "\" is not supported for training (hint: \"fp32\"; see docs/precision.md for why)");
+  if (precision != "fp32" && precision != "bf16" && precision != "auto")
+    return bad("train.precision=\"" + precision + "\" is not known (hint: \"auto\", \"fp32\" or \"bf16\")");
   if (log_every < 1) return bad("train.log_every must be at least 1");
   return Status::Ok();
 }

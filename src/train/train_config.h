@@ -28,7 +28,7 @@ struct TrainConfig {
   std::string out_dir = "runs/default";
   std::string data_dir = "data/default";
   std::string metrics_file;    // default: out_dir/metrics.jsonl
-  std::string precision = "fp32";
+  std::string precision = "auto";  // "auto" | "fp32" | "bf16" (docs/precision.md)
 
   static TrainConfig Read(ConfigDoc* doc);
   Status Validate() const;

@@ -12,7 +12,8 @@
 #include "core/log.h"
 #include "train/checkpoint/checkpoint.h"
 #include "ops/ops.h"
-#include "train/perf.h"
+#include "backend/cpu/kernel_bench.h"
+#include "train/precision.h"
 #include "train/train_step.h"
 
 namespace myriad {
@@ -144,6 +145,10 @@ Status RunTraining(const RunSpec& spec) {
                          " tokens but model.vocab_size=" + std::to_string(mc.vocab_size) +
                          " (hint: set model.vocab_size >= the tokenizer's size)");
 
+  ASSIGN_OR_RETURN(PrecisionChoice precision, ChoosePrecision(tc.precision, mc, static_cast<int64_t>(B) * T));
+  ops::SetGemmPrecision(precision.precision);
+  LOG_INFO("precision: %s", precision.reason.c_str());
+
   Model model(mc);
   model.InitWeights(tc.seed);
   AdamWOptimizer opt(model.layout(), tc.optim);
@@ -173,7 +178,7 @@ Status RunTraining(const RunSpec& spec) {
   std::ofstream metrics(metrics_path, std::ios::app);
   if (!metrics) return Status::Error(metrics_path + ": cannot open for writing");
 
-  const double peak = MeasureSgemmGflops(1024) * 1e9;
+  const double peak = MeasureSgemmPeakGflops(1024) * 1e9;
   const double flops_per_token = model.TrainFlopsPerToken(T);
   LOG_INFO("model: %lld parameters (%s), %s; peak SGEMM %.0f GFLOP/s", static_cast<long long>(model.layout().total()),
            mc.n_routed_experts > 0 ? "MoE" : "dense", ops::Active()->name().c_str(), peak / 1e9);
