@@ -12,6 +12,7 @@
 #include "core/config.h"
 #include "core/safetensors.h"
 #include "model/model.h"
+#include "ops/ops.h"
 #include "train/train_config.h"
 #include "train/train_step.h"
 
@@ -161,6 +162,31 @@ void CheckGolden(const std::string& name, const std::vector<std::string>& sets) 
     for (int64_t e = 0; e < cfg.n_routed_experts; ++e)
       EXPECT_NEAR(tm.biases()[i][e], ref[e], 1e-6) << names[i] << "[" << e << "]";
   }
+}
+
+// The bf16 GEMM path (bf16 inputs, fp32 accumulation) must track the fp32
+// reference closely over the same ten steps: it changes rounding, not math.
+TEST(GoldenTest, Bf16GemmTracksReference) {
+  if (!ops::HasBf16Gemm()) GTEST_SKIP() << "no bf16 GEMM on " << ops::Active()->name();
+  Golden g = MakeGolden("bf16", {});
+  ASSERT_TRUE(g.file);
+  const SafetensorsFile& f = *g.file;
+  const int B = g.train.batch_size, T = g.train.seq_len, A = g.train.grad_accum, steps = g.train.steps;
+  Model tm(g.model);
+  LoadInit(g, &tm, "");
+  AdamWOptimizer opt(tm.layout(), g.train.optim);
+  const TensorView* tt = f.Find("train_tokens");
+  ASSERT_NE(tt, nullptr);
+  const float* ref_losses = F32(f, "step_losses", steps);
+  ops::SetGemmPrecision(ops::GemmPrecision::kBf16);
+  for (int s = 0; s < steps; ++s) {
+    std::vector<const int32_t*> micro;
+    for (int a = 0; a < A; ++a)
+      micro.push_back(static_cast<const int32_t*>(tt->data) + (static_cast<int64_t>(s) * A + a) * B * (T + 1));
+    StepStats st = TrainOneStep(tm, opt, micro, B, T, s + 1);
+    EXPECT_NEAR(st.loss, ref_losses[s], 1e-2 * std::fabs(ref_losses[s])) << "step " << s + 1;
+  }
+  ops::SetGemmPrecision(ops::GemmPrecision::kFp32);
 }
 
 TEST(GoldenTest, SigmoidRoutingAuxLossMtpUntied) { CheckGolden("sigmoid", {}); }

@@ -48,7 +48,8 @@ int RunGenerate(int argc, char** argv) {
     return 1;
   }
   std::vector<int32_t> ids;
-  if (tok->bos_id() >= 0) ids.push_back(tok->bos_id());
+  // Training packs documents as doc + eos, so a new document follows eos.
+  if (tok->eos_id() >= 0) ids.push_back(tok->eos_id());
   tok->EncodeTo(prompt, &ids);
   const Model& model = *lm->model;
   const int64_t max_len = model.config().max_seq_len;
@@ -78,6 +79,7 @@ int RunGenerate(int argc, char** argv) {
   std::string rest = dec.Finish();
   std::fwrite(rest.data(), 1, rest.size(), stdout);
   std::fputc('\n', stdout);
+  std::fflush(stdout);
   auto t2 = std::chrono::steady_clock::now();
   if (stats) {
     double pre = std::chrono::duration<double>(t1 - t0).count();

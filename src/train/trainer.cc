@@ -3,6 +3,7 @@
 #include <omp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -66,6 +67,20 @@ Status CopyTensor(const SafetensorsFile& f, const std::string& name, const std::
 }
 
 }  // namespace
+
+// GFLOP/s of an n^3 GEMM through ops (the model's GEMM at its precision).
+static double MeasureModelGemmPeakGflops(int n) {
+  std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(static_cast<size_t>(n) * n, 0.25f), c(static_cast<size_t>(n) * n);
+  auto run = [&] { ops::Gemm(Trans::kNo, Trans::kNo, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n); };
+  run();
+  double best = 1e30;
+  for (int r = 0; r < 3; ++r) {
+    auto t0 = std::chrono::steady_clock::now();
+    run();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return 2.0 * n * n * static_cast<double>(n) / best / 1e9;
+}
 
 Status LoadRunConfig(const std::string& path, const std::vector<std::string>& overrides,
                      ModelConfig* model, TrainConfig* train) {
@@ -178,9 +193,11 @@ Status RunTraining(const RunSpec& spec) {
   std::ofstream metrics(metrics_path, std::ios::app);
   if (!metrics) return Status::Error(metrics_path + ": cannot open for writing");
 
-  const double peak = MeasureSgemmPeakGflops(1024) * 1e9;
+  // MFU is against the peak of the GEMM in use (bf16 when chosen), measured now.
+  const double peak = (precision.precision == ops::GemmPrecision::kBf16 ? MeasureModelGemmPeakGflops(1024)
+                                                                         : MeasureSgemmPeakGflops(1024)) * 1e9;
   const double flops_per_token = model.TrainFlopsPerToken(T);
-  LOG_INFO("model: %lld parameters (%s), %s; peak SGEMM %.0f GFLOP/s", static_cast<long long>(model.layout().total()),
+  LOG_INFO("model: %lld parameters (%s), %s; peak GEMM %.0f GFLOP/s", static_cast<long long>(model.layout().total()),
            mc.n_routed_experts > 0 ? "MoE" : "dense", ops::Active()->name().c_str(), peak / 1e9);
 
   auto save = [&](int64_t s) -> Status {
