@@ -15,6 +15,12 @@
 #include <cstring>
 
 namespace myriad::cpu {
+
+// Below these sizes an OpenMP fork/join costs more than the work it splits
+// (batch-1 decode of small models runs dozens of such ops per token): the
+// kernels then run on the calling thread.
+constexpr int64_t kMinParallelElems = int64_t{1} << 15;      // elementwise ops
+constexpr int64_t kMinParallelGemvElems = int64_t{1} << 16;  // weights read by a GEMV
 namespace {
 
 // An owned, 64-byte aligned, uninitialised scratch array.

@@ -15,7 +15,7 @@ namespace {
 // x, out [N, C]; w [C]; rstd [N].
 inline void RmsnormFwdK(const float* x, const float* w, float eps, int64_t N, int64_t C,
                         float* out, float* rstd) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * C >= kMinParallelElems)
   for (int64_t n = 0; n < N; ++n) {
     const float* xr = x + n * C;
     float ss = 0.f;
@@ -71,7 +71,7 @@ inline void RopeK(float* x, int64_t N, int H, int D, const int32_t* pos, const f
                   const float* sin_table, bool inverse) {
   int half = D / 2;
   float sgn = inverse ? -1.f : 1.f;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * H * D >= kMinParallelElems)
   for (int64_t n = 0; n < N; ++n) {
     const float* ct = cos_table + (int64_t)pos[n] * half;
     const float* st = sin_table + (int64_t)pos[n] * half;

@@ -21,7 +21,7 @@ struct ElementwiseSimd {
   // column chunk) pairs as in SwigluFwdK.
   static void SwigluFwd(const float* gu, int64_t N, int64_t F, float* out) {
     const int64_t nc = (F + kSwigluCol - 1) / kSwigluCol;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * F >= kMinParallelElems)
     for (int64_t t = 0; t < N * nc; ++t) {
       const int64_t n = t / nc, f0 = (t % nc) * kSwigluCol, f1 = MinI(F, f0 + kSwigluCol);
       const float* gate = gu + n * 2 * F;

@@ -211,7 +211,7 @@ struct FlashSimd {
   static void Decode(const AttentionParams& p, const Geom& g) {
     const int D = g.D, NV = D / W, rows = g.group * g.Tq;
     const int64_t tasks = (int64_t)g.B * g.Hkv;
-#pragma omp parallel
+#pragma omp parallel if (tasks * g.Tk * D * g.group >= kMinParallelElems)
     {
       Scratch<float> qs(rows * D), acc(rows * D), s(rows * BK);
       float m[kMaxDecodeRows], l[kMaxDecodeRows];

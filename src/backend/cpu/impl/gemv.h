@@ -10,7 +10,7 @@ namespace {
 
 inline void GemvF32K(const float* W, const float* x, int64_t out, int64_t in, float* y) {
   int64_t groups = (out + 3) / 4;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (out * in >= kMinParallelGemvElems)
   for (int64_t g = 0; g < groups; ++g) {
     int64_t o = g * 4;
     if (o + 4 <= out) {

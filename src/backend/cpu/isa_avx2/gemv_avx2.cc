@@ -50,7 +50,7 @@ inline void RowsDot(const T* W, const float* x, int64_t in, int64_t o0, float* y
 template <typename T>
 void Gemv(const T* W, const float* x, int64_t out, int64_t in, float* y) {
   const int64_t groups = (out + 3) / 4;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (out * in >= kMinParallelGemvElems)
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t o = g * 4;
     if (o + 4 <= out) {
@@ -97,7 +97,7 @@ void GemvQ8Avx2(const int8_t* Wq, const float* scale, const float* x, int64_t ou
   const float sx = QuantizeXQ8(x, in, q8.p);
   for (int64_t i = 0; i < in; ++i) xq[i] = q8[i];
   const int64_t groups = (out + 3) / 4;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (out * in >= kMinParallelGemvElems)
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t o = g * 4;
     if (o + 4 <= out) {

@@ -52,7 +52,7 @@ inline void RowsDot(const T* W, const float* x, int64_t in, int64_t o0, float* y
 template <typename T>
 void Gemv(const T* W, const float* x, int64_t out, int64_t in, float* y) {
   const int64_t groups = (out + kRows - 1) / kRows;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (out * in >= kMinParallelGemvElems)
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t o = g * kRows;
     if (o + kRows <= out) {
@@ -112,7 +112,7 @@ void GemvQ8Avx512Vnni(const int8_t* Wq, const float* scale, const float* x, int6
   for (int64_t i = in; i < padded; ++i) xq[i] = 0;
   const int32_t corr = 128 * sum;
   const int64_t groups = (out + kRows - 1) / kRows;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (out * in >= kMinParallelGemvElems)
   for (int64_t g = 0; g < groups; ++g) {
     const int64_t o = g * kRows;
     if (o + kRows <= out) {
