@@ -229,7 +229,12 @@ def cmd_train(args):
     times, cpu_times, losses = [], [], []
     for s in range(total):
         t0, c0 = time.perf_counter(), time.process_time()
-        loss, _, _ = trainer.step([tokens[s]])
+        if args.autocast == "bf16":
+            # PyTorch's own mixed precision on CPU: matmuls in bf16 under autocast.
+            with torch.cpu.amp.autocast(dtype=torch.bfloat16):
+                loss, _, _ = trainer.step([tokens[s]])
+        else:
+            loss, _, _ = trainer.step([tokens[s]])
         dt, dc = time.perf_counter() - t0, time.process_time() - c0
         losses.append(float(loss))
         if s >= args.warmup:
@@ -243,7 +248,7 @@ def cmd_train(args):
               "batch": B, "seq": T, "steps": args.steps, "warmup": args.warmup,
               "tokens_per_s": B * T / med, "step_ms_median": med * 1e3,
               "step_ms_min": min(times) * 1e3, "step_cpu_ms_median": statistics.median(cpu_times) * 1e3,
-              "params": n_params, "final_loss": losses[-1]}
+              "params": n_params, "final_loss": losses[-1], "autocast": args.autocast}
     result.update(environment(args.threads))
     print(json.dumps(result), flush=True)
 
@@ -283,6 +288,8 @@ def main(argv=None):
     tr.add_argument("--threads", type=int, default=1)
     tr.add_argument("--batch", type=int, default=None, help="default: train.batch_size")
     tr.add_argument("--seq", type=int, default=None, help="default: train.seq_len")
+    tr.add_argument("--autocast", choices=["none", "bf16"], default="none",
+                    help="bf16: run the step under torch.cpu.amp.autocast(bfloat16)")
     de = sub.add_parser("decode", help="time batch-1 greedy decode with a KV cache")
     de.add_argument("--config", required=True)
     de.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
