@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_args.h"
 #include "backend/cpu/kernel_bench.h"
 #include "core/rng.h"
 #include "model/inference.h"
@@ -21,22 +22,13 @@
 using namespace myriad;
 
 int main(int argc, char** argv) {
-  std::string config, weights = "fp32";
-  std::vector<std::string> sets;
-  int tokens = 64, prompt_len = 16;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) { std::fprintf(stderr, "%s needs a value\n", a.c_str()); std::exit(2); }
-      return argv[++i];
-    };
-    if (a == "--config") config = next();
-    else if (a == "--set") sets.push_back(next());
-    else if (a == "--tokens") tokens = std::stoi(next());
-    else if (a == "--prompt-len") prompt_len = std::stoi(next());
-    else if (a == "--weights") weights = next();
-    else { std::fprintf(stderr, "unknown flag %s\n", a.c_str()); return 2; }
-  }
+  BenchArgs args;
+  args.opts = {{"--tokens", "64"}, {"--prompt-len", "16"}, {"--weights", "fp32"}};
+  if (!args.Parse(argc, argv)) return 2;
+  const std::string& config = args.config;
+  const std::vector<std::string>& sets = args.sets;
+  const int tokens = args.Int("--tokens"), prompt_len = args.Int("--prompt-len");
+  const std::string weights = args.Str("--weights");
   ModelConfig mc;
   TrainConfig tc;
   Status s = LoadRunConfig(config, sets, &mc, &tc);

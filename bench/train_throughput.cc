@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/bench_args.h"
 #include "backend/cpu/blas.h"
 #include "backend/cpu/kernel_bench.h"
 #include "core/rng.h"
@@ -23,23 +24,13 @@
 using namespace myriad;
 
 int main(int argc, char** argv) {
-  std::string config;
-  std::vector<std::string> sets;
-  int steps = 5, warmup = 2;
-  std::string precision = "fp32";
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) { std::fprintf(stderr, "%s needs a value\n", a.c_str()); std::exit(2); }
-      return argv[++i];
-    };
-    if (a == "--config") config = next();
-    else if (a == "--set") sets.push_back(next());
-    else if (a == "--steps") steps = std::stoi(next());
-    else if (a == "--warmup") warmup = std::stoi(next());
-    else if (a == "--precision") precision = next();
-    else { std::fprintf(stderr, "unknown flag %s\n", a.c_str()); return 2; }
-  }
+  BenchArgs args;
+  args.opts = {{"--steps", "5"}, {"--warmup", "2"}, {"--precision", "fp32"}};
+  if (!args.Parse(argc, argv)) return 2;
+  const std::string& config = args.config;
+  const std::vector<std::string>& sets = args.sets;
+  const int steps = args.Int("--steps"), warmup = args.Int("--warmup");
+  const std::string precision = args.Str("--precision");
   ModelConfig mc;
   TrainConfig tc;
   Status s = LoadRunConfig(config, sets, &mc, &tc);

@@ -1,5 +1,7 @@
 #include "train/precision.h"
 
+#include "core/timing.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -12,18 +14,10 @@ namespace {
 // [M, K] x [K, N] layer, under the current GEMM precision.
 double TimeLayer(int64_t M, int64_t N, int64_t K) {
   std::vector<float> x(M * K, 0.5f), w(N * K, 0.25f), y(M * N), dw(N * K, 0.f);
-  auto once = [&] {
+  return BestSeconds(3, [&] {
     ops::Linear(x.data(), w.data(), M, K, N, y.data());
     ops::LinearBackward(y.data(), x.data(), w.data(), M, K, N, nullptr, false, dw.data());
-  };
-  once();
-  double best = 1e30;
-  for (int r = 0; r < 3; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    once();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
-  return best;
+  });
 }
 
 }  // namespace

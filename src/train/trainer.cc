@@ -11,6 +11,7 @@
 
 #include "core/env.h"
 #include "core/log.h"
+#include "core/timing.h"
 #include "train/checkpoint/checkpoint.h"
 #include "ops/ops.h"
 #include "backend/cpu/kernel_bench.h"
@@ -71,14 +72,9 @@ Status CopyTensor(const SafetensorsFile& f, const std::string& name, const std::
 // GFLOP/s of an n^3 GEMM through ops (the model's GEMM at its precision).
 static double MeasureModelGemmPeakGflops(int n) {
   std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(static_cast<size_t>(n) * n, 0.25f), c(static_cast<size_t>(n) * n);
-  auto run = [&] { ops::Gemm(Trans::kNo, Trans::kNo, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n); };
-  run();
-  double best = 1e30;
-  for (int r = 0; r < 3; ++r) {
-    auto t0 = std::chrono::steady_clock::now();
-    run();
-    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  }
+  const double best = BestSeconds(3, [&] {
+    ops::Gemm(Trans::kNo, Trans::kNo, n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+  });
   return 2.0 * n * n * static_cast<double>(n) / best / 1e9;
 }
 
