@@ -416,7 +416,7 @@ class MyriadRef:
             ep = f"{prefix}mlp.experts.{e}."
             y = swiglu(x.index_select(0, tok), p[ep + "gate_proj.weight"], p[ep + "up_proj.weight"],
                        p[ep + "down_proj.weight"])
-            out = out.index_add(0, tok, y * w[tok, slot].unsqueeze(-1))
+            out = out.index_add(0, tok, (y * w[tok, slot].unsqueeze(-1)).to(out.dtype))
         if c.n_shared_experts > 0:
             sp = prefix + "mlp.shared_experts."
             out = out + swiglu(x, p[sp + "gate_proj.weight"], p[sp + "up_proj.weight"], p[sp + "down_proj.weight"])
