@@ -156,9 +156,23 @@ Status RunTraining(const RunSpec& spec) {
                          " tokens but model.vocab_size=" + std::to_string(mc.vocab_size) +
                          " (hint: set model.vocab_size >= the tokenizer's size)");
 
-  ASSIGN_OR_RETURN(PrecisionChoice precision, ChoosePrecision(tc.precision, mc, static_cast<int64_t>(B) * T));
+  // A resumed run keeps the precision it started with ("auto" is decided
+  // once per run, so a resume continues the same arithmetic bit for bit).
+  std::string precision_setting = tc.precision;
+  bool precision_from_checkpoint = false;
+  const bool resuming = !spec.fresh && env->FileExists(tc.out_dir + "/latest");
+  if (resuming && tc.precision == "auto") {
+    auto ck = LoadCheckpoint(env, tc.out_dir, /*verify_checksums=*/false);
+    if (ck.ok() && ck->manifest.contains("precision")) {
+      precision_setting = ck->manifest["precision"].get<std::string>();
+      precision_from_checkpoint = true;
+    }
+  }
+  ASSIGN_OR_RETURN(PrecisionChoice precision, ChoosePrecision(precision_setting, mc, static_cast<int64_t>(B) * T));
   ops::SetGemmPrecision(precision.precision);
-  LOG_INFO("precision: %s", precision.reason.c_str());
+  LOG_INFO("precision: %s%s", precision.reason.c_str(),
+           precision_from_checkpoint ? " (kept from the run's checkpoint)" : "");
+  const char* precision_used = precision.precision == ops::GemmPrecision::kBf16 ? "bf16" : "fp32";
 
   Model model(mc);
   model.InitWeights(tc.seed);
@@ -166,7 +180,7 @@ Status RunTraining(const RunSpec& spec) {
   int64_t step = 0;
 
   // Resume from the newest checkpoint in out_dir unless told not to.
-  if (!spec.fresh && env->FileExists(tc.out_dir + "/latest")) {
+  if (resuming) {
     ASSIGN_OR_RETURN(LoadedCheckpoint ck, LoadCheckpoint(env, tc.out_dir));
     auto saved_cfg = ModelConfig::FromJson(ck.manifest["model_config"]);
     if (!saved_cfg.ok()) return saved_cfg.status().With(ck.dir);
@@ -202,7 +216,7 @@ Status RunTraining(const RunSpec& spec) {
     data.meta = {{"step", s}, {"model_config", mc.ToJson()}, {"train_config", tc.ToJson()},
                  {"data_cursor", train_data->cursor().ToJson()}, {"rng", {{"seed", tc.seed}}},
                  {"parallel", {{"dp", 1}, {"tp", 1}, {"pp", 1}, {"ep", 1}, {"cp", 1}}},
-                 {"tokenizer", tc.data_dir + "/tokenizer.model"}};
+                 {"tokenizer", tc.data_dir + "/tokenizer.model"}, {"precision", precision_used}};
     data.model = ModelTensors(model, nullptr);
     data.optimizer = OptimizerTensors(model, opt, &opt_names);
     auto t0 = std::chrono::steady_clock::now();
