@@ -83,7 +83,8 @@ class Model {
   std::vector<std::vector<int32_t>> mtp_etok_;  
   std::vector<std::vector<int32_t>> mtp_pos_;   // RoPE positions of each MTP module's rows  // embedded tokens of each MTP module
   BlockScratch scratch_;
-  std::vector<float> d_resid_a_, d_resid_b_, d_tmp_, d_chain_;
+  std::vector<float> d_resid_a_, d_resid_b_, d_chain_;
+  Buf<float> d_tmp_;  // sized for the main head and each MTP module in turn
 };
 
 }  // namespace myriad
