@@ -166,6 +166,10 @@ Status RunTraining(const RunSpec& spec) {
     if (ck.ok() && ck->manifest.contains("precision")) {
       precision_setting = ck->manifest["precision"].get<std::string>();
       precision_from_checkpoint = true;
+      if (precision_setting == "bf16" && !ops::HasBf16Gemm()) {
+        LOG_WARN("the run trained in bf16 but this machine has no bf16 GEMM: continuing in fp32");
+        precision_setting = "fp32";
+      }
     }
   }
   ASSIGN_OR_RETURN(PrecisionChoice precision, ChoosePrecision(precision_setting, mc, static_cast<int64_t>(B) * T));
