@@ -23,11 +23,6 @@ void RopeTables::Build(int64_t max_pos, int64_t D, double theta) {
 
 namespace {
 
-template <typename V>
-void Fit(V* v, size_t n) {
-  if (v->size() != n) v->resize(n);
-}
-
 AttentionParams MakeAttention(const ModelConfig& cfg, BlockActs* a) {
   const int H = cfg.n_heads, Hkv = cfg.n_kv_heads, D = cfg.head_dim();
   AttentionParams p;

@@ -51,4 +51,11 @@ class Buf {
   size_t size_ = 0, cap_ = 0;
 };
 
+// Sizes a buffer (Buf or std::vector) to n elements; a no-op when it
+// already has that size, which is every step after the first.
+template <typename V>
+void Fit(V* v, size_t n) {
+  if (v->size() != n) v->resize(n);
+}
+
 }  // namespace myriad

@@ -5,36 +5,10 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/half.h"
 #include "ops/ops.h"
 
 namespace myriad {
-namespace {
-
-uint16_t FloatToHalf(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000u;
-  int32_t exp = static_cast<int32_t>((x >> 23) & 0xff) - 127 + 15;
-  uint32_t mant = x & 0x7fffffu;
-  if (((x >> 23) & 0xff) == 0xff) return static_cast<uint16_t>(sign | 0x7c00u | (mant ? 0x200u : 0));
-  if (exp >= 31) return static_cast<uint16_t>(sign | 0x7c00u);
-  if (exp <= 0) {
-    if (exp < -10) return static_cast<uint16_t>(sign);
-    mant |= 0x800000u;
-    uint32_t shift = static_cast<uint32_t>(14 - exp);
-    uint32_t half = mant >> shift;
-    uint32_t rem = mant & ((1u << shift) - 1);
-    uint32_t mid = 1u << (shift - 1);
-    if (rem > mid || (rem == mid && (half & 1))) ++half;
-    return static_cast<uint16_t>(sign | half);
-  }
-  uint32_t half = sign | (static_cast<uint32_t>(exp) << 10) | (mant >> 13);
-  uint32_t rem = mant & 0x1fffu;
-  if (rem > 0x1000u || (rem == 0x1000u && (half & 1))) ++half;
-  return static_cast<uint16_t>(half);
-}
-
-}  // namespace
 
 bool ParseWeightFormat(const std::string& s, WeightFormat* out) {
   if (s == "fp32" || s == "f32") return *out = WeightFormat::kF32, true;
@@ -104,7 +78,6 @@ InferenceSession::InferenceSession(const Model& model, int64_t max_len, WeightFo
   embed_ = W.embed;
   norm_ = W.norm;
   head_.Init(W.head, cfg_.vocab_size, C, fmt);
-  rope_.Build(cfg_.max_seq_len, D, cfg_.rope_theta);
   int bias_i = 0;
   layers_.resize(cfg_.n_layers);
   for (int64_t l = 0; l < cfg_.n_layers; ++l) {
@@ -180,7 +153,8 @@ void InferenceSession::Ffn(Layer& L, const float* f, int64_t n, float* out) {
       for (int64_t e = 0; e < E; ++e) s[e] /= sum;
     }
     // Top-K of score + bias, the same rule as training (ties: lower index).
-    std::vector<int32_t> idx(E);
+    std::vector<int32_t>& idx = expert_idx_;
+    idx.resize(E);
     for (int64_t e = 0; e < E; ++e) idx[e] = static_cast<int32_t>(e);
     std::partial_sort(idx.begin(), idx.begin() + K, idx.end(), [&](int32_t a, int32_t b) {
       float va = s[a] + L.bias[a], vb = s[b] + L.bias[b];
@@ -199,11 +173,11 @@ void InferenceSession::Ffn(Layer& L, const float* f, int64_t n, float* out) {
   }
   if (L.s_gate.out() > 0) {
     const int64_t SF = L.s_gate.out() / 2;
-    std::vector<float> sgu(n * 2 * SF), sh(n * SF), so(n * C);
-    L.s_gate.Apply(f, n, sgu.data());
-    ops::SwiGlu(sgu.data(), n, SF, sh.data());
-    L.s_down.Apply(sh.data(), n, so.data());
-    for (int64_t i = 0; i < n * C; ++i) out[i] += so[i];
+    g_.resize(n * 2 * SF); h_.resize(n * SF); eo_.resize(n * C);
+    L.s_gate.Apply(f, n, g_.data());
+    ops::SwiGlu(g_.data(), n, SF, h_.data());
+    L.s_down.Apply(h_.data(), n, eo_.data());
+    for (int64_t i = 0; i < n * C; ++i) out[i] += eo_[i];
   }
 }
 
@@ -226,8 +200,8 @@ const float* InferenceSession::Forward(const int32_t* tokens, int64_t n) {
     L.wq.Apply(a_.data(), n, q_.data());
     L.wk.Apply(a_.data(), n, kc);
     L.wv.Apply(a_.data(), n, vc);
-    ops::Rope(q_.data(), n, H, D, pos_.data(), rope_.cos.data(), rope_.sin.data(), false);
-    ops::Rope(kc, n, Hkv, D, pos_.data(), rope_.cos.data(), rope_.sin.data(), false);
+    ops::Rope(q_.data(), n, H, D, pos_.data(), model_.rope().cos.data(), model_.rope().sin.data(), false);
+    ops::Rope(kc, n, Hkv, D, pos_.data(), model_.rope().cos.data(), model_.rope().sin.data(), false);
     AttentionParams p;
     p.B = 1; p.Tq = n; p.Tk = len_ + n; p.H = H; p.Hkv = Hkv; p.D = D;
     p.scale = 1.f / std::sqrt(static_cast<float>(D));

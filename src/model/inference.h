@@ -70,9 +70,8 @@ class InferenceSession {
   const float* embed_;
   const float* norm_;
   InferLinear head_;
-  RopeTables rope_;
   std::vector<float> x_, a_, q_, att_, f_, tmp_, g_, h_, logits_, rstd_, eo_, scores_;
-  std::vector<int32_t> pos_;
+  std::vector<int32_t> pos_, expert_idx_;
 };
 
 }  // namespace myriad

@@ -11,11 +11,6 @@
 namespace myriad {
 namespace {
 
-template <typename V>
-void Fit(V* v, size_t n) {
-  if (v->size() != n) v->resize(n);
-}
-
 // g.embed[tok[n]] += d[n] for n < N (rows may repeat: serial over rows,
 // parallel over columns).
 void EmbeddingBackward(const int32_t* tok, const float* d, int64_t N, int64_t C, float* g) {
@@ -42,6 +37,7 @@ Model::Model(const ModelConfig& cfg) : cfg_(cfg), layout_(cfg) {
   mtp_.resize(cfg.mtp_depth);
   mtp_pos_.resize(cfg.mtp_depth);
   mtp_etok_.resize(cfg.mtp_depth);
+  mtp_tgt_.resize(cfg.mtp_depth);
 }
 
 void Model::InitWeights(uint64_t seed) {
@@ -139,7 +135,10 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
     Fit(&m.en, Nk * C); Fit(&m.rstd_e, Nk); Fit(&m.cat, Nk * 2 * C); Fit(&m.hp, Nk * C);
     Fit(&m.out, Nk * C); Fit(&m.nrm, Nk * C); Fit(&m.rstd_n, Nk); Fit(&m.logits, Nk * V);
     Fit(&m.losses, Nk);
-    std::vector<int32_t> etok(Nk), tgt(Nk);
+    std::vector<int32_t>& etok = mtp_etok_[j];
+    std::vector<int32_t>& tgt = mtp_tgt_[j];
+    Fit(&etok, Nk);
+    Fit(&tgt, Nk);
     Fit(&mtp_pos_[j], Nk);
     for (int64_t n = 0; n < Nk; ++n) mtp_pos_[j][n] = static_cast<int32_t>(n % Tk);
     for (int b = 0; b < B; ++b) {
@@ -167,7 +166,6 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
     double lk = 0;
     for (int64_t n = 0; n < Nk; ++n) lk += m.losses[n];
     out.mtp += mtp_w * lk / static_cast<double>(Nk);
-    mtp_etok_[j] = etok;
   }
 
   // ---- Balance losses and loads.

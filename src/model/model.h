@@ -53,6 +53,9 @@ class Model {
   // expert_load(), then clears it.
   void ApplyBiasUpdate();
 
+  // RoPE tables up to max_seq_len (shared with inference sessions).
+  const RopeTables& rope() const { return rope_; }
+
   // Model FLOPs per trained token (forward+backward, matmuls and attention),
   // for MFU; counts only the active experts.
   double TrainFlopsPerToken(int T) const;
@@ -80,7 +83,7 @@ class Model {
   std::vector<BlockActs> acts_;
   std::vector<float> final_norm_, final_rstd_, logits_, losses_;
   std::vector<MtpActs> mtp_;
-  std::vector<std::vector<int32_t>> mtp_etok_;  
+  std::vector<std::vector<int32_t>> mtp_etok_, mtp_tgt_;  // embedded tokens and targets of each MTP module
   std::vector<std::vector<int32_t>> mtp_pos_;   // RoPE positions of each MTP module's rows  // embedded tokens of each MTP module
   BlockScratch scratch_;
   std::vector<float> d_resid_a_, d_resid_b_, d_chain_;

@@ -15,11 +15,6 @@
 namespace myriad {
 namespace {
 
-template <typename V>
-void Fit(V* v, size_t n) {
-  if (v->size() != n) v->resize(n);
-}
-
 // Scores from router logits: softmax over E, or elementwise sigmoid.
 void Scores(bool sigmoid, const float* logits, int64_t N, int64_t E, float* s) {
 #pragma omp parallel for schedule(static)

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 
 #include "core/env.h"
 #include "core/log.h"
@@ -30,7 +31,7 @@ std::string FormatDuration(double s) {
   return buf;
 }
 
-std::vector<TensorView> ModelTensors(Model& m, std::vector<std::string>* names_storage) {
+std::vector<TensorView> ModelTensors(Model& m) {
   std::vector<TensorView> out;
   for (const auto& p : m.layout().params()) {
     if (m.config().tie_embeddings && p.name == "lm_head.weight") continue;
@@ -40,7 +41,6 @@ std::vector<TensorView> ModelTensors(Model& m, std::vector<std::string>* names_s
   for (size_t i = 0; i < bn.size(); ++i)
     out.push_back({bn[i], "F32", {m.config().n_routed_experts}, m.biases()[i].data(),
                    static_cast<size_t>(m.config().n_routed_experts) * 4});
-  (void)names_storage;
   return out;
 }
 
@@ -160,11 +160,15 @@ Status RunTraining(const RunSpec& spec) {
   // once per run, so a resume continues the same arithmetic bit for bit).
   std::string precision_setting = tc.precision;
   bool precision_from_checkpoint = false;
-  const bool resuming = !spec.fresh && env->FileExists(tc.out_dir + "/latest");
-  if (resuming && tc.precision == "auto") {
-    auto ck = LoadCheckpoint(env, tc.out_dir, /*verify_checksums=*/false);
-    if (ck.ok() && ck->manifest.contains("precision")) {
-      precision_setting = ck->manifest["precision"].get<std::string>();
+  // Loaded (and verified) once; restored into the model further down.
+  std::optional<LoadedCheckpoint> resume;
+  if (!spec.fresh && env->FileExists(tc.out_dir + "/latest")) {
+    ASSIGN_OR_RETURN(LoadedCheckpoint ck, LoadCheckpoint(env, tc.out_dir));
+    resume = std::move(ck);
+  }
+  if (resume && tc.precision == "auto") {
+    if (resume->manifest.contains("precision")) {
+      precision_setting = resume->manifest["precision"].get<std::string>();
       precision_from_checkpoint = true;
       if (precision_setting == "bf16" && !ops::HasBf16Gemm()) {
         LOG_WARN("the run trained in bf16 but this machine has no bf16 GEMM: continuing in fp32");
@@ -184,8 +188,8 @@ Status RunTraining(const RunSpec& spec) {
   int64_t step = 0;
 
   // Resume from the newest checkpoint in out_dir unless told not to.
-  if (resuming) {
-    ASSIGN_OR_RETURN(LoadedCheckpoint ck, LoadCheckpoint(env, tc.out_dir));
+  if (resume) {
+    const LoadedCheckpoint& ck = *resume;
     auto saved_cfg = ModelConfig::FromJson(ck.manifest["model_config"]);
     if (!saved_cfg.ok()) return saved_cfg.status().With(ck.dir);
     if (saved_cfg->ToJson() != mc.ToJson())
@@ -196,6 +200,7 @@ Status RunTraining(const RunSpec& spec) {
     RETURN_IF_ERROR(train_data->Seek(cur));
     step = ck.step;
     LOG_INFO("resumed from %s at step %lld", ck.dir.c_str(), static_cast<long long>(step));
+    resume.reset();  // unmap: everything needed was copied
   }
   if (step >= tc.steps) {
     LOG_INFO("already at step %lld of %lld: nothing to do", static_cast<long long>(step),
@@ -221,7 +226,7 @@ Status RunTraining(const RunSpec& spec) {
                  {"data_cursor", train_data->cursor().ToJson()}, {"rng", {{"seed", tc.seed}}},
                  {"parallel", {{"dp", 1}, {"tp", 1}, {"pp", 1}, {"ep", 1}, {"cp", 1}}},
                  {"tokenizer", tc.data_dir + "/tokenizer.model"}, {"precision", precision_used}};
-    data.model = ModelTensors(model, nullptr);
+    data.model = ModelTensors(model);
     data.optimizer = OptimizerTensors(model, opt, &opt_names);
     auto t0 = std::chrono::steady_clock::now();
     auto dir = SaveCheckpoint(env, tc.out_dir, s, data, static_cast<int>(tc.keep_last));

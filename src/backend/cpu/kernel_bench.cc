@@ -1,5 +1,7 @@
 #include "backend/cpu/kernel_bench.h"
 
+#include "core/half.h"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -51,18 +53,6 @@ std::vector<float> Randn(size_t n, uint64_t seed, float scale = 1.f) {
   return v;
 }
 
-uint16_t FloatToHalfBits(float f) {  // round to nearest; normal range only (bench data)
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  uint32_t sign = (u >> 16) & 0x8000;
-  int exp = (int)((u >> 23) & 0xff) - 127 + 15;
-  uint32_t mant = u & 0x7fffff;
-  if (exp <= 0) return (uint16_t)sign;
-  if (exp >= 31) return (uint16_t)(sign | 0x7bff);
-  uint32_t h = sign | ((uint32_t)exp << 10) | (mant >> 13);
-  if (mant & 0x1000) ++h;
-  return (uint16_t)h;
-}
 
 void Appendf(std::string* s, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 void Appendf(std::string* s, const char* fmt, ...) {
@@ -187,7 +177,7 @@ std::string RunKernelMicrobench() {
     const int64_t O = 50257, I = 768;
     std::vector<float> W = Randn((size_t)O * I, 7, 0.05f), x = Randn(I, 8), y(O), y2(O);
     std::vector<uint16_t> Wh(W.size());
-    for (size_t i = 0; i < W.size(); ++i) Wh[i] = FloatToHalfBits(W[i]);
+    for (size_t i = 0; i < W.size(); ++i) Wh[i] = FloatToHalf(W[i]);
     std::vector<int8_t> Wq(W.size());
     std::vector<float> scale(O);
     for (int64_t o = 0; o < O; ++o) {
