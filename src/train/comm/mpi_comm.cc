@@ -31,7 +31,18 @@ MPI_Datatype MpiType(DType t) {
   return MPI_DATATYPE_NULL;
 }
 
-MPI_Op MpiOp(ReduceOp op) {
+// OpenMPI 4.1's AVX reduction component saturates 8-bit integer sums
+// (open-mpi/ompi#8045); this op wraps modulo 256 as LocalComm does.
+MPI_Op g_wrapping_sum_u8 = MPI_OP_NULL;
+
+void WrappingSumU8(void* in, void* inout, int* len, MPI_Datatype*) {
+  const uint8_t* a = static_cast<const uint8_t*>(in);
+  uint8_t* b = static_cast<uint8_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = static_cast<uint8_t>(a[i] + b[i]);
+}
+
+MPI_Op MpiOp(ReduceOp op, DType t) {
+  if (op == ReduceOp::kSum && t == DType::kU8) return g_wrapping_sum_u8;
   switch (op) {
     case ReduceOp::kSum: return MPI_SUM;
     case ReduceOp::kMax: return MPI_MAX;
@@ -115,14 +126,14 @@ class MpiComm final : public QueuedComm {
 
  protected:
   void DoAllReduce(void* buf, int64_t count, DType t, ReduceOp op) override {
-    MPI_Allreduce(MPI_IN_PLACE, buf, FitInt(count, "AllReduce", "count"), MpiType(t), MpiOp(op),
+    MPI_Allreduce(MPI_IN_PLACE, buf, FitInt(count, "AllReduce", "count"), MpiType(t), MpiOp(op, t),
                   Handle());
   }
 
   void DoReduceScatter(const void* send, void* recv, int64_t count, DType t, ReduceOp op) override {
     FitInt(count * size_, "ReduceScatter", "input count");
     MPI_Reduce_scatter_block(send, recv, FitInt(count, "ReduceScatter", "count"), MpiType(t),
-                             MpiOp(op), Handle());
+                             MpiOp(op, t), Handle());
   }
 
   void DoAllGather(const void* send, void* recv, int64_t count, DType t) override {
@@ -194,6 +205,7 @@ void InitMpi(int* argc, char*** argv) {
     MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &provided);
   }
   g_thread_multiple = provided >= MPI_THREAD_MULTIPLE;
+  if (g_wrapping_sum_u8 == MPI_OP_NULL) MPI_Op_create(WrappingSumU8, /*commute=*/1, &g_wrapping_sum_u8);
   static std::once_flag logged;
   if (!g_thread_multiple) {
     std::call_once(logged, [] {
@@ -211,6 +223,8 @@ std::unique_ptr<Comm> MakeMpiWorld() {
 }
 
 void FinalizeMpi() {
+  static std::mutex finalize_mu;
+  std::lock_guard<std::mutex> once(finalize_mu);
   int initialized = 0;
   MPI_Initialized(&initialized);
   if (!initialized || MpiFinalized()) return;
@@ -218,6 +232,7 @@ void FinalizeMpi() {
     std::lock_guard<std::mutex> lock(g_registry_mu);
     for (MpiComm* c : g_registry) c->Release();
   }
+  if (g_wrapping_sum_u8 != MPI_OP_NULL) MPI_Op_free(&g_wrapping_sum_u8);
   MPI_Finalize();
 }
 
