@@ -8,7 +8,7 @@ PACKAGES=(
   # build
   g++ cmake make pkg-config
   # libraries
-  libopenblas-dev libopenblas0-openmp libsentencepiece-dev libtomlplusplus-dev
+  libopenblas-dev libopenblas0-openmp openmpi-bin libopenmpi-dev libsentencepiece-dev libtomlplusplus-dev
   nlohmann-json3-dev libcli11-dev libxxhash-dev libgtest-dev libgmock-dev
   # golden reference and benchmark peer
   python3 python3-torch python3-numpy

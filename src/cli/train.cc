@@ -2,8 +2,11 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
 
 #include "cli/verbs.h"
+#include "train/comm/world.h"
 #include "train/trainer.h"
 
 namespace myriad::cli {
@@ -18,11 +21,23 @@ int RunTrain(int argc, char** argv) {
   app.add_option("--stop-after", spec.stop_after, "stop after N steps of this run, saving a checkpoint");
   app.add_flag("--quiet,-q", spec.quiet, "no progress line");
   CLI11_PARSE(app, argc, argv);
+  // Under mpirun every rank runs this; the layout comes from [parallel]
+  // (or --set parallel.dp=2 ...), and must multiply to the rank count.
+  std::unique_ptr<comm::Comm> world = comm::InitWorld(nullptr, nullptr);
+  spec.world = world.get();
   Status s = RunTraining(spec);
   if (!s.ok()) {
-    std::fprintf(stderr, "myriad train: %s\n", s.message().c_str());
-    return 1;
+    if (world->size() > 1)
+      std::fprintf(stderr, "myriad train [rank %d/%d]: %s\n", world->rank(), world->size(), s.message().c_str());
+    else
+      std::fprintf(stderr, "myriad train: %s\n", s.message().c_str());
+    // A failed rank must not leave the others waiting in a collective:
+    // exiting without MPI_Finalize makes mpirun stop the whole job.
+    std::fflush(stderr);
+    std::_Exit(1);
   }
+  world.reset();
+  comm::FinalizeWorld();
   return 0;
 }
 

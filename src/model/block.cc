@@ -23,8 +23,9 @@ void RopeTables::Build(int64_t max_pos, int64_t D, double theta) {
 
 namespace {
 
-AttentionParams MakeAttention(const ModelConfig& cfg, BlockActs* a) {
-  const int H = cfg.n_heads, Hkv = cfg.n_kv_heads, D = cfg.head_dim();
+AttentionParams MakeAttention(const BlockContext& ctx, BlockActs* a) {
+  const int H = static_cast<int>(ctx.dims->H), Hkv = static_cast<int>(ctx.dims->Hkv);
+  const int D = static_cast<int>(ctx.cfg->head_dim());
   AttentionParams p;
   p.B = a->B; p.Tq = a->T; p.Tk = a->T; p.H = H; p.Hkv = Hkv; p.D = D;
   p.scale = 1.f / std::sqrt(static_cast<float>(D));
@@ -65,7 +66,8 @@ void BlockForward(const BlockContext& ctx, const BlockWeights<float*>& w, const 
                   int B, int T, BlockActs* a, float* x_out) {
   const ModelConfig& cfg = *ctx.cfg;
   const int64_t N = static_cast<int64_t>(B) * T, C = cfg.d_model;
-  const int H = cfg.n_heads, Hkv = cfg.n_kv_heads, D = cfg.head_dim();
+  const int H = static_cast<int>(ctx.dims->H), Hkv = static_cast<int>(ctx.dims->Hkv);
+  const int D = static_cast<int>(cfg.head_dim());
   const float eps = static_cast<float>(cfg.norm_eps);
   a->B = B; a->T = T; a->x_in = x_in;
   Fit(&a->a, N * C); Fit(&a->rstd1, N);
@@ -84,7 +86,7 @@ void BlockForward(const BlockContext& ctx, const BlockWeights<float*>& w, const 
   SplitQkv(qkv.data(), N, H * D, Hkv * D, a->q.data(), a->k.data(), a->v.data());
   ops::Rope(a->q.data(), N, H, D, ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), false);
   ops::Rope(a->k.data(), N, Hkv, D, ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), false);
-  ops::Attention(MakeAttention(cfg, a));
+  ops::Attention(MakeAttention(ctx, a));
   // x_mid = x_in + att @ Wo^T
   std::memcpy(a->x_mid.data(), x_in, N * C * sizeof(float));
   ops::Linear(a->att.data(), w.wo, N, H * D, C, a->x_mid.data(), /*accumulate=*/true);
@@ -92,7 +94,7 @@ void BlockForward(const BlockContext& ctx, const BlockWeights<float*>& w, const 
   // FFN on f = norm(x_mid).
   ops::RmsNorm(a->x_mid.data(), w.ffn_norm, eps, N, C, a->f.data(), a->rstd2.data());
   if (!w.moe) {
-    const int64_t F = cfg.d_ff;
+    const int64_t F = ctx.dims->F;
     // gate_proj and up_proj are adjacent in the parameter buffer: one GEMM.
     CHECK(w.w_up == w.w_gate + F * C);
     Fit(&a->gu, N * 2 * F); Fit(&a->h, N * F);
@@ -100,7 +102,7 @@ void BlockForward(const BlockContext& ctx, const BlockWeights<float*>& w, const 
     ops::SwiGlu(a->gu.data(), N, F, a->h.data());
     ops::Linear(a->h.data(), w.w_down, N, F, C, a->ffn_out.data());
   } else {
-    MoeForward(cfg, w, ctx.bias, a->f.data(), B, T, &a->moe, a->ffn_out.data());
+    MoeForward(ctx, w, a->f.data(), B, T, &a->moe, a->ffn_out.data());
   }
   const float* xm = a->x_mid.data();
   const float* fo = a->ffn_out.data();
@@ -114,18 +116,19 @@ void BlockBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
   const ModelConfig& cfg = *ctx.cfg;
   const int B = a->B, T = a->T;
   const int64_t N = static_cast<int64_t>(B) * T, C = cfg.d_model;
-  const int H = cfg.n_heads, Hkv = cfg.n_kv_heads, D = cfg.head_dim();
+  const int H = static_cast<int>(ctx.dims->H), Hkv = static_cast<int>(ctx.dims->Hkv);
+  const int D = static_cast<int>(cfg.head_dim());
   Fit(&s->d_mid, N * C); Fit(&s->d_f, N * C);
 
   // FFN: d_f = dFFN/df; d_mid = d_out + RmsNorm' (d_f).
   if (!w.moe) {
-    const int64_t F = cfg.d_ff;
+    const int64_t F = ctx.dims->F;
     Fit(&s->d_h, N * F); Fit(&s->d_gu, N * 2 * F);
     ops::LinearBackward(d_out, a->h.data(), w.w_down, N, F, C, s->d_h.data(), false, gw.w_down);
     ops::SwiGluBackward(s->d_h.data(), a->gu.data(), N, F, s->d_gu.data());
     ops::LinearBackward(s->d_gu.data(), a->f.data(), w.w_gate, N, C, 2 * F, s->d_f.data(), false, gw.w_gate);
   } else {
-    MoeBackward(cfg, w, gw, a->f.data(), B, T, &a->moe, d_out, loss_scale, s, s->d_f.data());
+    MoeBackward(ctx, w, gw, a->f.data(), B, T, &a->moe, d_out, loss_scale, s, s->d_f.data());
   }
   std::memcpy(s->d_mid.data(), d_out, N * C * sizeof(float));
   ops::RmsNormBackward(s->d_f.data(), a->x_mid.data(), w.ffn_norm, a->rstd2.data(), N, C,
@@ -136,7 +139,7 @@ void BlockBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
   Fit(&s->d_v, N * Hkv * D); Fit(&s->d_a, N * C);
   ops::LinearBackward(s->d_mid.data(), a->att.data(), w.wo, N, H * D, C, s->d_att.data(), false, gw.wo);
   AttentionBackwardParams bp;
-  bp.fwd = MakeAttention(cfg, a);
+  bp.fwd = MakeAttention(ctx, a);
   bp.dout = s->d_att.data();
   bp.dq = s->d_q.data(); bp.dk = s->d_k.data(); bp.dv = s->d_v.data();
   ops::AttentionBackward(bp);

@@ -9,6 +9,7 @@
 #include "model/buffer.h"
 #include "model/config.h"
 #include "model/params.h"
+#include "model/shard.h"
 
 namespace myriad {
 
@@ -58,6 +59,9 @@ struct BlockContext {
   const int32_t* pos;  // [N] positions of the tokens
   const float* bias;   // [E] selection bias (MoE blocks), may be null
   BlockScratch* scratch;  // shared temporaries (forward and backward)
+  const LocalDims* dims;  // this rank's heads / widths / experts
+  ParallelHooks* hooks = nullptr;  // null: single device
+  int moe_block = -1;     // index among MoE blocks (for hooks), -1 if dense
 };
 
 // x_out[N,C] = Block(x_in). Saves what backward needs in `acts`.
@@ -76,10 +80,10 @@ void BlockBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
                    float loss_scale, BlockScratch* s, float* d_in);
 
 // MoE feed-forward, used by the block: out[N,C] = MoE(f).
-void MoeForward(const ModelConfig& cfg, const BlockWeights<float*>& w, const float* bias,
-                const float* f, int B, int T, MoeActs* a, float* out);
+void MoeForward(const BlockContext& ctx, const BlockWeights<float*>& w, const float* f, int B, int T,
+                MoeActs* a, float* out);
 // Writes df [N,C]; accumulates grads.
-void MoeBackward(const ModelConfig& cfg, const BlockWeights<float*>& w,
+void MoeBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
                  const BlockWeights<float*>& gw, const float* f, int B, int T, MoeActs* a,
                  const float* d_out, float loss_scale, BlockScratch* s, float* df);
 

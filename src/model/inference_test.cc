@@ -68,8 +68,10 @@ TEST(InferenceTest, Fp32MatchesTrainingForwardMoe) {
 // (and the MoE decode path above in fp32).
 TEST(InferenceTest, Fp16WeightsStayClose) { CheckAgainstTrainingForward(TinyDense(), WeightFormat::kF16, 5e-3); }
 // int8 quantises both the weights (per row) and each GEMV's input (per
-// tensor); over the ~13 GEMVs of this model the logits move by ~5%.
-TEST(InferenceTest, Int8WeightsStayClose) { CheckAgainstTrainingForward(TinyDense(), WeightFormat::kQ8, 0.1); }
+// tensor); over the ~13 GEMVs of this model the logits move by 5-11%
+// depending on the initial weights (per-tensor init streams moved it from
+// ~5% to 10.8%), so the bound is 15%.
+TEST(InferenceTest, Int8WeightsStayClose) { CheckAgainstTrainingForward(TinyDense(), WeightFormat::kQ8, 0.15); }
 
 }  // namespace
 }  // namespace myriad

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/checksum.h"
 #include "core/rng.h"
 #include "ops/ops.h"
 
@@ -24,7 +25,7 @@ void EmbeddingBackward(const int32_t* tok, const float* d, int64_t N, int64_t C,
 
 }  // namespace
 
-Model::Model(const ModelConfig& cfg) : cfg_(cfg), layout_(cfg) {
+Model::Model(const ModelConfig& cfg, const ShardPlan& plan) : cfg_(cfg), layout_(cfg, plan) {
   params_.assign(layout_.total(), 0.f);
   grads_.assign(layout_.total(), 0.f);
   int nb = 0;
@@ -41,15 +42,27 @@ Model::Model(const ModelConfig& cfg) : cfg_(cfg), layout_(cfg) {
 }
 
 void Model::InitWeights(uint64_t seed) {
-  Rng rng(seed);
   const float std = static_cast<float>(cfg_.init_std);
+  std::vector<float> whole;
   for (const auto& p : layout_.params()) {
     float* w = params_.data() + p.offset;
     if (p.shape.size() == 1) {
       std::fill(w, w + p.numel, 1.f);
-    } else {
-      for (int64_t i = 0; i < p.numel; ++i) w[i] = std * rng.Normal();
+      continue;
     }
+    Rng rng(seed ^ Checksum64(p.name));
+    if (p.tp_dim < 0) {
+      for (int64_t i = 0; i < p.numel; ++i) w[i] = std * rng.Normal();
+      continue;
+    }
+    // A tensor-parallel shard: draw the whole tensor, keep the slice.
+    const int64_t R = p.global_shape[0], Cg = p.global_shape[1];
+    whole.resize(R * Cg);
+    for (auto& x : whole) x = std * rng.Normal();
+    const int64_t r = p.shape[0], c = p.shape[1];
+    const int64_t r0 = p.tp_dim == 0 ? p.tp_offset : 0, c0 = p.tp_dim == 1 ? p.tp_offset : 0;
+    for (int64_t i = 0; i < r; ++i)
+      std::memcpy(w + i * c, whole.data() + (r0 + i) * Cg + c0, c * sizeof(float));
   }
   for (auto& b : biases_) std::fill(b.begin(), b.end(), 0.f);
 }
@@ -83,6 +96,9 @@ BlockContext Model::Context(int block_index, const int32_t* pos) {
   int bi = bias_index_[block_index];
   ctx.bias = bi >= 0 ? biases_[bi].data() : nullptr;
   ctx.scratch = &scratch_;
+  ctx.dims = &layout_.dims();
+  ctx.hooks = hooks_;
+  ctx.moe_block = bi;
   return ctx;
 }
 
@@ -107,12 +123,16 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
     CHECK_MSG(inputs_[n] >= 0 && inputs_[n] < V, "token id %d out of range", inputs_[n]);
 
   // ---- Forward: embed -> blocks -> norm -> head -> loss.
+  if (hooks_) hooks_->BeforeStep(backward);
   resid_.resize(L + 1);
   for (auto& r : resid_) Fit(&r, N * C);
   ops::MoeGather(W.embed, inputs_.data(), N, C, resid_[0].data());
-  for (int l = 0; l < L; ++l)
+  for (int l = 0; l < L; ++l) {
+    if (hooks_) hooks_->BeforeBlockForward(l);
     BlockForward(Context(l, pos_.data()), W.layers[l], resid_[l].data(), B, T, &acts_[l],
                  resid_[l + 1].data());
+    if (hooks_) hooks_->AfterBlockForward(l);
+  }
   Fit(&final_norm_, N * C); Fit(&final_rstd_, N); Fit(&logits_, N * V); Fit(&losses_, N);
   ops::RmsNorm(resid_[L].data(), W.norm, eps, N, C, final_norm_.data(), final_rstd_.data());
   ops::Linear(final_norm_.data(), W.head, N, C, V, logits_.data());
@@ -157,7 +177,9 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
       std::memcpy(m.cat.data() + n * 2 * C + C, m.en.data() + n * C, C * sizeof(float));
     }
     ops::Linear(m.cat.data(), mw.eh_proj, Nk, 2 * C, C, m.hp.data());
+    if (hooks_) hooks_->BeforeBlockForward(L + j);
     BlockForward(Context(L + j, mtp_pos_[j].data()), mw.block, m.hp.data(), B, Tk, &m.block, m.out.data());
+    if (hooks_) hooks_->AfterBlockForward(L + j);
     ops::RmsNorm(m.out.data(), mw.norm, eps, Nk, C, m.nrm.data(), m.rstd_n.data());
     ops::Linear(m.nrm.data(), W.head, Nk, C, V, m.logits.data());
     ops::SoftmaxXent(m.logits.data(), tgt.data(), Nk, V,
@@ -206,8 +228,10 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
     Fit(&m.d_cat, Nk * 2 * C);
     auto& d_hp = m.d_hp;
     auto& d_cat = m.d_cat;
+    if (hooks_) hooks_->BeforeBlockBackward(L + j);
     BlockBackward(Context(L + j, mtp_pos_[j].data()), mw.block, mg.block, &m.block, d_out.data(), loss_scale,
                   &scratch_, d_hp.data());
+    if (hooks_) hooks_->AfterBlockBackward(L + j);
     ops::LinearBackward(d_hp.data(), m.cat.data(), mw.eh_proj, Nk, 2 * C, C, d_cat.data(), false, mg.eh_proj);
     Fit(&m.d_hn, Nk * C);
     Fit(&m.d_en, Nk * C);
@@ -241,11 +265,14 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
   float* d_cur = d_resid_a_.data();
   float* d_prev = d_resid_b_.data();
   for (int l = L - 1; l >= 0; --l) {
+    if (hooks_) hooks_->BeforeBlockBackward(l);
     BlockBackward(Context(l, pos_.data()), W.layers[l], G.layers[l], &acts_[l], d_cur, loss_scale,
                   &scratch_, d_prev);
+    if (hooks_) hooks_->AfterBlockBackward(l);
     std::swap(d_cur, d_prev);
   }
   EmbeddingBackward(inputs_.data(), d_cur, N, C, G.embed);
+  if (hooks_) hooks_->AfterBackward();
   return out;
 }
 

@@ -22,7 +22,10 @@ struct LossParts {
 
 class Model {
  public:
-  explicit Model(const ModelConfig& cfg);
+  // `plan` cuts the model for tensor/expert parallelism (ShardPlan{}: whole).
+  explicit Model(const ModelConfig& cfg, const ShardPlan& plan = {});
+  // Parallel transforms plug in here (null: single device). Not owned.
+  void set_hooks(ParallelHooks* h) { hooks_ = h; }
 
   const ModelConfig& config() const { return cfg_; }
   const ParamLayout& layout() const { return layout_; }
@@ -34,7 +37,9 @@ class Model {
   const std::vector<std::vector<float>>& biases() const { return biases_; }
   int num_moe_blocks() const { return static_cast<int>(biases_.size()); }
 
-  // Normal(0, init_std) matrices, ones for norms, zero biases; deterministic.
+  // Normal(0, init_std) matrices, ones for norms, zero biases; deterministic:
+  // each tensor draws from its own stream (seed, name), so a shard of it gets
+  // the same values as the whole model would.
   void InitWeights(uint64_t seed);
   void ZeroGrads();
 
@@ -48,6 +53,8 @@ class Model {
 
   // Assignments per expert of each MoE block since the last ClearExpertLoad.
   const std::vector<std::vector<int64_t>>& expert_load() const { return load_; }
+  // Data parallelism sums the loads of every rank here before the update.
+  std::vector<std::vector<int64_t>>& mutable_expert_load() { return load_; }
   void ClearExpertLoad();
   // Auxiliary-loss-free balancing: bias_i += rate * sign(mean - load_i) from
   // expert_load(), then clears it.
@@ -70,6 +77,7 @@ class Model {
 
   ModelConfig cfg_;
   ParamLayout layout_;
+  ParallelHooks* hooks_ = nullptr;
   std::vector<float> params_, grads_;
   std::vector<std::vector<float>> biases_;
   std::vector<int> bias_index_;  // per block (layers, then MTP): index into biases_ or -1

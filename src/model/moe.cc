@@ -46,14 +46,18 @@ bool GroupExperts(int64_t E) {
 
 }  // namespace
 
-void MoeForward(const ModelConfig& cfg, const BlockWeights<float*>& w, const float* bias,
-                const float* f, int B, int T, MoeActs* a, float* out) {
+void MoeForward(const BlockContext& ctx, const BlockWeights<float*>& w, const float* f, int B, int T,
+                MoeActs* a, float* out) {
+  const ModelConfig& cfg = *ctx.cfg;
+  const float* bias = ctx.bias;
   const int64_t N = static_cast<int64_t>(B) * T, C = cfg.d_model, E = cfg.n_routed_experts;
-  const int64_t K = cfg.top_k, F = cfg.d_expert, M = N * K;
+  const int64_t K = cfg.top_k, F = ctx.dims->Fe, M = N * K;
+  const bool remote = ctx.hooks && ctx.hooks->ExpertsRemote();
   Fit(&a->logits, N * E); Fit(&a->scores, N * E);
   Fit(&a->sel, N * K); Fit(&a->w, N * K); Fit(&a->pos, N * K); Fit(&a->perm, M);
   Fit(&a->expert_offset, E + 1);
-  Fit(&a->x, M * C); Fit(&a->gu, M * 2 * F); Fit(&a->h, M * F); Fit(&a->y, M * C);
+  Fit(&a->x, M * C); Fit(&a->y, M * C);
+  if (!remote) { Fit(&a->gu, M * 2 * F); Fit(&a->h, M * F); }
   a->load.assign(E, 0);
 
   // 1. Route: scores, top-K of (score + bias), weights normalised over the K.
@@ -100,9 +104,15 @@ void MoeForward(const ModelConfig& cfg, const BlockWeights<float*>& w, const flo
   // 3. Experts: y_e = down(silu(gate x_e) * up x_e) on each expert's rows.
   // Experts run side by side, one per thread, each with single-threaded GEMMs
   // (a grouped GEMM): their matrices are too small to split well.
+  // With expert parallelism the rows travel to the ranks that hold their
+  // experts (all-to-all) and come back in place.
+  if (remote) {
+    ctx.hooks->ExpertsForward(ctx.moe_block, ExpertRows{a->x.data(), a->expert_offset.data(), M, C, E},
+                              a->y.data());
+  }
   const bool grouped = GroupExperts(E);
-#pragma omp parallel for schedule(dynamic, 1) if (grouped)
-  for (int64_t e = 0; e < E; ++e) {
+#pragma omp parallel for schedule(dynamic, 1) if (grouped && !remote)
+  for (int64_t e = 0; e < (remote ? 0 : E); ++e) {
     const int64_t o = a->expert_offset[e], n = count[e];
     if (n == 0) continue;
     // gate_proj and up_proj are adjacent in the parameter buffer: one GEMM.
@@ -115,7 +125,7 @@ void MoeForward(const ModelConfig& cfg, const BlockWeights<float*>& w, const flo
   std::memset(out, 0, N * C * sizeof(float));
   ops::MoeCombine(a->y.data(), a->pos.data(), a->w.data(), N, K, C, out);
   if (w.s_gate) {
-    const int64_t SF = cfg.n_shared_experts * F;
+    const int64_t SF = ctx.dims->SF;
     Fit(&a->sgu, N * 2 * SF); Fit(&a->sh, N * SF);
     ops::Linear(f, w.s_gate, N, C, 2 * SF, a->sgu.data());
     ops::SwiGlu(a->sgu.data(), N, SF, a->sh.data());
@@ -148,17 +158,19 @@ void MoeForward(const ModelConfig& cfg, const BlockWeights<float*>& w, const flo
   }
 }
 
-void MoeBackward(const ModelConfig& cfg, const BlockWeights<float*>& w,
+void MoeBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
                  const BlockWeights<float*>& gw, const float* f, int B, int T, MoeActs* a,
                  const float* d_out, float loss_scale, BlockScratch* s, float* df) {
+  const ModelConfig& cfg = *ctx.cfg;
   const int64_t N = static_cast<int64_t>(B) * T, C = cfg.d_model, E = cfg.n_routed_experts;
-  const int64_t K = cfg.top_k, F = cfg.d_expert, M = N * K;
+  const int64_t K = cfg.top_k, F = ctx.dims->Fe, M = N * K;
+  const bool remote = ctx.hooks && ctx.hooks->ExpertsRemote();
   Fit(&s->d_y, M * C); Fit(&s->d_w, N * K); Fit(&s->d_x, M * C);
   Fit(&s->d_logits, N * E);
 
   // Shared experts first: they write df.
   if (w.s_gate) {
-    const int64_t SF = cfg.n_shared_experts * F;
+    const int64_t SF = ctx.dims->SF;
     Fit(&s->d_h, N * SF); Fit(&s->d_gu, N * 2 * SF);
     ops::LinearBackward(d_out, a->sh.data(), w.s_down, N, SF, C, s->d_h.data(), false, gw.s_down);
     ops::SwiGluBackward(s->d_h.data(), a->sgu.data(), N, SF, s->d_gu.data());
@@ -170,11 +182,15 @@ void MoeBackward(const ModelConfig& cfg, const BlockWeights<float*>& w,
   // Combine backward: dy rows and d(weights).
   ops::MoeCombineBackward(d_out, a->y.data(), a->pos.data(), a->w.data(), N, K, C, s->d_y.data(),
                           s->d_w.data());
-  // Experts.
-  Fit(&s->d_h, M * F); Fit(&s->d_gu, M * 2 * F);
+  // Experts (remote ones: dy travels to their ranks and dx comes back).
+  if (remote) {
+    ctx.hooks->ExpertsBackward(ctx.moe_block, s->d_y.data(), s->d_x.data());
+  } else {
+    Fit(&s->d_h, M * F); Fit(&s->d_gu, M * 2 * F);
+  }
   const bool grouped = GroupExperts(E);
-#pragma omp parallel for schedule(dynamic, 1) if (grouped)
-  for (int64_t e = 0; e < E; ++e) {
+#pragma omp parallel for schedule(dynamic, 1) if (grouped && !remote)
+  for (int64_t e = 0; e < (remote ? 0 : E); ++e) {
     const int64_t o = a->expert_offset[e], n = a->expert_offset[e + 1] - o;
     if (n == 0) continue;
     ops::LinearBackward(s->d_y.data() + o * C, a->h.data() + o * F, w.e_down[e], n, F, C,

@@ -4,9 +4,32 @@
 
 namespace myriad {
 
-int64_t ParamLayout::Add(const std::string& name, std::vector<int64_t> shape, bool decay) {
+LocalDims LocalDims::Of(const ModelConfig& c, const ShardPlan& p) {
+  LocalDims d;
+  d.H = c.n_heads / p.tp;
+  d.Hkv = c.n_kv_heads / p.tp;
+  d.F = c.d_ff / p.tp;
+  d.Fe = c.d_expert / p.tp;
+  d.SF = c.n_shared_experts * c.d_expert / p.tp;
+  d.E_local = c.n_routed_experts / p.ep;
+  d.E_begin = d.E_local * p.ep_rank;
+  return d;
+}
+
+int64_t ParamLayout::Add(const std::string& name, std::vector<int64_t> shape, bool decay, int tp_dim,
+                         bool expert) {
   ParamInfo p;
   p.name = name;
+  p.global_shape = shape;
+  p.block = block_;
+  p.expert = expert;
+  if (tp_dim >= 0 && plan_.tp > 1) {
+    CHECK_MSG(shape[tp_dim] % plan_.tp == 0, "%s: dim %d of size %lld does not split %d ways", name.c_str(),
+              tp_dim, static_cast<long long>(shape[tp_dim]), plan_.tp);
+    shape[tp_dim] /= plan_.tp;
+    p.tp_dim = tp_dim;
+    p.tp_offset = shape[tp_dim] * plan_.tp_rank;
+  }
   p.shape = std::move(shape);
   p.numel = 1;
   for (auto d : p.shape) p.numel *= d;
@@ -23,46 +46,53 @@ BlockWeights<int64_t> ParamLayout::AddBlock(const std::string& prefix, bool moe)
   BlockWeights<int64_t> b;
   b.moe = moe;
   b.attn_norm = Add(prefix + "input_layernorm.weight", {C}, false);
-  b.wq = Add(prefix + "self_attn.q_proj.weight", {HD, C}, true);
-  b.wk = Add(prefix + "self_attn.k_proj.weight", {KVD, C}, true);
-  b.wv = Add(prefix + "self_attn.v_proj.weight", {KVD, C}, true);
-  b.wo = Add(prefix + "self_attn.o_proj.weight", {C, HD}, true);
+  // Tensor parallelism: q/k/v and gate/up split by rows (output features,
+  // whole heads), o and down by columns (Megatron's column/row split).
+  b.wq = Add(prefix + "self_attn.q_proj.weight", {HD, C}, true, 0);
+  b.wk = Add(prefix + "self_attn.k_proj.weight", {KVD, C}, true, 0);
+  b.wv = Add(prefix + "self_attn.v_proj.weight", {KVD, C}, true, 0);
+  b.wo = Add(prefix + "self_attn.o_proj.weight", {C, HD}, true, 1);
   b.ffn_norm = Add(prefix + "post_attention_layernorm.weight", {C}, false);
   // The kernels rely on q|k|v and gate|up being adjacent (one GEMM each).
-  CHECK(b.wk == b.wq + HD * C && b.wv == b.wk + KVD * C);
+  CHECK(b.wk == b.wq + dims_.H * D * C && b.wv == b.wk + dims_.Hkv * D * C);
   if (!moe) {
     const int64_t F = cfg_.d_ff;
-    b.w_gate = Add(prefix + "mlp.gate_proj.weight", {F, C}, true);
-    b.w_up = Add(prefix + "mlp.up_proj.weight", {F, C}, true);
-    b.w_down = Add(prefix + "mlp.down_proj.weight", {C, F}, true);
-    CHECK(b.w_up == b.w_gate + F * C);
+    b.w_gate = Add(prefix + "mlp.gate_proj.weight", {F, C}, true, 0);
+    b.w_up = Add(prefix + "mlp.up_proj.weight", {F, C}, true, 0);
+    b.w_down = Add(prefix + "mlp.down_proj.weight", {C, F}, true, 1);
+    CHECK(b.w_up == b.w_gate + dims_.F * C);
     return b;
   }
   const int64_t E = cfg_.n_routed_experts, F = cfg_.d_expert;
   b.router = Add(prefix + "mlp.gate.weight", {E, C}, true);
   bias_names_.push_back(prefix + "mlp.gate.e_score_correction_bias");
-  for (int64_t e = 0; e < E; ++e) {
+  // Expert parallelism: this rank holds experts [E_begin, E_begin + E_local).
+  for (int64_t e = dims_.E_begin; e < dims_.E_begin + dims_.E_local; ++e) {
     std::string ep = prefix + "mlp.experts." + std::to_string(e) + ".";
-    b.e_gate.push_back(Add(ep + "gate_proj.weight", {F, C}, true));
-    b.e_up.push_back(Add(ep + "up_proj.weight", {F, C}, true));
-    b.e_down.push_back(Add(ep + "down_proj.weight", {C, F}, true));
-    CHECK(b.e_up.back() == b.e_gate.back() + F * C);
+    b.e_gate.push_back(Add(ep + "gate_proj.weight", {F, C}, true, 0, true));
+    b.e_up.push_back(Add(ep + "up_proj.weight", {F, C}, true, 0, true));
+    b.e_down.push_back(Add(ep + "down_proj.weight", {C, F}, true, 1, true));
+    CHECK(b.e_up.back() == b.e_gate.back() + dims_.Fe * C);
   }
   if (cfg_.n_shared_experts > 0) {
     const int64_t SF = cfg_.n_shared_experts * F;
-    b.s_gate = Add(prefix + "mlp.shared_experts.gate_proj.weight", {SF, C}, true);
-    b.s_up = Add(prefix + "mlp.shared_experts.up_proj.weight", {SF, C}, true);
-    b.s_down = Add(prefix + "mlp.shared_experts.down_proj.weight", {C, SF}, true);
-    CHECK(b.s_up == b.s_gate + SF * C);
+    b.s_gate = Add(prefix + "mlp.shared_experts.gate_proj.weight", {SF, C}, true, 0);
+    b.s_up = Add(prefix + "mlp.shared_experts.up_proj.weight", {SF, C}, true, 0);
+    b.s_down = Add(prefix + "mlp.shared_experts.down_proj.weight", {C, SF}, true, 1);
+    CHECK(b.s_up == b.s_gate + dims_.SF * C);
   }
   return b;
 }
 
-ParamLayout::ParamLayout(const ModelConfig& cfg) : cfg_(cfg) {
+ParamLayout::ParamLayout(const ModelConfig& cfg, const ShardPlan& plan)
+    : cfg_(cfg), plan_(plan), dims_(LocalDims::Of(cfg, plan)) {
   const int64_t C = cfg.d_model, V = cfg.vocab_size;
   offsets_.embed = Add("model.embed_tokens.weight", {V, C}, true);
-  for (int64_t l = 0; l < cfg.n_layers; ++l)
+  for (int64_t l = 0; l < cfg.n_layers; ++l) {
+    block_ = static_cast<int>(l);
     offsets_.layers.push_back(AddBlock("model.layers." + std::to_string(l) + ".", cfg.is_moe_layer(l)));
+    block_ = -1;
+  }
   offsets_.norm = Add("model.norm.weight", {C}, false);
   offsets_.head = cfg.tie_embeddings ? offsets_.embed : Add("lm_head.weight", {V, C}, true);
   for (int64_t j = 0; j < cfg.mtp_depth; ++j) {
@@ -71,7 +101,9 @@ ParamLayout::ParamLayout(const ModelConfig& cfg) : cfg_(cfg) {
     m.enorm = Add(p + "enorm.weight", {C}, false);
     m.hnorm = Add(p + "hnorm.weight", {C}, false);
     m.eh_proj = Add(p + "eh_proj.weight", {C, 2 * C}, true);
+    block_ = static_cast<int>(cfg.n_layers + j);
     m.block = AddBlock(p + "block.", cfg.mtp_block_is_moe());
+    block_ = -1;
     m.norm = Add(p + "norm.weight", {C}, false);
     offsets_.mtp.push_back(std::move(m));
   }

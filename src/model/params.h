@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/config.h"
+#include "model/shard.h"
 
 namespace myriad {
 
@@ -18,6 +19,12 @@ struct ParamInfo {
   int64_t offset = 0;          // into the flat buffer, in floats
   int64_t numel = 0;
   bool decay = false;          // weight decay applies (2-D matrices only)
+  // Where this (local) tensor sits in the global model (ShardPlan):
+  int block = -1;              // layer index, n_layers + j for MTP block j, -1 outside blocks
+  bool expert = false;         // a routed expert's weight (replicated across dp*cp only)
+  int tp_dim = -1;             // -1: whole tensor here; 0/1: rows/columns [tp_offset, +shape[tp_dim])
+  int64_t tp_offset = 0;       //   of the global tensor
+  std::vector<int64_t> global_shape;
 };
 
 template <typename P>
@@ -47,7 +54,10 @@ struct ModelWeights {
 
 class ParamLayout {
  public:
-  explicit ParamLayout(const ModelConfig& cfg);
+  // The layout of this rank's shard (the whole model for ShardPlan{}).
+  explicit ParamLayout(const ModelConfig& cfg, const ShardPlan& plan = {});
+  const ShardPlan& plan() const { return plan_; }
+  const LocalDims& dims() const { return dims_; }
   int64_t total() const { return total_; }
   const std::vector<ParamInfo>& params() const { return params_; }
   const ModelWeights<int64_t>& offsets() const { return offsets_; }
@@ -57,9 +67,14 @@ class ParamLayout {
   const std::vector<std::string>& bias_names() const { return bias_names_; }
 
  private:
-  int64_t Add(const std::string& name, std::vector<int64_t> shape, bool decay);
+  // tp_dim/tp_parts: split of the global `shape` across tensor-parallel ranks.
+  int64_t Add(const std::string& name, std::vector<int64_t> shape, bool decay, int tp_dim = -1,
+              bool expert = false);
   BlockWeights<int64_t> AddBlock(const std::string& prefix, bool moe);
   const ModelConfig cfg_;
+  const ShardPlan plan_;
+  const LocalDims dims_;
+  int block_ = -1;  // block being added
   std::vector<ParamInfo> params_;
   ModelWeights<int64_t> offsets_;
   std::vector<std::string> bias_names_;

@@ -28,6 +28,17 @@ TrainConfig TrainConfig::Read(ConfigDoc* doc) {
   c.metrics_file = doc->GetString("train.metrics_file", c.metrics_file);
   c.precision = doc->GetString("train.precision", c.precision);
   c.data_dir = doc->GetString("data.dir", c.data_dir);
+  auto& pc = c.parallel;
+  pc.dp = static_cast<int>(doc->GetInt("parallel.dp", pc.dp));
+  pc.tp = static_cast<int>(doc->GetInt("parallel.tp", pc.tp));
+  pc.pp = static_cast<int>(doc->GetInt("parallel.pp", pc.pp));
+  pc.ep = static_cast<int>(doc->GetInt("parallel.ep", pc.ep));
+  pc.cp = static_cast<int>(doc->GetInt("parallel.cp", pc.cp));
+  pc.zero = static_cast<int>(doc->GetInt("parallel.zero", pc.zero));
+  pc.microbatches = static_cast<int>(doc->GetInt("parallel.microbatches", pc.microbatches));
+  pc.ranks_per_node = static_cast<int>(doc->GetInt("parallel.ranks_per_node", pc.ranks_per_node));
+  pc.hierarchical = doc->GetBool("parallel.hierarchical", pc.hierarchical);
+  pc.compression = doc->GetString("parallel.compression", pc.compression);
   return c;
 }
 
@@ -47,6 +58,12 @@ Status TrainConfig::Validate() const {
   if (precision != "fp32" && precision != "bf16" && precision != "auto")
     return bad("train.precision=\"" + precision + "\" is not known (hint: \"auto\", \"fp32\" or \"bf16\")");
   if (log_every < 1) return bad("train.log_every must be at least 1");
+  if (parallel.zero < 0 || parallel.zero > 3)
+    return bad("parallel.zero=" + std::to_string(parallel.zero) + " is not a ZeRO stage (hint: 0, 1, 2 or 3)");
+  if (parallel.compression != "none" && parallel.compression != "bf16" && parallel.compression != "int8")
+    return bad("parallel.compression=\"" + parallel.compression + "\" is not known (hint: \"none\", \"bf16\" or \"int8\")");
+  if (parallel.ranks_per_node < 0) return bad("parallel.ranks_per_node must be >= 0 (0: real machines)");
+  if (parallel.microbatches < 0) return bad("parallel.microbatches must be >= 0 (0: twice the pipeline depth)");
   return Status::Ok();
 }
 
@@ -56,7 +73,11 @@ nlohmann::json TrainConfig::ToJson() const {
           {"warmup_steps", optim.warmup_steps}, {"weight_decay", optim.weight_decay},
           {"beta1", optim.beta1}, {"beta2", optim.beta2}, {"adam_eps", optim.eps},
           {"grad_clip", optim.grad_clip}, {"seed", seed}, {"out_dir", out_dir},
-          {"data_dir", data_dir}, {"precision", precision}};
+          {"data_dir", data_dir}, {"precision", precision},
+          {"parallel", {{"dp", parallel.dp}, {"tp", parallel.tp}, {"pp", parallel.pp}, {"ep", parallel.ep},
+                        {"cp", parallel.cp}, {"zero", parallel.zero}, {"microbatches", parallel.microbatches},
+                        {"ranks_per_node", parallel.ranks_per_node}, {"hierarchical", parallel.hierarchical},
+                        {"compression", parallel.compression}}}};
 }
 
 }  // namespace myriad

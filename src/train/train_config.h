@@ -12,6 +12,17 @@
 
 namespace myriad {
 
+// [parallel]: the layout of a distributed run (docs/parallel.md).
+struct ParallelConfig {
+  int dp = 1, tp = 1, pp = 1, ep = 1, cp = 1;
+  int zero = 1;                // ZeRO stage 0-3 for data parallelism
+  int microbatches = 0;        // pipeline micro-batches per step (0: 2*pp)
+  int ranks_per_node = 0;      // 0: real machines (MPI shared-memory split)
+  bool hierarchical = false;   // two-level gradient all-reduce (intra/inter node)
+  std::string compression = "none";  // inter-node gradient stage: none | bf16 | int8
+  bool trivial() const { return dp * tp * pp * ep * cp == 1; }
+};
+
 struct TrainConfig {
   int64_t seq_len = 256;
   int64_t batch_size = 8;
@@ -29,6 +40,7 @@ struct TrainConfig {
   std::string data_dir = "data/default";
   std::string metrics_file;    // default: out_dir/metrics.jsonl
   std::string precision = "auto";  // "auto" | "fp32" | "bf16" (docs/precision.md)
+  ParallelConfig parallel;
 
   static TrainConfig Read(ConfigDoc* doc);
   Status Validate() const;

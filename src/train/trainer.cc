@@ -16,6 +16,7 @@
 #include "train/checkpoint/checkpoint.h"
 #include "ops/ops.h"
 #include "backend/cpu/kernel_bench.h"
+#include "train/dist_train.h"
 #include "train/precision.h"
 #include "train/train_step.h"
 
@@ -176,15 +177,33 @@ Status RunTraining(const RunSpec& spec) {
       }
     }
   }
+  const bool dist = spec.world && (spec.world->size() > 1 || !tc.parallel.trivial());
+  const bool root = !spec.world || spec.world->rank() == 0;
   ASSIGN_OR_RETURN(PrecisionChoice precision, ChoosePrecision(precision_setting, mc, static_cast<int64_t>(B) * T));
+  if (dist) {
+    // "auto" times kernels; every rank must use rank 0's choice.
+    int32_t bf16 = precision.precision == ops::GemmPrecision::kBf16;
+    spec.world->Broadcast(&bf16, 1, comm::DType::kI32, 0);
+    precision.precision = bf16 ? ops::GemmPrecision::kBf16 : ops::GemmPrecision::kFp32;
+  }
   ops::SetGemmPrecision(precision.precision);
-  LOG_INFO("precision: %s%s", precision.reason.c_str(),
+  if (root) LOG_INFO("precision: %s%s", precision.reason.c_str(),
            precision_from_checkpoint ? " (kept from the run's checkpoint)" : "");
   const char* precision_used = precision.precision == ops::GemmPrecision::kBf16 ? "bf16" : "fp32";
 
-  Model model(mc);
-  model.InitWeights(tc.seed);
-  AdamWOptimizer opt(model.layout(), tc.optim);
+  // One process: the model and optimizer here. Distributed: DistTrainer
+  // holds this rank's shard of both.
+  std::unique_ptr<DistTrainer> dtr;
+  std::unique_ptr<Model> single;
+  if (dist) {
+    ASSIGN_OR_RETURN(dtr, DistTrainer::Create(spec.world, mc, tc));
+  } else {
+    single = std::make_unique<Model>(mc);
+    single->InitWeights(tc.seed);
+  }
+  Model& model = dist ? dtr->model() : *single;
+  std::unique_ptr<AdamWOptimizer> single_opt;
+  if (!dist) single_opt = std::make_unique<AdamWOptimizer>(model.layout(), tc.optim);
   int64_t step = 0;
 
   // Resume from the newest checkpoint in out_dir unless told not to.
@@ -195,11 +214,12 @@ Status RunTraining(const RunSpec& spec) {
     if (saved_cfg->ToJson() != mc.ToJson())
       return Status::Error(ck.dir + ": checkpoint was written for another model config (hint: use --fresh "
                            "to start over, or train.out_dir to write elsewhere)");
-    RETURN_IF_ERROR(RestoreModel(ck, &model, &opt));
+    if (dist) RETURN_IF_ERROR(dtr->Restore(ck, /*with_optimizer=*/true));
+    else RETURN_IF_ERROR(RestoreModel(ck, &model, single_opt.get()));
     ASSIGN_OR_RETURN(DataCursor cur, DataCursor::FromJson(ck.manifest["data_cursor"]));
     RETURN_IF_ERROR(train_data->Seek(cur));
     step = ck.step;
-    LOG_INFO("resumed from %s at step %lld", ck.dir.c_str(), static_cast<long long>(step));
+    if (root) LOG_INFO("resumed from %s at step %lld", ck.dir.c_str(), static_cast<long long>(step));
     resume.reset();  // unmap: everything needed was copied
   }
   if (step >= tc.steps) {
@@ -207,16 +227,20 @@ Status RunTraining(const RunSpec& spec) {
              static_cast<long long>(tc.steps));
     return Status::Ok();
   }
-  RETURN_IF_ERROR(env->CreateDirs(tc.out_dir));
+  if (root) RETURN_IF_ERROR(env->CreateDirs(tc.out_dir));
   const std::string metrics_path = tc.metrics_file.empty() ? tc.out_dir + "/metrics.jsonl" : tc.metrics_file;
-  std::ofstream metrics(metrics_path, std::ios::app);
-  if (!metrics) return Status::Error(metrics_path + ": cannot open for writing");
+  std::ofstream metrics;
+  if (root) {
+    metrics.open(metrics_path, std::ios::app);
+    if (!metrics) return Status::Error(metrics_path + ": cannot open for writing");
+  }
 
   // MFU is against the peak of the GEMM in use (bf16 when chosen), measured now.
   const double peak = (precision.precision == ops::GemmPrecision::kBf16 ? MeasureModelGemmPeakGflops(1024)
-                                                                         : MeasureSgemmPeakGflops(1024)) * 1e9;
+                                                                         : MeasureSgemmPeakGflops(1024)) * 1e9 *
+                      (dist ? spec.world->size() : 1);
   const double flops_per_token = model.TrainFlopsPerToken(T);
-  LOG_INFO("model: %lld parameters (%s), %s; peak GEMM %.0f GFLOP/s", static_cast<long long>(model.layout().total()),
+  if (root) LOG_INFO("model: %lld parameters (%s), %s; peak GEMM %.0f GFLOP/s", static_cast<long long>(ParamLayout(mc).total()),
            mc.n_routed_experts > 0 ? "MoE" : "dense", ops::Active()->name().c_str(), peak / 1e9);
 
   auto save = [&](int64_t s) -> Status {
@@ -224,10 +248,11 @@ Status RunTraining(const RunSpec& spec) {
     CheckpointData data;
     data.meta = {{"step", s}, {"model_config", mc.ToJson()}, {"train_config", tc.ToJson()},
                  {"data_cursor", train_data->cursor().ToJson()}, {"rng", {{"seed", tc.seed}}},
-                 {"parallel", {{"dp", 1}, {"tp", 1}, {"pp", 1}, {"ep", 1}, {"cp", 1}}},
+                 {"parallel", dist ? dtr->mesh().dims().ToJson() : ParallelDims{}.ToJson()},
                  {"tokenizer", tc.data_dir + "/tokenizer.model"}, {"precision", precision_used}};
+    if (dist) return dtr->Save(env, tc.out_dir, s, data.meta, static_cast<int>(tc.keep_last));
     data.model = ModelTensors(model);
-    data.optimizer = OptimizerTensors(model, opt, &opt_names);
+    data.optimizer = OptimizerTensors(model, *single_opt, &opt_names);
     auto t0 = std::chrono::steady_clock::now();
     auto dir = SaveCheckpoint(env, tc.out_dir, s, data, static_cast<int>(tc.keep_last));
     if (!dir.ok()) return dir.status();
@@ -236,7 +261,8 @@ Status RunTraining(const RunSpec& spec) {
     return Status::Ok();
   };
 
-  const bool tty = !spec.quiet && isatty(STDERR_FILENO);
+  const bool quiet = spec.quiet || !root;
+  const bool tty = !quiet && isatty(STDERR_FILENO);
   std::vector<int32_t> batches(static_cast<size_t>(A) * B * (T + 1));
   const auto run_start = std::chrono::steady_clock::now();
   const int64_t first_step = step;
@@ -251,7 +277,7 @@ Status RunTraining(const RunSpec& spec) {
       train_data->NextBatch(B, dst);
       micro.push_back(dst);
     }
-    StepStats st = TrainOneStep(model, opt, micro, B, T, step);
+    StepStats st = dist ? dtr->Step(batches.data(), A, B, T, step) : TrainOneStep(model, *single_opt, micro, B, T, step);
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!std::isfinite(st.loss))
       return Status::Error("step " + std::to_string(step) + ": loss is " + std::to_string(st.loss) +
@@ -268,14 +294,21 @@ Status RunTraining(const RunSpec& spec) {
                           {"lr", st.lr}, {"tokens_per_s", tps}, {"mfu", mfu}, {"step_s", dt},
                           {"elapsed_s", elapsed}, {"expert_load", st.expert_load},
                           {"expert_imbalance", st.max_imbalance}};
+    if (dist) {
+      const auto& cf = dtr->last_comm();
+      rec["comm"] = {{"grad_bytes", cf.grad_bytes}, {"ep_bytes", cf.ep_bytes}, {"exposed_s", cf.exposed_s},
+                     {"reduce_alone_s", cf.sync_s},
+                     {"hidden_frac", cf.sync_s > 0 ? std::max(0.0, 1.0 - cf.exposed_s / cf.sync_s) : 0.0}};
+      rec["ranks"] = spec.world->size();
+    }
     const bool do_eval = val_data && ((tc.eval_every > 0 && step % tc.eval_every == 0) || step == tc.steps);
     if (do_eval) {
       EvalResult ev = Evaluate(model, *val_data, B, T, tc.eval_batches);
       rec["val_loss"] = ev.loss;
       rec["val_ppl"] = ev.perplexity;
     }
-    if (step % tc.log_every == 0 || step == tc.steps || do_eval) metrics << rec.dump() << "\n" << std::flush;
-    if (!spec.quiet && (step % tc.log_every == 0 || step == tc.steps || do_eval)) {
+    if (root && (step % tc.log_every == 0 || step == tc.steps || do_eval)) metrics << rec.dump() << "\n" << std::flush;
+    if (!quiet && (step % tc.log_every == 0 || step == tc.steps || do_eval)) {
       char line[256];
       std::snprintf(line, sizeof line, "step %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | MFU %.1f%% | ETA %s",
                     static_cast<long long>(step), static_cast<long long>(tc.steps), st.loss, st.lr, tps,
@@ -294,7 +327,7 @@ Status RunTraining(const RunSpec& spec) {
   }
   if (tty) std::fputc('\n', stderr);
   double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
-  LOG_INFO("done: %lld steps, %.0f tokens in %s (%.0f tok/s)", static_cast<long long>(steps_this_run), tokens_done,
+  if (root) LOG_INFO("done: %lld steps, %.0f tokens in %s (%.0f tok/s)", static_cast<long long>(steps_this_run), tokens_done,
            FormatDuration(total).c_str(), tokens_done / total);
   return Status::Ok();
 }

@@ -11,6 +11,7 @@
 #include "data/loader.h"
 #include "model/config.h"
 #include "model/model.h"
+#include "train/comm/comm.h"
 #include "train/optim.h"
 #include "train/train_config.h"
 
@@ -22,6 +23,7 @@ struct RunSpec {
   bool fresh = false;                  // ignore checkpoints in out_dir
   int64_t stop_after = 0;              // stop (and save) after this many steps in this run
   bool quiet = false;                  // no progress line
+  comm::Comm* world = nullptr;         // ranks of a distributed run (null or size 1: one process)
 };
 
 // Reads, checks and cross-checks a config file (+ overrides).

@@ -1,0 +1,73 @@
+// How this rank's copy of the model is cut (docs/parallel.md). The model
+// itself stays single-device: it runs with local sizes (heads, FFN width,
+// experts) taken from LocalDims, and calls ParallelHooks where a parallel
+// transform needs to act. With the defaults (ShardPlan{}, no hooks) it is
+// exactly the single-device model.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "model/config.h"
+
+namespace myriad {
+
+struct ShardPlan {
+  int tp = 1, tp_rank = 0;  // attention heads, FFN and expert widths split tp ways
+  int ep = 1, ep_rank = 0;  // routed experts split ep ways (contiguous ranges)
+};
+
+// Sizes of this rank's shard of each block.
+struct LocalDims {
+  int64_t H = 0, Hkv = 0;          // attention heads (query, key/value)
+  int64_t F = 0;                   // dense FFN width
+  int64_t Fe = 0;                  // routed expert width
+  int64_t SF = 0;                  // shared experts' width (all shared experts together)
+  int64_t E_begin = 0, E_local = 0;  // routed experts held here: [E_begin, E_begin + E_local)
+  static LocalDims Of(const ModelConfig& c, const ShardPlan& p);
+};
+
+// Rows [begin, end) of a [rows, C] tensor owned by this rank.
+struct RowRange {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+};
+
+// Permuted MoE rows handed to expert parallelism: x [M, C] grouped by global
+// expert (expert e's rows are [offset[e], offset[e+1])).
+struct ExpertRows {
+  const float* x = nullptr;
+  const int64_t* offset = nullptr;  // [E+1]
+  int64_t M = 0, C = 0, E = 0;
+};
+
+// Where the model calls out to parallel transforms. Every method has the
+// single-device behaviour as its default.
+class ParallelHooks {
+ public:
+  virtual ~ParallelHooks() = default;
+
+  // ---- Expert parallelism. When true, MoE blocks hand their permuted rows
+  // to ExpertsForward/Backward instead of running the experts themselves.
+  virtual bool ExpertsRemote() const { return false; }
+  // y [M, C] (rows as in `rows`): each row through its expert, wherever that
+  // expert lives. `moe_block` names the MoE block (for saved state).
+  virtual void ExpertsForward(int moe_block, const ExpertRows& rows, float* y) {}
+  // dy [M, C] -> dx [M, C] (writes), accumulating the local experts' grads.
+  virtual void ExpertsBackward(int moe_block, const float* dy, float* dx) {}
+
+  // ---- Layer events, in execution order (block = layer index, or
+  // n_layers + j for MTP module j). ZeRO-3 gathers parameters here;
+  // data parallelism starts reducing a block's gradients once its backward
+  // is done.
+  virtual void BeforeBlockForward(int block) {}
+  virtual void AfterBlockForward(int block) {}
+  virtual void BeforeBlockBackward(int block) {}
+  virtual void AfterBlockBackward(int block) {}
+  // Before a Step's forward, and after its backward (the parameters outside
+  // blocks -- embedding, final norm, head, MTP glue -- are used throughout).
+  virtual void BeforeStep(bool backward) {}
+  virtual void AfterBackward() {}
+};
+
+}  // namespace myriad

@@ -1,0 +1,316 @@
+#include "train/dist_train.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <cmath>
+#include <cstring>
+
+#include "core/log.h"
+#include "ops/ops.h"
+#include "train/trainer.h"
+
+namespace myriad {
+namespace {
+
+using comm::DType;
+using comm::ReduceOp;
+
+ShardPlan PlanOf(const ParallelDims& d, const Coords& c) {
+  ShardPlan p;
+  p.tp = d.tp; p.tp_rank = c.tp;
+  p.ep = d.ep; p.ep_rank = c.ep;
+  return p;
+}
+
+// Copies the slice a local tensor `p` holds out of (to_local) or into a
+// whole tensor `whole` laid out as p.global_shape.
+void CopySlice(const ParamInfo& p, float* whole, float* local, bool to_local) {
+  if (p.tp_dim < 0) {
+    if (to_local) std::memcpy(local, whole, p.numel * sizeof(float));
+    else std::memcpy(whole, local, p.numel * sizeof(float));
+    return;
+  }
+  const int64_t Cg = p.global_shape[1], r = p.shape[0], c = p.shape[1];
+  const int64_t r0 = p.tp_dim == 0 ? p.tp_offset : 0, c0 = p.tp_dim == 1 ? p.tp_offset : 0;
+  for (int64_t i = 0; i < r; ++i) {
+    float* w = whole + (r0 + i) * Cg + c0;
+    if (to_local) std::memcpy(local + i * c, w, c * sizeof(float));
+    else std::memcpy(w, local + i * c, c * sizeof(float));
+  }
+}
+
+int64_t Numel(const std::vector<int64_t>& s) {
+  int64_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+
+}  // namespace
+
+DistTrainer::~DistTrainer() = default;
+
+Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(comm::Comm* world, const ModelConfig& mc,
+                                                         const TrainConfig& tc) {
+  const ParallelConfig& pc = tc.parallel;
+  ParallelDims dims{pc.dp, pc.tp, pc.pp, pc.ep, pc.cp};
+  const int64_t global_batch = tc.batch_size * tc.grad_accum;
+  const int64_t micro = pc.microbatches > 0 ? pc.microbatches : 2 * pc.pp;
+  RETURN_IF_ERROR(dims.Validate(world->size(), mc, global_batch, tc.seq_len, micro));
+  if (dims.tp > 1 || dims.pp > 1 || dims.cp > 1)
+    return Status::Error("parallel: " + dims.ToString() +
+                         ": tensor, pipeline and context parallelism are not wired into training yet "
+                         "(hint: use dp, ep and parallel.zero; docs/parallel.md lists what runs)");
+  std::unique_ptr<DistTrainer> t(new DistTrainer());
+  t->mc_ = mc;
+  t->tc_ = tc;
+  t->mesh_ = std::make_unique<Mesh>(world, dims);
+  Mesh& m = *t->mesh_;
+  // Sub-communicators, created in the same order on every rank.
+  comm::Comm& dense = m.dense_data();
+  comm::Comm& expert = m.expert_data();
+  comm::Comm* ep = dims.ep > 1 ? &m.ep() : nullptr;
+  t->model_ = std::make_unique<Model>(mc, PlanOf(dims, m.coords()));
+  t->model_->InitWeights(tc.seed);
+  t->zero_ = std::make_unique<ZeroSync>(t->model_.get(), &dense, &expert, pc.zero, t->grad_comm_.get());
+  if (ep) t->ep_ = std::make_unique<ExpertParallel>(ep, t->model_.get());
+  t->hooks_ = std::make_unique<DistHooks>(t->zero_.get(), t->ep_.get());
+  t->model_->set_hooks(t->hooks_.get());
+  const size_t state = pc.zero == 0 ? t->model_->layout().total() : t->zero_->packed_size();
+  t->m_.assign(state, 0.f);
+  t->v_.assign(state, 0.f);
+  // Micro-batches per rank: as few as keep each no larger than train.batch_size.
+  const int64_t D = m.data_size(), S = global_batch / D;
+  int64_t mb_count = std::max<int64_t>(1, tc.grad_accum / D);
+  while (S % mb_count) ++mb_count;
+  t->micro_ = mb_count;
+  if (t->is_root())
+    LOG_INFO("parallel: %s, ZeRO-%d, %lld sequences per rank per step in %lld micro-batches; %lld of %lld "
+             "parameters here", dims.ToString().c_str(), pc.zero, static_cast<long long>(S),
+             static_cast<long long>(mb_count), static_cast<long long>(t->model_->layout().total()),
+             static_cast<long long>(ParamLayout(mc).total()));
+  return t;
+}
+
+StepStats DistTrainer::Step(const int32_t* global, int A, int B, int T, int64_t step) {
+  Mesh& m = *mesh_;
+  StepStats st;
+  const int64_t D = m.data_size(), S = static_cast<int64_t>(A) * B / D, mb = S / micro_;
+  const int32_t* mine = global + m.data_rank() * S * (T + 1);
+  const float scale = static_cast<float>(static_cast<double>(mb) / (static_cast<double>(A) * B));
+  comm::Comm& dense = m.dense_data();
+  comm::Comm& expert = m.expert_data();
+  auto bytes_now = [&] {
+    return dense.stats().bytes_sent + (&expert != &dense ? expert.stats().bytes_sent : 0) +
+           (grad_comm_ ? grad_comm_->stats().bytes_sent : 0);
+  };
+  const int64_t ep_bytes0 = ep_ ? m.ep().stats().bytes_sent : 0;
+  const int64_t bytes0 = bytes_now();
+  zero_->stats() = SyncStats{};
+  zero_->ZeroGrads();
+  model_->ClearExpertLoad();
+  // The first step reduces synchronously to time the reduction on its own;
+  // later steps overlap it with backward (hidden = 1 - exposed / alone).
+  zero_->set_sync(steps_done_ == 0);
+  double parts[4] = {0, 0, 0, 0};
+  for (int64_t i = 0; i < micro_; ++i) {
+    zero_->set_reduce(i == micro_ - 1);
+    LossParts lp = model_->Step(mine + i * mb * (T + 1), static_cast<int>(mb), T, true, scale);
+    parts[0] += lp.total * scale; parts[1] += lp.main * scale;
+    parts[2] += lp.mtp * scale; parts[3] += lp.aux * scale;
+  }
+  zero_->Finish();
+  dense.AllReduce(parts, 4, DType::kF64, ReduceOp::kSum);
+  st.loss = parts[0]; st.loss_main = parts[1]; st.loss_mtp = parts[2]; st.loss_aux = parts[3];
+
+  // Global gradient norm over disjoint owned slices, clipping, AdamW.
+  double sumsq = zero_->OwnedGradSumSquares();
+  m.world().AllReduce(&sumsq, 1, DType::kF64, ReduceOp::kSum);
+  const OptimConfig& oc = tc_.optim;
+  const double norm = std::sqrt(sumsq);
+  const double clip = oc.grad_clip > 0 ? std::min(1.0, oc.grad_clip / (norm + 1e-6)) : 1.0;
+  const double lr = LearningRate(oc, step);
+  const bool flat = zero_->stage() == 0;
+  zero_->ForEachOwned([&](int64_t off, int64_t n, int64_t packed, bool decay) {
+    AdamWParams a;
+    a.n = n;
+    a.lr = static_cast<float>(lr);
+    a.beta1 = static_cast<float>(oc.beta1);
+    a.beta2 = static_cast<float>(oc.beta2);
+    a.eps = static_cast<float>(oc.eps);
+    a.weight_decay = decay ? static_cast<float>(oc.weight_decay) : 0.f;
+    a.step = step;
+    a.param = zero_->OwnedParam(off, packed);
+    a.grad = zero_->OwnedGrad(off, packed);
+    a.m = m_.data() + (flat ? off : packed);
+    a.v = v_.data() + (flat ? off : packed);
+    a.grad_scale = static_cast<float>(clip);
+    ops::AdamW(a);
+  });
+  zero_->PublishParams();
+  st.grad_norm = norm;
+  st.lr = lr;
+
+  // Expert loads of every data rank, then the (identical) bias update.
+  for (auto& load : model_->mutable_expert_load())
+    dense.AllReduce(load.data(), static_cast<int64_t>(load.size()), DType::kI64, ReduceOp::kSum);
+  st.expert_load = model_->expert_load();
+  for (const auto& load : st.expert_load) {
+    int64_t sum = 0, mx = 0;
+    for (auto c : load) sum += c, mx = std::max(mx, c);
+    if (sum > 0) st.max_imbalance = std::max(st.max_imbalance, static_cast<double>(mx) * load.size() / sum);
+  }
+  model_->ApplyBiasUpdate();
+
+  comm_.grad_bytes = bytes_now() - bytes0;
+  comm_.ep_bytes = ep_ ? m.ep().stats().bytes_sent - ep_bytes0 : 0;
+  comm_.exposed_s = zero_->stats().wait_s;
+  if (steps_done_ == 0) comm_.sync_s = zero_->stats().reduce_sync_s;
+  ++steps_done_;
+  return st;
+}
+
+Status DistTrainer::Save(Env* env, const std::string& root, int64_t step, const nlohmann::json& meta,
+                         int keep_last) {
+  Mesh& m = *mesh_;
+  zero_->GatherAll();
+  const ParamLayout& lay = model_->layout();
+  // Whole local optimizer moments (local layout).
+  std::vector<float> lm, lv;
+  if (zero_->stage() == 0) {
+    lm = m_;
+    lv = v_;
+  } else {
+    lm.assign(lay.total(), 0.f);
+    lv.assign(lay.total(), 0.f);
+    for (const Segment& s : zero_->segments()) {
+      const int g = s.group->size();
+      std::vector<float> mine(s.shard, 0.f), all(static_cast<size_t>(s.shard) * g);
+      for (int which = 0; which < 2; ++which) {
+        const std::vector<float>& src = which ? v_ : m_;
+        std::vector<float>& dst = which ? lv : lm;
+        std::fill(mine.begin(), mine.end(), 0.f);
+        std::memcpy(mine.data(), src.data() + s.packed, s.own_count * sizeof(float));
+        s.group->AllGather(mine.data(), all.data(), s.shard, DType::kF32);
+        std::memcpy(dst.data() + s.offset, all.data(), s.count * sizeof(float));
+      }
+    }
+  }
+  // Representatives of each distinct shard (dp = cp = 0) send theirs to rank 0.
+  const Coords& c = m.coords();
+  const bool rep = c.dp == 0 && c.cp == 0;
+  const ParallelDims& d = m.dims();
+  std::vector<int> reps;
+  for (int pp = 0; pp < d.pp; ++pp)
+    for (int ep = 0; ep < d.ep; ++ep)
+      for (int tp = 0; tp < d.tp; ++tp) reps.push_back(m.RankOf(Coords{tp, 0, ep, 0, pp}));
+  constexpr int kTag = 7001;
+  if (rep && !is_root()) {
+    m.world().Send(model_->params().data(), lay.total(), DType::kF32, 0, kTag);
+    m.world().Send(lm.data(), lay.total(), DType::kF32, 0, kTag + 1);
+    m.world().Send(lv.data(), lay.total(), DType::kF32, 0, kTag + 2);
+  }
+  int32_t ok = 1;
+  std::string error;
+  if (is_root()) {
+    // Whole tensors in the single-device layout.
+    ParamLayout whole(mc_);
+    std::vector<float> P(whole.total()), Mo(whole.total()), Vo(whole.total());
+    std::map<std::string, const ParamInfo*> by_name;
+    for (const auto& p : whole.params()) by_name[p.name] = &p;
+    for (int r : reps) {
+      Coords rc{r % d.tp, 0, (r / (d.tp * d.cp)) % d.ep, 0, r / (d.tp * d.cp * d.ep * d.dp)};
+      ParamLayout rl(mc_, PlanOf(d, rc));
+      std::vector<float> rp, rm, rv;
+      const float *pp = model_->params().data(), *pm = lm.data(), *pv = lv.data();
+      if (r != 0) {
+        rp.resize(rl.total()); rm.resize(rl.total()); rv.resize(rl.total());
+        m.world().Recv(rp.data(), rl.total(), DType::kF32, r, kTag);
+        m.world().Recv(rm.data(), rl.total(), DType::kF32, r, kTag + 1);
+        m.world().Recv(rv.data(), rl.total(), DType::kF32, r, kTag + 2);
+        pp = rp.data(); pm = rm.data(); pv = rv.data();
+      }
+      for (const auto& p : rl.params()) {
+        auto it = by_name.find(p.name);
+        if (it == by_name.end()) continue;
+        const int64_t o = it->second->offset;
+        CopySlice(p, P.data() + o, const_cast<float*>(pp) + p.offset, false);
+        CopySlice(p, Mo.data() + o, const_cast<float*>(pm) + p.offset, false);
+        CopySlice(p, Vo.data() + o, const_cast<float*>(pv) + p.offset, false);
+      }
+    }
+    CheckpointData data;
+    data.meta = meta;
+    std::vector<std::string> names;
+    for (const auto& p : whole.params()) {
+      if (mc_.tie_embeddings && p.name == "lm_head.weight") continue;
+      data.model.push_back({p.name, "F32", p.shape, P.data() + p.offset, static_cast<size_t>(p.numel) * 4});
+    }
+    const auto& bn = whole.bias_names();
+    for (size_t i = 0; i < bn.size(); ++i)
+      data.model.push_back({bn[i], "F32", {mc_.n_routed_experts}, model_->biases()[i].data(),
+                            static_cast<size_t>(mc_.n_routed_experts) * 4});
+    names.reserve(2 * whole.params().size());
+    for (const auto& p : whole.params()) {
+      if (mc_.tie_embeddings && p.name == "lm_head.weight") continue;
+      names.push_back(p.name + ".exp_avg");
+      data.optimizer.push_back({names.back(), "F32", p.shape, Mo.data() + p.offset, static_cast<size_t>(p.numel) * 4});
+      names.push_back(p.name + ".exp_avg_sq");
+      data.optimizer.push_back({names.back(), "F32", p.shape, Vo.data() + p.offset, static_cast<size_t>(p.numel) * 4});
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    auto dir = SaveCheckpoint(env, root, step, data, keep_last);
+    if (!dir.ok()) {
+      ok = 0;
+      error = dir.status().message();
+    } else {
+      LOG_INFO("checkpoint %s (%.2fs, whole tensors gathered from %zu ranks)", dir->c_str(),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), reps.size());
+    }
+  }
+  m.world().Broadcast(&ok, 1, DType::kI32, 0);
+  if (!ok) return Status::Error(is_root() ? error : "checkpoint failed on rank 0 (see its log)");
+  return Status::Ok();
+}
+
+Status DistTrainer::Restore(const LoadedCheckpoint& ck, bool with_optimizer) {
+  const ParamLayout& lay = model_->layout();
+  std::vector<float> lm(lay.total(), 0.f), lv(lay.total(), 0.f);
+  auto load = [&](const SafetensorsFile& f, const std::string& name, const ParamInfo& p, float* dst) -> Status {
+    auto v = ReadF32(f, name, p.global_shape);
+    if (!v.ok()) return v.status().With(ck.dir);
+    if (static_cast<int64_t>(v->size()) != Numel(p.global_shape))
+      return Status::Error(ck.dir + ": " + name + ": wrong size");
+    CopySlice(p, v->data(), dst, true);
+    return Status::Ok();
+  };
+  if (with_optimizer && !ck.optimizer)
+    return Status::Error(ck.dir + ": no optimizer state (hint: it was saved for inference only; use --fresh)");
+  for (const auto& p : lay.params()) {
+    if (mc_.tie_embeddings && p.name == "lm_head.weight") continue;
+    RETURN_IF_ERROR(load(ck.model, p.name, p, model_->params().data() + p.offset));
+    if (with_optimizer) {
+      RETURN_IF_ERROR(load(*ck.optimizer, p.name + ".exp_avg", p, lm.data() + p.offset));
+      RETURN_IF_ERROR(load(*ck.optimizer, p.name + ".exp_avg_sq", p, lv.data() + p.offset));
+    }
+  }
+  const auto& bn = lay.bias_names();
+  for (size_t i = 0; i < bn.size(); ++i) {
+    auto v = ReadF32(ck.model, bn[i], {mc_.n_routed_experts});
+    if (!v.ok()) return v.status().With(ck.dir);
+    model_->biases()[i] = *v;
+  }
+  if (zero_->stage() == 0) {
+    m_ = lm;
+    v_ = lv;
+  } else {
+    for (const Segment& s : zero_->segments()) {
+      std::memcpy(m_.data() + s.packed, lm.data() + s.offset + s.own_begin, s.own_count * sizeof(float));
+      std::memcpy(v_.data() + s.packed, lv.data() + s.offset + s.own_begin, s.own_count * sizeof(float));
+    }
+  }
+  zero_->AdoptParams();
+  return Status::Ok();
+}
+
+}  // namespace myriad

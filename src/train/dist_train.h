@@ -1,0 +1,70 @@
+// A distributed training run's per-rank state: the mesh, this rank's shard
+// of the model, ZeRO gradient/parameter sync, expert parallelism and the
+// sharded AdamW state -- and the step, evaluation and checkpoint operations
+// on them (docs/parallel.md). Every method is collective over the world.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/env.h"
+#include "core/status.h"
+#include "data/loader.h"
+#include "model/model.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/comm/comm.h"
+#include "train/parallel/dist_hooks.h"
+#include "train/parallel/mesh.h"
+#include "train/train_config.h"
+#include "train/train_step.h"
+
+namespace myriad {
+
+class DistTrainer {
+ public:
+  static Result<std::unique_ptr<DistTrainer>> Create(comm::Comm* world, const ModelConfig& mc,
+                                                     const TrainConfig& tc);
+  ~DistTrainer();
+
+  Mesh& mesh() { return *mesh_; }
+  Model& model() { return *model_; }
+  bool is_root() const { return mesh_->rank() == 0; }
+  int64_t micro_per_rank() const { return micro_; }
+
+  // One optimizer step on the global batch `global` [A*B, T+1] (every rank
+  // passes the same tokens; each takes its data rank's sequences).
+  StepStats Step(const int32_t* global, int A, int B, int T, int64_t step);
+  // Evaluation needs nothing extra: trainer.h's Evaluate(model(), ...) runs
+  // the same batches on every rank through the hooks (collective).
+  // Rank 0 writes a checkpoint in the single-device format (whole tensors,
+  // Hugging Face names), so it loads under any layout.
+  Status Save(Env* env, const std::string& root, int64_t step, const nlohmann::json& meta, int keep_last);
+  // Every rank copies its shard (and its optimizer slices) out of the
+  // checkpoint's whole tensors: resharding onto this layout.
+  Status Restore(const LoadedCheckpoint& ckpt, bool with_optimizer);
+
+  // Per-step communication figures (bytes sent by this rank, seconds).
+  struct CommFigures {
+    int64_t grad_bytes = 0, ep_bytes = 0, inter_node_bytes = 0, intra_node_bytes = 0;
+    double exposed_s = 0, sync_s = 0;
+  };
+  const CommFigures& last_comm() const { return comm_; }
+
+ private:
+  DistTrainer() = default;
+  std::unique_ptr<Mesh> mesh_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<ZeroSync> zero_;
+  std::unique_ptr<ExpertParallel> ep_;
+  std::unique_ptr<DistHooks> hooks_;
+  std::unique_ptr<comm::Comm> grad_comm_;  // hierarchical/compressed wrapper of dense_data, if any
+  ModelConfig mc_;
+  TrainConfig tc_;
+  int64_t micro_ = 1;  // micro-batches per rank per step
+  std::vector<float> m_, v_;  // AdamW moments: flat (ZeRO 0) or packed owned slices
+  CommFigures comm_;
+  int64_t steps_done_ = 0;
+};
+
+}  // namespace myriad
