@@ -69,45 +69,64 @@ void BlockForward(const BlockContext& ctx, const BlockWeights<float*>& w, const 
   const int H = static_cast<int>(ctx.dims->H), Hkv = static_cast<int>(ctx.dims->Hkv);
   const int D = static_cast<int>(cfg.head_dim());
   const float eps = static_cast<float>(cfg.norm_eps);
+  // Sequence parallelism: x_in, x_out and the norms hold this rank's Ns rows;
+  // attention and FFN run on all N rows (gathered) with this rank's shard of
+  // heads and widths, and their partial outputs are reduce-scattered.
+  const bool sp = ctx.hooks && ctx.hooks->SeqParallel();
+  const int64_t Ns = sp ? ctx.hooks->OwnRows(N).size() : N;
   a->B = B; a->T = T; a->x_in = x_in;
-  Fit(&a->a, N * C); Fit(&a->rstd1, N);
+  Fit(&a->a, Ns * C); Fit(&a->rstd1, Ns);
   Fit(&a->q, N * H * D); Fit(&a->k, N * Hkv * D); Fit(&a->v, N * Hkv * D);
   Fit(&a->att, N * H * D); Fit(&a->lse, static_cast<size_t>(B) * H * T);
-  Fit(&a->x_mid, N * C); Fit(&a->f, N * C); Fit(&a->rstd2, N); Fit(&a->ffn_out, N * C);
+  Fit(&a->x_mid, Ns * C); Fit(&a->f, Ns * C); Fit(&a->rstd2, Ns); Fit(&a->ffn_out, Ns * C);
+  Buf<float>& part = ctx.scratch->part;
+  if (sp) { Fit(&a->a_full, N * C); Fit(&a->f_full, N * C); Fit(&part, N * C); }
 
   // Attention: a = norm(x); q,k,v = proj(a); rope; att = softmax(qk^T)v.
-  ops::RmsNorm(x_in, w.attn_norm, eps, N, C, a->a.data(), a->rstd1.data());
+  ops::RmsNorm(x_in, w.attn_norm, eps, Ns, C, a->a.data(), a->rstd1.data());
+  if (sp) ctx.hooks->GatherRows(a->a.data(), a->a_full.data(), N, C);
+  const float* a_in = sp ? a->a_full.data() : a->a.data();
   // q_proj, k_proj and v_proj are adjacent in the parameter buffer: one GEMM.
   CHECK(w.wk == w.wq + static_cast<int64_t>(H) * D * C && w.wv == w.wk + static_cast<int64_t>(Hkv) * D * C);
   const int64_t QKV = static_cast<int64_t>(H + 2 * Hkv) * D;
   Buf<float>& qkv = ctx.scratch->qkv;
   Fit(&qkv, N * QKV);
-  ops::Linear(a->a.data(), w.wq, N, C, QKV, qkv.data());
+  ops::Linear(a_in, w.wq, N, C, QKV, qkv.data());
   SplitQkv(qkv.data(), N, H * D, Hkv * D, a->q.data(), a->k.data(), a->v.data());
   ops::Rope(a->q.data(), N, H, D, ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), false);
   ops::Rope(a->k.data(), N, Hkv, D, ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), false);
   ops::Attention(MakeAttention(ctx, a));
-  // x_mid = x_in + att @ Wo^T
-  std::memcpy(a->x_mid.data(), x_in, N * C * sizeof(float));
-  ops::Linear(a->att.data(), w.wo, N, H * D, C, a->x_mid.data(), /*accumulate=*/true);
+  // x_mid = x_in + att @ Wo^T (summed over tp ranks' heads).
+  if (!sp) {
+    std::memcpy(a->x_mid.data(), x_in, N * C * sizeof(float));
+    ops::Linear(a->att.data(), w.wo, N, H * D, C, a->x_mid.data(), /*accumulate=*/true);
+  } else {
+    ops::Linear(a->att.data(), w.wo, N, H * D, C, part.data());
+    ctx.hooks->ReduceScatterRows(part.data(), a->x_mid.data(), N, C);
+    for (int64_t i = 0; i < Ns * C; ++i) a->x_mid[i] += x_in[i];
+  }
 
   // FFN on f = norm(x_mid).
-  ops::RmsNorm(a->x_mid.data(), w.ffn_norm, eps, N, C, a->f.data(), a->rstd2.data());
+  ops::RmsNorm(a->x_mid.data(), w.ffn_norm, eps, Ns, C, a->f.data(), a->rstd2.data());
+  if (sp) ctx.hooks->GatherRows(a->f.data(), a->f_full.data(), N, C);
+  const float* f_in = sp ? a->f_full.data() : a->f.data();
+  float* ffn = sp ? part.data() : a->ffn_out.data();
   if (!w.moe) {
     const int64_t F = ctx.dims->F;
     // gate_proj and up_proj are adjacent in the parameter buffer: one GEMM.
     CHECK(w.w_up == w.w_gate + F * C);
     Fit(&a->gu, N * 2 * F); Fit(&a->h, N * F);
-    ops::Linear(a->f.data(), w.w_gate, N, C, 2 * F, a->gu.data());
+    ops::Linear(f_in, w.w_gate, N, C, 2 * F, a->gu.data());
     ops::SwiGlu(a->gu.data(), N, F, a->h.data());
-    ops::Linear(a->h.data(), w.w_down, N, F, C, a->ffn_out.data());
+    ops::Linear(a->h.data(), w.w_down, N, F, C, ffn);
   } else {
-    MoeForward(ctx, w, a->f.data(), B, T, &a->moe, a->ffn_out.data());
+    MoeForward(ctx, w, f_in, B, T, &a->moe, ffn);
   }
+  if (sp) ctx.hooks->ReduceScatterRows(part.data(), a->ffn_out.data(), N, C);
   const float* xm = a->x_mid.data();
   const float* fo = a->ffn_out.data();
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < N * C; ++i) x_out[i] = xm[i] + fo[i];
+  for (int64_t i = 0; i < Ns * C; ++i) x_out[i] = xm[i] + fo[i];
 }
 
 void BlockBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
@@ -118,26 +137,46 @@ void BlockBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
   const int64_t N = static_cast<int64_t>(B) * T, C = cfg.d_model;
   const int H = static_cast<int>(ctx.dims->H), Hkv = static_cast<int>(ctx.dims->Hkv);
   const int D = static_cast<int>(cfg.head_dim());
-  Fit(&s->d_mid, N * C); Fit(&s->d_f, N * C);
+  // Sequence parallelism mirrors the forward: gathers become reduce-scatters
+  // and the other way round.
+  const bool sp = ctx.hooks && ctx.hooks->SeqParallel();
+  const int64_t Ns = sp ? ctx.hooks->OwnRows(N).size() : N;
+  Fit(&s->d_mid, Ns * C); Fit(&s->d_f, N * C);
+  if (sp) { Fit(&s->d_full, N * C); Fit(&s->d_own, Ns * C); }
+  const float* dO = d_out;
+  if (sp) {
+    ctx.hooks->GatherRows(d_out, s->d_full.data(), N, C);
+    dO = s->d_full.data();
+  }
+  const float* f_in = sp ? a->f_full.data() : a->f.data();
 
   // FFN: d_f = dFFN/df; d_mid = d_out + RmsNorm' (d_f).
   if (!w.moe) {
     const int64_t F = ctx.dims->F;
     Fit(&s->d_h, N * F); Fit(&s->d_gu, N * 2 * F);
-    ops::LinearBackward(d_out, a->h.data(), w.w_down, N, F, C, s->d_h.data(), false, gw.w_down);
+    ops::LinearBackward(dO, a->h.data(), w.w_down, N, F, C, s->d_h.data(), false, gw.w_down);
     ops::SwiGluBackward(s->d_h.data(), a->gu.data(), N, F, s->d_gu.data());
-    ops::LinearBackward(s->d_gu.data(), a->f.data(), w.w_gate, N, C, 2 * F, s->d_f.data(), false, gw.w_gate);
+    ops::LinearBackward(s->d_gu.data(), f_in, w.w_gate, N, C, 2 * F, s->d_f.data(), false, gw.w_gate);
   } else {
-    MoeBackward(ctx, w, gw, a->f.data(), B, T, &a->moe, d_out, loss_scale, s, s->d_f.data());
+    MoeBackward(ctx, w, gw, f_in, B, T, &a->moe, dO, loss_scale, s, s->d_f.data());
   }
-  std::memcpy(s->d_mid.data(), d_out, N * C * sizeof(float));
-  ops::RmsNormBackward(s->d_f.data(), a->x_mid.data(), w.ffn_norm, a->rstd2.data(), N, C,
-                       s->d_mid.data(), gw.ffn_norm);
+  const float* d_f = s->d_f.data();
+  if (sp) {
+    ctx.hooks->ReduceScatterRows(s->d_f.data(), s->d_own.data(), N, C);
+    d_f = s->d_own.data();
+  }
+  std::memcpy(s->d_mid.data(), d_out, Ns * C * sizeof(float));
+  ops::RmsNormBackward(d_f, a->x_mid.data(), w.ffn_norm, a->rstd2.data(), Ns, C, s->d_mid.data(), gw.ffn_norm);
 
   // Attention.
   Fit(&s->d_att, N * H * D); Fit(&s->d_q, N * H * D); Fit(&s->d_k, N * Hkv * D);
   Fit(&s->d_v, N * Hkv * D); Fit(&s->d_a, N * C);
-  ops::LinearBackward(s->d_mid.data(), a->att.data(), w.wo, N, H * D, C, s->d_att.data(), false, gw.wo);
+  const float* dM = s->d_mid.data();
+  if (sp) {
+    ctx.hooks->GatherRows(s->d_mid.data(), s->d_full.data(), N, C);
+    dM = s->d_full.data();
+  }
+  ops::LinearBackward(dM, a->att.data(), w.wo, N, H * D, C, s->d_att.data(), false, gw.wo);
   AttentionBackwardParams bp;
   bp.fwd = MakeAttention(ctx, a);
   bp.dout = s->d_att.data();
@@ -148,9 +187,15 @@ void BlockBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
   const int64_t QKV = static_cast<int64_t>(H + 2 * Hkv) * D;
   Fit(&s->d_qkv, N * QKV);
   JoinQkv(s->d_q.data(), s->d_k.data(), s->d_v.data(), N, H * D, Hkv * D, s->d_qkv.data());
-  ops::LinearBackward(s->d_qkv.data(), a->a.data(), w.wq, N, C, QKV, s->d_a.data(), false, gw.wq);
-  std::memcpy(d_in, s->d_mid.data(), N * C * sizeof(float));
-  ops::RmsNormBackward(s->d_a.data(), a->x_in, w.attn_norm, a->rstd1.data(), N, C, d_in, gw.attn_norm);
+  const float* a_in = sp ? a->a_full.data() : a->a.data();
+  ops::LinearBackward(s->d_qkv.data(), a_in, w.wq, N, C, QKV, s->d_a.data(), false, gw.wq);
+  const float* d_a = s->d_a.data();
+  if (sp) {
+    ctx.hooks->ReduceScatterRows(s->d_a.data(), s->d_own.data(), N, C);
+    d_a = s->d_own.data();
+  }
+  std::memcpy(d_in, s->d_mid.data(), Ns * C * sizeof(float));
+  ops::RmsNormBackward(d_a, a->x_in, w.attn_norm, a->rstd1.data(), Ns, C, d_in, gw.attn_norm);
 }
 
 }  // namespace myriad

@@ -37,7 +37,8 @@ struct MoeActs {
 struct BlockActs {
   int B = 0, T = 0;
   const float* x_in = nullptr;            // [N, C], owned by the caller
-  Buf<float> a, rstd1;            // attn norm out [N,C], [N]
+  Buf<float> a, rstd1;            // attn norm out [N,C], [N] (own rows under sequence parallelism)
+  Buf<float> a_full, f_full;      // sequence parallelism: gathered norm outputs [N_full, C]
   Buf<float> q, k, v;             // [N, H*D], [N, Hkv*D] (after RoPE)
   Buf<float> att, lse;            // [N, H*D], [B, H, T]
   Buf<float> x_mid;               // [N, C]
@@ -51,6 +52,7 @@ struct BlockActs {
 struct BlockScratch {
   Buf<float> d_mid, d_f, d_att, d_q, d_k, d_v, d_qkv, d_a, d_gu, d_h, d_y, d_x, d_w, d_logits;
   Buf<float> qkv;  // forward: the fused q|k|v projection before it is split
+  Buf<float> part, d_full, d_own;  // sequence parallelism: partial sums, gathered grads, own-row grads
 };
 
 struct BlockContext {

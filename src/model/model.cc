@@ -110,6 +110,12 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
   ModelWeights<float*> W = layout_.Bind(params_.data());
   ModelWeights<float*> G = layout_.Bind(grads_.data());
   const float eps = static_cast<float>(cfg_.norm_eps);
+  // Sequence parallelism (tensor parallel ranks): this rank holds rows
+  // [own.begin, own.end) of each [rows, C] residual stream; without it, all.
+  const bool sp = hooks_ && hooks_->SeqParallel();
+  auto own_rows = [&](int64_t rows) { return sp ? hooks_->OwnRows(rows) : RowRange{0, rows}; };
+  const RowRange own = own_rows(N);
+  const int64_t Ns = own.size();
 
   // Inputs, targets, positions.
   Fit(&inputs_, N); Fit(&targets_, N); Fit(&pos_, N);
@@ -125,21 +131,21 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
   // ---- Forward: embed -> blocks -> norm -> head -> loss.
   if (hooks_) hooks_->BeforeStep(backward);
   resid_.resize(L + 1);
-  for (auto& r : resid_) Fit(&r, N * C);
-  ops::MoeGather(W.embed, inputs_.data(), N, C, resid_[0].data());
+  for (auto& r : resid_) Fit(&r, Ns * C);
+  ops::MoeGather(W.embed, inputs_.data() + own.begin, Ns, C, resid_[0].data());
   for (int l = 0; l < L; ++l) {
     if (hooks_) hooks_->BeforeBlockForward(l);
     BlockForward(Context(l, pos_.data()), W.layers[l], resid_[l].data(), B, T, &acts_[l],
                  resid_[l + 1].data());
     if (hooks_) hooks_->AfterBlockForward(l);
   }
-  Fit(&final_norm_, N * C); Fit(&final_rstd_, N); Fit(&logits_, N * V); Fit(&losses_, N);
-  ops::RmsNorm(resid_[L].data(), W.norm, eps, N, C, final_norm_.data(), final_rstd_.data());
-  ops::Linear(final_norm_.data(), W.head, N, C, V, logits_.data());
-  ops::SoftmaxXent(logits_.data(), targets_.data(), N, V, loss_scale / static_cast<float>(N),
+  Fit(&final_norm_, Ns * C); Fit(&final_rstd_, Ns); Fit(&logits_, Ns * V); Fit(&losses_, Ns);
+  ops::RmsNorm(resid_[L].data(), W.norm, eps, Ns, C, final_norm_.data(), final_rstd_.data());
+  ops::Linear(final_norm_.data(), W.head, Ns, C, V, logits_.data());
+  ops::SoftmaxXent(logits_.data(), targets_.data() + own.begin, Ns, V, loss_scale / static_cast<float>(N),
                    losses_.data(), backward ? logits_.data() : nullptr);
   LossParts out;
-  for (int64_t n = 0; n < N; ++n) out.main += losses_[n];
+  for (int64_t n = 0; n < Ns; ++n) out.main += losses_[n];
   out.main /= static_cast<double>(N);
 
   // ---- MTP modules: module k predicts token i+k+1 from h^{k-1}_i and x[i+k].
@@ -148,46 +154,58 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
     const int k = j + 1, Tk = T - k, Tprev = T - j;
     CHECK_MSG(Tk >= 1, "sequence length %d too short for mtp_depth %d", T, Dm);
     const int64_t Nk = static_cast<int64_t>(B) * Tk;
+    const RowRange ok = own_rows(Nk);
+    const int64_t Nko = ok.size();
     MtpActs& m = mtp_[j];
     const auto& mw = W.mtp[j];
+    // The previous level's output, all rows (gathered under sequence parallelism).
     const float* hprev = j == 0 ? resid_[L].data() : mtp_[j - 1].out.data();
-    Fit(&m.h_in, Nk * C); Fit(&m.hn, Nk * C); Fit(&m.rstd_h, Nk); Fit(&m.e, Nk * C);
-    Fit(&m.en, Nk * C); Fit(&m.rstd_e, Nk); Fit(&m.cat, Nk * 2 * C); Fit(&m.hp, Nk * C);
-    Fit(&m.out, Nk * C); Fit(&m.nrm, Nk * C); Fit(&m.rstd_n, Nk); Fit(&m.logits, Nk * V);
-    Fit(&m.losses, Nk);
+    if (sp) {
+      Fit(&m.h_full, static_cast<int64_t>(B) * Tprev * C);
+      hooks_->GatherRows(hprev, m.h_full.data(), static_cast<int64_t>(B) * Tprev, C);
+      hprev = m.h_full.data();
+    }
+    Fit(&m.h_in, Nko * C); Fit(&m.hn, Nko * C); Fit(&m.rstd_h, Nko); Fit(&m.e, Nko * C);
+    Fit(&m.en, Nko * C); Fit(&m.rstd_e, Nko); Fit(&m.cat, Nko * 2 * C); Fit(&m.hp, Nko * C);
+    Fit(&m.out, Nko * C); Fit(&m.nrm, Nko * C); Fit(&m.rstd_n, Nko); Fit(&m.logits, Nko * V);
+    Fit(&m.losses, Nko);
     std::vector<int32_t>& etok = mtp_etok_[j];
     std::vector<int32_t>& tgt = mtp_tgt_[j];
-    Fit(&etok, Nk);
-    Fit(&tgt, Nk);
+    Fit(&etok, Nko);
+    Fit(&tgt, Nko);
     Fit(&mtp_pos_[j], Nk);
     for (int64_t n = 0; n < Nk; ++n) mtp_pos_[j][n] = static_cast<int32_t>(n % Tk);
-    for (int b = 0; b < B; ++b) {
-      std::memcpy(m.h_in.data() + static_cast<int64_t>(b) * Tk * C,
-                  hprev + static_cast<int64_t>(b) * Tprev * C, Tk * C * sizeof(float));
-      for (int i = 0; i < Tk; ++i) {
-        etok[b * Tk + i] = tokens[static_cast<int64_t>(b) * (T + 1) + i + k];
-        tgt[b * Tk + i] = tokens[static_cast<int64_t>(b) * (T + 1) + i + k + 1];
-      }
+    for (int64_t n = ok.begin; n < ok.end; ++n) {
+      const int64_t b = n / Tk, i = n % Tk, r = n - ok.begin;
+      std::memcpy(m.h_in.data() + r * C, hprev + (b * Tprev + i) * C, C * sizeof(float));
+      etok[r] = tokens[b * (T + 1) + i + k];
+      tgt[r] = tokens[b * (T + 1) + i + k + 1];
     }
-    ops::RmsNorm(m.h_in.data(), mw.hnorm, eps, Nk, C, m.hn.data(), m.rstd_h.data());
-    ops::MoeGather(W.embed, etok.data(), Nk, C, m.e.data());
-    ops::RmsNorm(m.e.data(), mw.enorm, eps, Nk, C, m.en.data(), m.rstd_e.data());
-    for (int64_t n = 0; n < Nk; ++n) {
+    ops::RmsNorm(m.h_in.data(), mw.hnorm, eps, Nko, C, m.hn.data(), m.rstd_h.data());
+    ops::MoeGather(W.embed, etok.data(), Nko, C, m.e.data());
+    ops::RmsNorm(m.e.data(), mw.enorm, eps, Nko, C, m.en.data(), m.rstd_e.data());
+    for (int64_t n = 0; n < Nko; ++n) {
       std::memcpy(m.cat.data() + n * 2 * C, m.hn.data() + n * C, C * sizeof(float));
       std::memcpy(m.cat.data() + n * 2 * C + C, m.en.data() + n * C, C * sizeof(float));
     }
-    ops::Linear(m.cat.data(), mw.eh_proj, Nk, 2 * C, C, m.hp.data());
+    ops::Linear(m.cat.data(), mw.eh_proj, Nko, 2 * C, C, m.hp.data());
     if (hooks_) hooks_->BeforeBlockForward(L + j);
     BlockForward(Context(L + j, mtp_pos_[j].data()), mw.block, m.hp.data(), B, Tk, &m.block, m.out.data());
     if (hooks_) hooks_->AfterBlockForward(L + j);
-    ops::RmsNorm(m.out.data(), mw.norm, eps, Nk, C, m.nrm.data(), m.rstd_n.data());
-    ops::Linear(m.nrm.data(), W.head, Nk, C, V, m.logits.data());
-    ops::SoftmaxXent(m.logits.data(), tgt.data(), Nk, V,
+    ops::RmsNorm(m.out.data(), mw.norm, eps, Nko, C, m.nrm.data(), m.rstd_n.data());
+    ops::Linear(m.nrm.data(), W.head, Nko, C, V, m.logits.data());
+    ops::SoftmaxXent(m.logits.data(), tgt.data(), Nko, V,
                      static_cast<float>(loss_scale * mtp_w / static_cast<double>(Nk)),
                      m.losses.data(), backward ? m.logits.data() : nullptr);
     double lk = 0;
-    for (int64_t n = 0; n < Nk; ++n) lk += m.losses[n];
+    for (int64_t n = 0; n < Nko; ++n) lk += m.losses[n];
     out.mtp += mtp_w * lk / static_cast<double>(Nk);
+  }
+  if (sp) {
+    double v[2] = {out.main, out.mtp};
+    hooks_->SumLosses(v, 2);
+    out.main = v[0];
+    out.mtp = v[1];
   }
 
   // ---- Balance losses and loads.
@@ -201,66 +219,74 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
   out.total = out.main + out.mtp + out.aux;
   if (!backward) return out;
 
-  // ---- Backward. d_next holds d(h^k) contributions flowing down the MTP chain.
-  std::vector<float>& d_chain = d_chain_;  // d of the previous level's output (prefix rows)
+  // ---- Backward. d_chain_ holds d(previous level's output) over all of its
+  // rows [B*Tprev, C]: each MTP module's d(h_in) scattered back to the rows it
+  // was copied from (reduce-scattered to own rows under sequence parallelism).
+  std::vector<float>& d_chain = d_chain_;
   d_chain.clear();
+  auto take_chain = [&](int64_t rows, float* d_own) {  // d_own [own_rows(rows), C] = chain's own rows
+    const RowRange r = own_rows(rows);
+    if (d_chain.empty()) {
+      std::fill(d_own, d_own + r.size() * C, 0.f);
+    } else if (sp) {
+      hooks_->ReduceScatterRows(d_chain.data(), d_own, rows, C);
+    } else {
+      std::memcpy(d_own, d_chain.data(), rows * C * sizeof(float));
+    }
+  };
   for (int j = Dm - 1; j >= 0; --j) {
-    const int k = j + 1, Tk = T - k;
+    const int k = j + 1, Tk = T - k, Tprev = T - j;
     const int64_t Nk = static_cast<int64_t>(B) * Tk;
+    const RowRange ok = own_rows(Nk);
+    const int64_t Nko = ok.size();
     MtpActs& m = mtp_[j];
     const auto& mw = W.mtp[j];
     const auto& mg = G.mtp[j];
-    Fit(&d_tmp_, Nk * C);
-    Fit(&m.d_out, Nk * C);
-    std::fill(m.d_out.begin(), m.d_out.end(), 0.f);
+    Fit(&d_tmp_, Nko * C);
+    Fit(&m.d_out, Nko * C);
+    take_chain(Nk, m.d_out.data());
     auto& d_out = m.d_out;
-    // From the next module: its d(h_in) covers rows i < Tk-1 of each sequence.
-    if (!d_chain.empty()) {
-      const int Tn = Tk - 1;
-      for (int b = 0; b < B; ++b)
-        std::memcpy(d_out.data() + static_cast<int64_t>(b) * Tk * C,
-                    d_chain.data() + static_cast<int64_t>(b) * Tn * C, Tn * C * sizeof(float));
-    }
     // Own loss: head and final norm.
-    ops::LinearBackward(m.logits.data(), m.nrm.data(), W.head, Nk, C, V, d_tmp_.data(), false, G.head);
-    ops::RmsNormBackward(d_tmp_.data(), m.out.data(), mw.norm, m.rstd_n.data(), Nk, C, d_out.data(), mg.norm);
-    Fit(&m.d_hp, Nk * C);
-    Fit(&m.d_cat, Nk * 2 * C);
+    ops::LinearBackward(m.logits.data(), m.nrm.data(), W.head, Nko, C, V, d_tmp_.data(), false, G.head);
+    ops::RmsNormBackward(d_tmp_.data(), m.out.data(), mw.norm, m.rstd_n.data(), Nko, C, d_out.data(), mg.norm);
+    Fit(&m.d_hp, Nko * C);
+    Fit(&m.d_cat, Nko * 2 * C);
     auto& d_hp = m.d_hp;
     auto& d_cat = m.d_cat;
     if (hooks_) hooks_->BeforeBlockBackward(L + j);
     BlockBackward(Context(L + j, mtp_pos_[j].data()), mw.block, mg.block, &m.block, d_out.data(), loss_scale,
                   &scratch_, d_hp.data());
     if (hooks_) hooks_->AfterBlockBackward(L + j);
-    ops::LinearBackward(d_hp.data(), m.cat.data(), mw.eh_proj, Nk, 2 * C, C, d_cat.data(), false, mg.eh_proj);
-    Fit(&m.d_hn, Nk * C);
-    Fit(&m.d_en, Nk * C);
-    Fit(&m.d_e, Nk * C);
+    ops::LinearBackward(d_hp.data(), m.cat.data(), mw.eh_proj, Nko, 2 * C, C, d_cat.data(), false, mg.eh_proj);
+    Fit(&m.d_hn, Nko * C);
+    Fit(&m.d_en, Nko * C);
+    Fit(&m.d_e, Nko * C);
     std::fill(m.d_e.begin(), m.d_e.end(), 0.f);
     auto& d_hn = m.d_hn;
     auto& d_en = m.d_en;
     auto& d_e = m.d_e;
-    for (int64_t n = 0; n < Nk; ++n) {
+    for (int64_t n = 0; n < Nko; ++n) {
       std::memcpy(d_hn.data() + n * C, d_cat.data() + n * 2 * C, C * sizeof(float));
       std::memcpy(d_en.data() + n * C, d_cat.data() + n * 2 * C + C, C * sizeof(float));
     }
-    ops::RmsNormBackward(d_en.data(), m.e.data(), mw.enorm, m.rstd_e.data(), Nk, C, d_e.data(), mg.enorm);
-    EmbeddingBackward(mtp_etok_[j].data(), d_e.data(), Nk, C, G.embed);
-    d_chain.assign(Nk * C, 0.f);
-    ops::RmsNormBackward(d_hn.data(), m.h_in.data(), mw.hnorm, m.rstd_h.data(), Nk, C, d_chain.data(), mg.hnorm);
+    ops::RmsNormBackward(d_en.data(), m.e.data(), mw.enorm, m.rstd_e.data(), Nko, C, d_e.data(), mg.enorm);
+    EmbeddingBackward(mtp_etok_[j].data(), d_e.data(), Nko, C, G.embed);
+    // d(h_in) of the own rows, then back to the previous level's rows.
+    Fit(&m.d_hin, Nko * C);
+    std::fill(m.d_hin.begin(), m.d_hin.end(), 0.f);
+    ops::RmsNormBackward(d_hn.data(), m.h_in.data(), mw.hnorm, m.rstd_h.data(), Nko, C, m.d_hin.data(), mg.hnorm);
+    d_chain.assign(static_cast<size_t>(B) * Tprev * C, 0.f);
+    for (int64_t n = ok.begin; n < ok.end; ++n) {
+      const int64_t b = n / Tk, i = n % Tk;
+      std::memcpy(d_chain.data() + (b * Tprev + i) * C, m.d_hin.data() + (n - ok.begin) * C, C * sizeof(float));
+    }
   }
 
   // Main head, final norm, then the blocks in reverse.
-  Fit(&d_resid_a_, N * C); Fit(&d_resid_b_, N * C); Fit(&d_tmp_, N * C);
-  std::fill(d_resid_a_.begin(), d_resid_a_.end(), 0.f);
-  if (!d_chain.empty()) {
-    const int Tn = T - 1;
-    for (int b = 0; b < B; ++b)
-      std::memcpy(d_resid_a_.data() + static_cast<int64_t>(b) * T * C,
-                  d_chain.data() + static_cast<int64_t>(b) * Tn * C, Tn * C * sizeof(float));
-  }
-  ops::LinearBackward(logits_.data(), final_norm_.data(), W.head, N, C, V, d_tmp_.data(), false, G.head);
-  ops::RmsNormBackward(d_tmp_.data(), resid_[L].data(), W.norm, final_rstd_.data(), N, C,
+  Fit(&d_resid_a_, Ns * C); Fit(&d_resid_b_, Ns * C); Fit(&d_tmp_, Ns * C);
+  take_chain(N, d_resid_a_.data());
+  ops::LinearBackward(logits_.data(), final_norm_.data(), W.head, Ns, C, V, d_tmp_.data(), false, G.head);
+  ops::RmsNormBackward(d_tmp_.data(), resid_[L].data(), W.norm, final_rstd_.data(), Ns, C,
                        d_resid_a_.data(), G.norm);
   float* d_cur = d_resid_a_.data();
   float* d_prev = d_resid_b_.data();
@@ -271,7 +297,7 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
     if (hooks_) hooks_->AfterBlockBackward(l);
     std::swap(d_cur, d_prev);
   }
-  EmbeddingBackward(inputs_.data(), d_cur, N, C, G.embed);
+  EmbeddingBackward(inputs_.data() + own.begin, d_cur, Ns, C, G.embed);
   if (hooks_) hooks_->AfterBackward();
   return out;
 }

@@ -69,6 +69,8 @@ class Model {
 
  private:
   struct MtpActs {
+    Buf<float> h_full;  // sequence parallelism: the previous level's output, all rows
+    Buf<float> d_hin;   // d(h_in) of the own rows
     Buf<float> h_in, hn, rstd_h, e, en, rstd_e, cat, hp, out, nrm, rstd_n, logits, losses;
     Buf<float> d_out, d_hp, d_cat, d_hn, d_en, d_e;  // backward scratch
     BlockActs block;

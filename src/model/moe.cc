@@ -204,7 +204,9 @@ void MoeBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
 
   // Router: d(weights) -> d(scores) -> d(logits), plus the balance loss.
   const bool sigmoid = cfg.sigmoid_scores();
-  const double alpha = cfg.aux_loss_weight;
+  // Under tensor parallelism every rank computes the balance loss from the
+  // same gathered rows: each takes 1/tp of its gradient.
+  const double alpha = cfg.aux_loss_weight * (ctx.hooks ? ctx.hooks->ReplicatedGradScale() : 1.f);
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < N; ++t) {
     const float* sc = a->scores.data() + t * E;

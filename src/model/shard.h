@@ -56,6 +56,23 @@ class ParallelHooks {
   // dy [M, C] -> dx [M, C] (writes), accumulating the local experts' grads.
   virtual void ExpertsBackward(int moe_block, const float* dy, float* dx) {}
 
+  // ---- Tensor parallelism with sequence parallelism. The residual stream
+  // is split by rows (tokens) over the tp ranks: norms, embedding, head and
+  // loss run on this rank's rows; attention and FFN see all rows (gathered)
+  // with this rank's heads/width and produce partial sums (reduce-scattered).
+  virtual bool SeqParallel() const { return false; }
+  // This rank's rows out of `rows` (contiguous; sizes may differ by one).
+  virtual RowRange OwnRows(int64_t rows) const { return {0, rows}; }
+  // own [OwnRows(rows), C] -> full [rows, C] (all-gather).
+  virtual void GatherRows(const float* own, float* full, int64_t rows, int64_t C) {}
+  // full [rows, C] partial sums -> own rows of the sum over ranks (reduce-scatter).
+  virtual void ReduceScatterRows(const float* full, float* own, int64_t rows, int64_t C) {}
+  // Loss terms computed on own rows only: summed over ranks in place.
+  virtual void SumLosses(double* v, int n) {}
+  // Gradient scale of terms every tp rank computes identically from gathered
+  // values (the balance loss): 1/tp, so their sum over ranks counts once.
+  virtual float ReplicatedGradScale() const { return 1.f; }
+
   // ---- Layer events, in execution order (block = layer index, or
   // n_layers + j for MTP module j). ZeRO-3 gathers parameters here;
   // data parallelism starts reducing a block's gradients once its backward

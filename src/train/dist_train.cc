@@ -57,10 +57,10 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(comm::Comm* world, cons
   const int64_t global_batch = tc.batch_size * tc.grad_accum;
   const int64_t micro = pc.microbatches > 0 ? pc.microbatches : 2 * pc.pp;
   RETURN_IF_ERROR(dims.Validate(world->size(), mc, global_batch, tc.seq_len, micro));
-  if (dims.tp > 1 || dims.pp > 1 || dims.cp > 1)
+  if (dims.pp > 1 || dims.cp > 1)
     return Status::Error("parallel: " + dims.ToString() +
-                         ": tensor, pipeline and context parallelism are not wired into training yet "
-                         "(hint: use dp, ep and parallel.zero; docs/parallel.md lists what runs)");
+                         ": pipeline and context parallelism are not wired into training yet "
+                         "(hint: use dp, ep, tp and parallel.zero; docs/parallel.md lists what runs)");
   std::unique_ptr<DistTrainer> t(new DistTrainer());
   t->mc_ = mc;
   t->tc_ = tc;
@@ -70,11 +70,14 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(comm::Comm* world, cons
   comm::Comm& dense = m.dense_data();
   comm::Comm& expert = m.expert_data();
   comm::Comm* ep = dims.ep > 1 ? &m.ep() : nullptr;
+  comm::Comm* tp = dims.tp > 1 ? &m.tp() : nullptr;
+  comm::Comm* dense_rep = tp ? &m.Group(Dim::kDp | Dim::kEp | Dim::kCp | Dim::kTp) : &dense;
   t->model_ = std::make_unique<Model>(mc, PlanOf(dims, m.coords()));
   t->model_->InitWeights(tc.seed);
-  t->zero_ = std::make_unique<ZeroSync>(t->model_.get(), &dense, &expert, pc.zero, t->grad_comm_.get());
+  t->zero_ = std::make_unique<ZeroSync>(t->model_.get(), &dense, &expert, dense_rep, pc.zero, t->grad_comm_.get());
   if (ep) t->ep_ = std::make_unique<ExpertParallel>(ep, t->model_.get());
-  t->hooks_ = std::make_unique<DistHooks>(t->zero_.get(), t->ep_.get());
+  if (tp) t->sp_ = std::make_unique<TpRows>(tp);
+  t->hooks_ = std::make_unique<DistHooks>(t->zero_.get(), t->ep_.get(), t->sp_.get());
   t->model_->set_hooks(t->hooks_.get());
   const size_t state = pc.zero == 0 ? t->model_->layout().total() : t->zero_->packed_size();
   t->m_.assign(state, 0.f);

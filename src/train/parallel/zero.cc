@@ -27,8 +27,9 @@ void ReleasePages(float* p, int64_t n) {
 
 }  // namespace
 
-ZeroSync::ZeroSync(Model* model, comm::Comm* dense, comm::Comm* expert, int stage, comm::Comm* dense_grad_comm)
-    : model_(model), stage_(stage), dense_grad_comm_(dense_grad_comm) {
+ZeroSync::ZeroSync(Model* model, comm::Comm* dense, comm::Comm* expert, comm::Comm* dense_rep, int stage,
+                   comm::Comm* dense_grad_comm)
+    : model_(model), stage_(stage), dense_(dense), dense_grad_comm_(dense_grad_comm) {
   CHECK_MSG(stage >= 0 && stage <= 3, "ZeRO stage %d (expected 0-3)", stage);
   const auto& ps = model->layout().params();
   const bool tied = model->config().tie_embeddings;
@@ -37,8 +38,9 @@ ZeroSync::ZeroSync(Model* model, comm::Comm* dense, comm::Comm* expert, int stag
   for (size_t i = 0; i < ps.size(); ++i) {
     const ParamInfo& p = ps[i];
     if (tied && p.name == "lm_head.weight") continue;  // aliases the embedding
-    const bool ex = p.expert;
+    const bool ex = p.expert, split = p.tp_dim >= 0;
     if (!segs_.empty() && segs_.back().block == p.block && segs_.back().expert == ex &&
+        segs_.back().tp_split == split &&
         segs_.back().offset + segs_.back().count == p.offset) {
       segs_.back().count += p.numel;
       continue;
@@ -48,7 +50,8 @@ ZeroSync::ZeroSync(Model* model, comm::Comm* dense, comm::Comm* expert, int stag
     s.count = p.numel;
     s.block = p.block;
     s.expert = ex;
-    s.group = ex ? expert : dense;
+    s.tp_split = split;
+    s.group = ex ? expert : (split ? dense : dense_rep);
     segs_.push_back(s);
   }
   for (size_t i = 0; i < segs_.size(); ++i) {
@@ -123,7 +126,8 @@ void ZeroSync::AfterBlockForward(int block) {
 
 void ZeroSync::Launch(Segment& s) {
   float* g = model_->grads().data() + s.offset;
-  comm::Comm* c = (!s.expert && dense_grad_comm_) ? dense_grad_comm_ : s.group;
+  // The wrapper (hierarchy, compression) stands for the dense group.
+  comm::Comm* c = (dense_grad_comm_ && s.group == dense_) ? dense_grad_comm_ : s.group;
   if (stage_ <= 1) {
     if (sync_) {
       double t0 = Now();

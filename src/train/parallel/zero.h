@@ -30,6 +30,7 @@ struct Segment {
   int64_t offset = 0, count = 0;  // in the flat buffer
   int block = -1;                 // -1: outside blocks
   bool expert = false;
+  bool tp_split = false;          // a tensor-parallel shard (else replicated over tp)
   comm::Comm* group = nullptr;
   int64_t shard = 0;              // ceil(count / group size)
   int64_t own_begin = 0, own_count = 0;  // owned slice, relative to offset
@@ -47,7 +48,10 @@ class ZeroSync {
  public:
   // dense/expert: the replica groups; `grad_comm` may wrap them (hierarchy,
   // compression) for the gradient reduction of dense segments.
-  ZeroSync(Model* model, comm::Comm* dense, comm::Comm* expert, int stage, comm::Comm* dense_grad_comm = nullptr);
+  // dense_rep: replicas of dense tensors that tensor parallelism does not
+  // split (norms, router, embedding, head): dense plus the tp ranks.
+  ZeroSync(Model* model, comm::Comm* dense, comm::Comm* expert, comm::Comm* dense_rep, int stage,
+           comm::Comm* dense_grad_comm = nullptr);
   int stage() const { return stage_; }
   const std::vector<Segment>& segments() const { return segs_; }
   int64_t packed_size() const { return packed_; }
@@ -107,6 +111,7 @@ class ZeroSync {
   std::vector<comm::Request> pending_;
   std::vector<bool> resident_;
   int64_t resident_floats_ = 0;
+  comm::Comm* dense_ = nullptr;
   comm::Comm* dense_grad_comm_ = nullptr;
   SyncStats stats_;
 };
