@@ -7,7 +7,13 @@
 #include <cstdlib>
 #include <cstring>
 
+// The C API only (OpenMPI's C++ bindings would need their own library).
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
 #include "core/check.h"
+#include "train/comm/mpi_comm.h"
 
 namespace myriad::comm {
 
@@ -86,7 +92,9 @@ void CompressChunk(Compression c, const float* x, int64_t n, int64_t block, floa
     const float inv = amax > 0 ? 127.0f / amax : 0.0f;
     std::memcpy(out + 4 * b, &scale, 4);
     for (int64_t i = 0; i < m; ++i) {
-      const float r = std::nearbyint(v[i] * inv);
+      // Round to nearest even: |v * inv| <= 127 < 2^22, where adding and
+      // subtracting 1.5 * 2^23 leaves exactly the rounded integer.
+      const float r = (v[i] * inv + 12582912.0f) - 12582912.0f;
       const int8_t qi = static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
       q[i0 + i] = qi;
       if (residual) residual[i0 + i] = v[i] - static_cast<float>(qi) * scale;
@@ -125,6 +133,12 @@ void CompressedChunkRange(int64_t count, int64_t block, int n, int r, int64_t* b
   *end = std::min(count, per * (r + 1));
 }
 
+bool DecoratorAsyncInline() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  return initialized && !MpiThreadMultiple();
+}
+
 // ---- CompressedComm.
 
 CompressedComm::CompressedComm(Comm& inner, const CompressionOptions& opt)
@@ -157,6 +171,10 @@ void CompressedComm::Sync(const std::function<void()>& fn) {
 }
 
 Request CompressedComm::Async(std::function<void()> fn) {
+  if (DecoratorAsyncInline()) {
+    Sync(fn);
+    return Request();
+  }
   auto state = std::make_shared<RequestState>();
   queue_.Enqueue([this, fn = std::move(fn)] { Run(fn); }, state);
   return Request(std::move(state));

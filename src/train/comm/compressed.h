@@ -31,7 +31,9 @@
 //
 // Threads: like every Comm, one caller thread. Async collectives run in
 // issue order on this object's progress thread (which then drives the inner
-// comm's sync ops); a sync collective first waits for them. Point-to-point
+// comm's sync ops); a sync collective first waits for them. Under an MPI
+// that grants less than MPI_THREAD_MULTIPLE they run at issue on the caller's
+// thread instead, as MpiComm's own do (DecoratorAsyncInline). Point-to-point
 // ops go straight to the inner comm. stats() counts the bytes the inner comm
 // counted for each op (for the compressed path: the compressed payload);
 // read it when no async op is in flight.
@@ -78,6 +80,11 @@ float Bf16ToFloat(uint16_t h);
 // ones shorter or empty.
 void CompressedChunkRange(int64_t count, int64_t block, int n, int r, int64_t* begin,
                           int64_t* end);
+
+// True when decorators (this one, HierarchicalComm) must run async ops at
+// issue on the calling thread: MPI is initialised without
+// MPI_THREAD_MULTIPLE, so only one thread may call it.
+bool DecoratorAsyncInline();
 
 class CompressedComm : public Comm {
  public:

@@ -97,6 +97,10 @@ void HierarchicalComm::Sync(const std::function<void()>& fn, HierStats direct) {
 }
 
 Request HierarchicalComm::Async(std::function<void()> fn, HierStats direct) {
+  if (DecoratorAsyncInline()) {
+    Sync(fn, direct);
+    return Request();
+  }
   auto state = std::make_shared<RequestState>();
   queue_.Enqueue([this, fn = std::move(fn), direct] { Run(fn, direct); }, state);
   return Request(std::move(state));

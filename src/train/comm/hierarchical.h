@@ -25,7 +25,8 @@
 //
 // Threads: one caller thread, as for every Comm. Async collectives run in
 // issue order on this object's progress thread; sync collectives wait for
-// them first. The flat comm is not used after construction (a private
+// them first (at issue on the caller's thread under an MPI without
+// MPI_THREAD_MULTIPLE: DecoratorAsyncInline in compressed.h). The flat comm is not used after construction (a private
 // duplicate is), so the caller may keep using it.
 #pragma once
 
