@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# Distributed training equals single-rank training: configs/tiny.toml (fp32,
+# 20 steps) on one rank is the baseline; under mpirun, dp4 (ZeRO 0, 1, 2),
+# dp2 (ZeRO 1, 3), dp2 x ep2 and, on 8 ranks, dp2 x ep4 must give the same
+# 20 losses (<= 1e-4 relative; in practice ~1e-8). dp2 ZeRO-3 must be
+# bitwise dp2 ZeRO-1 (the same sums, in the same order): losses, gradient
+# norms and the final model.safetensors. The dp2 x ep2 run's checkpoint
+# (whole tensors) must load in single-rank `myriad eval` and `inspect`, and
+# layouts that do not fit must fail with a message naming the setting.
+# Usage: train_equiv.sh BUILD_DIR SOURCE_DIR MYRIAD_BINARY
+# As root, OpenMPI also wants OMPI_ALLOW_RUN_AS_ROOT=1,
+# OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 (and OMPI_MCA_rmaps_base_oversubscribe=1
+# on small machines); ctest sets them.
+set -euo pipefail
+BUILD="$1"
+SRC="$2"
+MYRIAD="${3:-$BUILD/myriad}"
+[ -x "$MYRIAD" ] || { echo "FAIL: $MYRIAD not built"; exit 1; }
+# lib.sh: pass/fail/expect_error/finish, $WORK (removed on exit), make_tiny_data.
+source "$SRC/tests/e2e/lib.sh" "$MYRIAD" "$SRC"
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+export OMP_NUM_THREADS=1
+T0=$SECONDS
+
+make_tiny_data
+[ -f "$WORK/data/tokenizer.model" ] || { echo "FAIL: myriad prepare produced no data"; exit 1; }
+CFG="$SRC/configs/tiny.toml"
+S=(--set "data.dir=$WORK/data" --set train.precision=fp32 --set train.eval_every=0 --set train.ckpt_every=0
+   --set train.log_every=1 --set train.steps=20)
+
+# train NAME NP [--set ...]: one run into $WORK/NAME (NP 1: no mpirun).
+train() {
+  local name="$1" np="$2"; shift 2
+  local cmd=("$MYRIAD" train -c "$CFG" "${S[@]}" --set "train.out_dir=$WORK/$name" --fresh -q "$@")
+  [ "$np" -gt 1 ] && cmd=(mpirun -np "$np" --oversubscribe "${cmd[@]}")
+  local t=$SECONDS
+  if ! timeout 120 "${cmd[@]}" >"$WORK/$name.log" 2>&1; then
+    fail "$name: training failed: $(tail -5 "$WORK/$name.log")"
+    return 1
+  fi
+  echo "   $name: $((SECONDS - t)) s"
+}
+
+# compare NAME: NAME's 20 losses against the baseline's.
+compare() {
+  local name="$1" out
+  if out=$("$PY" - "$WORK/r1/metrics.jsonl" "$WORK/$name/metrics.jsonl" "$name" <<'EOF'
+import json, sys
+def losses(path):
+    rows = [json.loads(l) for l in open(path) if l.strip()]
+    return {r["step"]: r for r in rows}
+base, run, name = losses(sys.argv[1]), losses(sys.argv[2]), sys.argv[3]
+if sorted(run) != list(range(1, 21)) or sorted(base) != list(range(1, 21)):
+    print(f"steps logged: {sorted(run)}"); sys.exit(1)
+worst = max(abs(run[s]["loss"] - base[s]["loss"]) / abs(base[s]["loss"]) for s in base)
+comm = run[20].get("comm", {})
+ok = worst <= 1e-4 and "comm" in run[20] and run[20].get("ranks", 0) > 1
+print(f"max rel loss diff {worst:.2e} over 20 steps (step 20 loss {run[20]['loss']:.6f} vs "
+      f"{base[20]['loss']:.6f}; ranks {run[20].get('ranks')}, grad_bytes {comm.get('grad_bytes')}, "
+      f"ep_bytes {comm.get('ep_bytes')})")
+if name.find("ep") >= 0 and not comm.get("ep_bytes", 0) > 0: print("no ep_bytes"); ok = False
+if not comm.get("grad_bytes", 0) > 0: print("no grad_bytes"); ok = False
+sys.exit(0 if ok else 1)
+EOF
+  ); then pass "$name matches single rank: $out"; else fail "$name: $out"; fi
+}
+
+echo "== runs"
+train r1 1 || { finish; exit 1; }
+runs=()
+train dp4_z1 4 --set parallel.dp=4 && runs+=(dp4_z1)
+train dp2ep2 4 --set parallel.dp=2 --set parallel.ep=2 && runs+=(dp2ep2)
+train dp2_z3 2 --set parallel.dp=2 --set parallel.zero=3 && runs+=(dp2_z3)
+train dp2_z1 2 --set parallel.dp=2 --set parallel.zero=1 && runs+=(dp2_z1)
+train dp4_z0 4 --set parallel.dp=4 --set parallel.zero=0 && runs+=(dp4_z0)
+train dp4_z2 4 --set parallel.dp=4 --set parallel.zero=2 && runs+=(dp4_z2)
+train ep4dp2 8 --set parallel.dp=2 --set parallel.ep=4 && runs+=(ep4dp2)
+
+echo "== losses against single rank"
+for r in "${runs[@]}"; do compare "$r"; done
+
+echo "== dp2 ZeRO-3 vs dp2 ZeRO-1, bitwise"
+if [ -f "$WORK/dp2_z3/metrics.jsonl" ] && [ -f "$WORK/dp2_z1/metrics.jsonl" ]; then
+  if out=$("$PY" - "$WORK/dp2_z3/metrics.jsonl" "$WORK/dp2_z1/metrics.jsonl" <<'EOF'
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+b = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+keys = ["loss", "loss_main", "loss_mtp", "loss_aux", "grad_norm"]
+diff = [(x["step"], k) for x, y in zip(a, b) for k in keys if x[k] != y[k]]
+print(f"{len(a)} steps, {len(keys)} figures each; {len(diff)} differ" + (f", first {diff[0]}" if diff else ""))
+sys.exit(0 if len(a) == len(b) == 20 and not diff else 1)
+EOF
+  ); then pass "dp2 zero3 == dp2 zero1 bitwise: $out"; else fail "dp2 zero3 != dp2 zero1: $out"; fi
+  a=$(ls -d "$WORK"/dp2_z3/step_* | tail -1)/model.safetensors
+  b=$(ls -d "$WORK"/dp2_z1/step_* | tail -1)/model.safetensors
+  if cmp -s "$a" "$b"; then pass "dp2 zero3 and zero1 final model.safetensors identical ($(stat -c %s "$a") bytes)"
+  else fail "dp2 zero3 and zero1 final model.safetensors differ"; fi
+fi
+
+echo "== dp2 x ep2 checkpoint on one rank"
+if [ -f "$WORK/dp2ep2/latest" ]; then
+  # Single-rank eval of it equals eval of the single-rank run's checkpoint.
+  if out=$("$MYRIAD" eval --ckpt "$WORK/dp2ep2" --batches 2 2>&1) &&
+     ref=$("$MYRIAD" eval --ckpt "$WORK/r1" --batches 2 2>&1); then
+    a=$(awk '/^val_loss/ {print $2}' <<<"$out"); b=$(awk '/^val_loss/ {print $2}' <<<"$ref")
+    if [ -n "$a" ] && [ -n "$b" ] && awk -v a="$a" -v b="$b" 'BEGIN { d = a - b; exit !(d <= 2e-4 && d >= -2e-4) }'; then
+      pass "myriad eval loads the dp2 x ep2 checkpoint: val_loss $a (single-rank run's: $b)"
+    else fail "myriad eval: dp2 x ep2 checkpoint val_loss '$a', single-rank run's '$b'"; fi
+  else fail "myriad eval of the dp2 x ep2 checkpoint: $out ${ref:-}"; fi
+  if out=$("$MYRIAD" inspect "$WORK/dp2ep2" 2>&1) && grep -q "mlp.experts.3.down_proj.weight" <<<"$out"; then
+    pass "myriad inspect: whole tensors (experts 0-3 in one file)"
+  else fail "myriad inspect of the dp2 x ep2 checkpoint: $(echo "$out" | tail -5)"; fi
+fi
+
+echo "== layouts that do not fit"
+BAD=(-c "$CFG" "${S[@]}" --set "train.out_dir=$WORK/bad" --fresh -q)
+expect_error "dp3 on 4 ranks" "parallel.*dp3.*4 ranks" \
+  timeout 60 mpirun -np 4 --oversubscribe "$MYRIAD" train "${BAD[@]}" --set parallel.dp=3
+expect_error "ep3 with 4 experts" "model\.n_routed_experts=4.*parallel\.ep=3" \
+  timeout 60 mpirun -np 3 --oversubscribe "$MYRIAD" train "${BAD[@]}" --set parallel.ep=3
+expect_error "dp3 on 3 ranks, batch of 8" "global batch.*=8 is not divisible by dp\*ep=3" \
+  timeout 60 mpirun -np 3 --oversubscribe "$MYRIAD" train "${BAD[@]}" --set parallel.dp=3
+
+echo "   total $((SECONDS - T0)) s"
+finish
