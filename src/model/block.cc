@@ -95,7 +95,8 @@ void BlockForward(const BlockContext& ctx, const BlockWeights<float*>& w, const 
   SplitQkv(qkv.data(), N, H * D, Hkv * D, a->q.data(), a->k.data(), a->v.data());
   ops::Rope(a->q.data(), N, H, D, ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), false);
   ops::Rope(a->k.data(), N, Hkv, D, ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), false);
-  ops::Attention(MakeAttention(ctx, a));
+  const AttentionParams ap = MakeAttention(ctx, a);
+  if (!ctx.hooks || !ctx.hooks->AttentionForward(ctx.block, ap)) ops::Attention(ap);
   // x_mid = x_in + att @ Wo^T (summed over tp ranks' heads).
   if (!sp) {
     std::memcpy(a->x_mid.data(), x_in, N * C * sizeof(float));
@@ -181,7 +182,7 @@ void BlockBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
   bp.fwd = MakeAttention(ctx, a);
   bp.dout = s->d_att.data();
   bp.dq = s->d_q.data(); bp.dk = s->d_k.data(); bp.dv = s->d_v.data();
-  ops::AttentionBackward(bp);
+  if (!ctx.hooks || !ctx.hooks->AttentionBackward(ctx.block, bp)) ops::AttentionBackward(bp);
   ops::Rope(s->d_q.data(), N, H, D, ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), true);
   ops::Rope(s->d_k.data(), N, Hkv, D, ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), true);
   const int64_t QKV = static_cast<int64_t>(H + 2 * Hkv) * D;

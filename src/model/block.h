@@ -64,6 +64,7 @@ struct BlockContext {
   const LocalDims* dims;  // this rank's heads / widths / experts
   ParallelHooks* hooks = nullptr;  // null: single device
   int moe_block = -1;     // index among MoE blocks (for hooks), -1 if dense
+  int block = -1;         // layer index, or n_layers + j for MTP module j
 };
 
 // x_out[N,C] = Block(x_in). Saves what backward needs in `acts`.

@@ -99,12 +99,17 @@ BlockContext Model::Context(int block_index, const int32_t* pos) {
   ctx.dims = &layout_.dims();
   ctx.hooks = hooks_;
   ctx.moe_block = bi;
+  ctx.block = block_index;
   return ctx;
 }
 
 LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float loss_scale) {
   CHECK_MSG(T <= cfg_.max_seq_len, "sequence length %d exceeds max_seq_len", T);
-  const int64_t N = static_cast<int64_t>(B) * T, C = cfg_.d_model, V = cfg_.vocab_size;
+  // Context parallelism: this rank holds Tl = T/cp positions of each sequence.
+  const int cp = hooks_ ? hooks_->SeqShards() : 1;
+  CHECK_MSG(T % cp == 0, "sequence length %d does not split over %d context-parallel ranks", T, cp);
+  const int Tl = T / cp;
+  const int64_t N = static_cast<int64_t>(B) * Tl, C = cfg_.d_model, V = cfg_.vocab_size;
   const int L = static_cast<int>(cfg_.n_layers), Dm = static_cast<int>(cfg_.mtp_depth);
   B_ = B; T_ = T;
   ModelWeights<float*> W = layout_.Bind(params_.data());
@@ -117,13 +122,17 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
   const RowRange own = own_rows(N);
   const int64_t Ns = own.size();
 
-  // Inputs, targets, positions.
+  // Inputs, targets, positions (of this rank's positions under cp).
+  std::vector<int32_t> lpos(Tl);
+  if (cp > 1) hooks_->LocalPositions(T, lpos.data());
+  else for (int t = 0; t < T; ++t) lpos[t] = t;
   Fit(&inputs_, N); Fit(&targets_, N); Fit(&pos_, N);
   for (int b = 0; b < B; ++b)
-    for (int t = 0; t < T; ++t) {
-      inputs_[b * T + t] = tokens[static_cast<int64_t>(b) * (T + 1) + t];
-      targets_[b * T + t] = tokens[static_cast<int64_t>(b) * (T + 1) + t + 1];
-      pos_[b * T + t] = t;
+    for (int t = 0; t < Tl; ++t) {
+      const int p = lpos[t];
+      inputs_[b * Tl + t] = tokens[static_cast<int64_t>(b) * (T + 1) + p];
+      targets_[b * Tl + t] = tokens[static_cast<int64_t>(b) * (T + 1) + p + 1];
+      pos_[b * Tl + t] = p;
     }
   for (int64_t n = 0; n < N; ++n)
     CHECK_MSG(inputs_[n] >= 0 && inputs_[n] < V, "token id %d out of range", inputs_[n]);
@@ -135,21 +144,24 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
   ops::MoeGather(W.embed, inputs_.data() + own.begin, Ns, C, resid_[0].data());
   for (int l = 0; l < L; ++l) {
     if (hooks_) hooks_->BeforeBlockForward(l);
-    BlockForward(Context(l, pos_.data()), W.layers[l], resid_[l].data(), B, T, &acts_[l],
+    BlockForward(Context(l, pos_.data()), W.layers[l], resid_[l].data(), B, Tl, &acts_[l],
                  resid_[l + 1].data());
     if (hooks_) hooks_->AfterBlockForward(l);
   }
   Fit(&final_norm_, Ns * C); Fit(&final_rstd_, Ns); Fit(&logits_, Ns * V); Fit(&losses_, Ns);
   ops::RmsNorm(resid_[L].data(), W.norm, eps, Ns, C, final_norm_.data(), final_rstd_.data());
   ops::Linear(final_norm_.data(), W.head, Ns, C, V, logits_.data());
-  ops::SoftmaxXent(logits_.data(), targets_.data() + own.begin, Ns, V, loss_scale / static_cast<float>(N),
+  const int64_t Ntot = N * cp;  // tokens of the B whole sequences
+  ops::SoftmaxXent(logits_.data(), targets_.data() + own.begin, Ns, V, loss_scale / static_cast<float>(Ntot),
                    losses_.data(), backward ? logits_.data() : nullptr);
   LossParts out;
   for (int64_t n = 0; n < Ns; ++n) out.main += losses_[n];
-  out.main /= static_cast<double>(N);
+  out.main /= static_cast<double>(Ntot);
 
   // ---- MTP modules: module k predicts token i+k+1 from h^{k-1}_i and x[i+k].
-  const double mtp_w = Dm > 0 ? cfg_.mtp_loss_weight / Dm : 0.0;
+  // Under context parallelism they run on whole sequences (gathered), the
+  // same on every cp rank, each rank carrying 1/cp of their loss.
+  const double mtp_w = Dm > 0 ? cfg_.mtp_loss_weight / Dm / cp : 0.0;
   for (int j = 0; j < Dm; ++j) {
     const int k = j + 1, Tk = T - k, Tprev = T - j;
     CHECK_MSG(Tk >= 1, "sequence length %d too short for mtp_depth %d", T, Dm);
@@ -160,10 +172,16 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
     const auto& mw = W.mtp[j];
     // The previous level's output, all rows (gathered under sequence parallelism).
     const float* hprev = j == 0 ? resid_[L].data() : mtp_[j - 1].out.data();
+    const int64_t prev_rows = j == 0 ? N : static_cast<int64_t>(B) * Tprev;  // this rank's rows of it
     if (sp) {
-      Fit(&m.h_full, static_cast<int64_t>(B) * Tprev * C);
-      hooks_->GatherRows(hprev, m.h_full.data(), static_cast<int64_t>(B) * Tprev, C);
+      Fit(&m.h_full, prev_rows * C);
+      hooks_->GatherRows(hprev, m.h_full.data(), prev_rows, C);
       hprev = m.h_full.data();
+    }
+    if (j == 0 && cp > 1) {
+      Fit(&m.h_seq, static_cast<int64_t>(B) * T * C);
+      hooks_->GatherSeq(hprev, m.h_seq.data(), B, T, C);
+      hprev = m.h_seq.data();
     }
     Fit(&m.h_in, Nko * C); Fit(&m.hn, Nko * C); Fit(&m.rstd_h, Nko); Fit(&m.e, Nko * C);
     Fit(&m.en, Nko * C); Fit(&m.rstd_e, Nko); Fit(&m.cat, Nko * 2 * C); Fit(&m.hp, Nko * C);
@@ -201,7 +219,7 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
     for (int64_t n = 0; n < Nko; ++n) lk += m.losses[n];
     out.mtp += mtp_w * lk / static_cast<double>(Nk);
   }
-  if (sp) {
+  if (sp || cp > 1) {
     double v[2] = {out.main, out.mtp};
     hooks_->SumLosses(v, 2);
     out.main = v[0];
@@ -224,15 +242,21 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
   // was copied from (reduce-scattered to own rows under sequence parallelism).
   std::vector<float>& d_chain = d_chain_;
   d_chain.clear();
-  auto take_chain = [&](int64_t rows, float* d_own) {  // d_own [own_rows(rows), C] = chain's own rows
+  // d_own [own_rows(rows), C] = the chain's own rows (main: cp-local rows).
+  auto take_chain = [&](int64_t rows, float* d_own, bool main) {
     const RowRange r = own_rows(rows);
     if (d_chain.empty()) {
       std::fill(d_own, d_own + r.size() * C, 0.f);
-    } else if (sp) {
-      hooks_->ReduceScatterRows(d_chain.data(), d_own, rows, C);
-    } else {
-      std::memcpy(d_own, d_chain.data(), rows * C * sizeof(float));
+      return;
     }
+    const float* src = d_chain.data();
+    if (main && cp > 1) {  // whole sequences -> summed over cp, this rank's positions
+      Fit(&d_seq_, rows * C);
+      hooks_->ReduceScatterSeq(d_chain.data(), d_seq_.data(), B, T, C);
+      src = d_seq_.data();
+    }
+    if (sp) hooks_->ReduceScatterRows(src, d_own, rows, C);
+    else std::memcpy(d_own, src, rows * C * sizeof(float));
   };
   for (int j = Dm - 1; j >= 0; --j) {
     const int k = j + 1, Tk = T - k, Tprev = T - j;
@@ -244,7 +268,7 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
     const auto& mg = G.mtp[j];
     Fit(&d_tmp_, Nko * C);
     Fit(&m.d_out, Nko * C);
-    take_chain(Nk, m.d_out.data());
+    take_chain(Nk, m.d_out.data(), false);
     auto& d_out = m.d_out;
     // Own loss: head and final norm.
     ops::LinearBackward(m.logits.data(), m.nrm.data(), W.head, Nko, C, V, d_tmp_.data(), false, G.head);
@@ -254,8 +278,9 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
     auto& d_hp = m.d_hp;
     auto& d_cat = m.d_cat;
     if (hooks_) hooks_->BeforeBlockBackward(L + j);
-    BlockBackward(Context(L + j, mtp_pos_[j].data()), mw.block, mg.block, &m.block, d_out.data(), loss_scale,
-                  &scratch_, d_hp.data());
+    // (Its balance loss, like its main loss, is 1/cp of the replicated module's.)
+    BlockBackward(Context(L + j, mtp_pos_[j].data()), mw.block, mg.block, &m.block, d_out.data(),
+                  loss_scale / static_cast<float>(cp), &scratch_, d_hp.data());
     if (hooks_) hooks_->AfterBlockBackward(L + j);
     ops::LinearBackward(d_hp.data(), m.cat.data(), mw.eh_proj, Nko, 2 * C, C, d_cat.data(), false, mg.eh_proj);
     Fit(&m.d_hn, Nko * C);
@@ -284,7 +309,7 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
 
   // Main head, final norm, then the blocks in reverse.
   Fit(&d_resid_a_, Ns * C); Fit(&d_resid_b_, Ns * C); Fit(&d_tmp_, Ns * C);
-  take_chain(N, d_resid_a_.data());
+  take_chain(N, d_resid_a_.data(), true);
   ops::LinearBackward(logits_.data(), final_norm_.data(), W.head, Ns, C, V, d_tmp_.data(), false, G.head);
   ops::RmsNormBackward(d_tmp_.data(), resid_[L].data(), W.norm, final_rstd_.data(), Ns, C,
                        d_resid_a_.data(), G.norm);

@@ -70,6 +70,7 @@ class Model {
  private:
   struct MtpActs {
     Buf<float> h_full;  // sequence parallelism: the previous level's output, all rows
+    Buf<float> h_seq;   // context parallelism: the main output, whole sequences
     Buf<float> d_hin;   // d(h_in) of the own rows
     Buf<float> h_in, hn, rstd_h, e, en, rstd_e, cat, hp, out, nrm, rstd_n, logits, losses;
     Buf<float> d_out, d_hp, d_cat, d_hn, d_en, d_e;  // backward scratch
@@ -98,6 +99,7 @@ class Model {
   BlockScratch scratch_;
   std::vector<float> d_resid_a_, d_resid_b_, d_chain_;
   Buf<float> d_tmp_;  // sized for the main head and each MTP module in turn
+  Buf<float> d_seq_;  // context parallelism: the MTP chain's gradient at this rank's positions
 };
 
 }  // namespace myriad

@@ -132,26 +132,38 @@ void MoeForward(const BlockContext& ctx, const BlockWeights<float*>& w, const fl
     ops::Linear(a->sh.data(), w.s_down, N, SF, C, out, /*accumulate=*/true);
   }
 
-  // 5. Sequence-wise balance loss: alpha * mean_b sum_i f_i P_i.
+  // 5. Sequence-wise balance loss: alpha * mean_b sum_i f_i P_i. Under
+  // context parallelism a rank holds T of the sequence's Tg = T * cp
+  // positions: the per-sequence sums are added over the cp ranks first.
   a->aux_loss = 0;
   if (cfg.aux_loss_weight > 0) {
+    const int cp = ctx.hooks ? ctx.hooks->SeqShards() : 1;
+    const bool sharded = cp > 1 && ctx.block < cfg.n_layers;
+    const int64_t Tg = static_cast<int64_t>(T) * (sharded ? cp : 1);
     Fit(&a->f_frac, static_cast<size_t>(B) * E);
+    // [0, B*E): assignments per (sequence, expert); [B*E, 2*B*E): sum of s'.
+    std::vector<double> stats(2 * static_cast<size_t>(B) * E, 0.0);
     for (int b = 0; b < B; ++b) {
-      float* fb = a->f_frac.data() + static_cast<int64_t>(b) * E;
-      std::vector<double> P(E, 0.0);
-      std::fill(fb, fb + E, 0.f);
+      double* cnt = stats.data() + static_cast<int64_t>(b) * E;
+      double* P = stats.data() + static_cast<int64_t>(B + b) * E;
       for (int t = 0; t < T; ++t) {
         const int64_t tok = static_cast<int64_t>(b) * T + t;
         const float* s = a->scores.data() + tok * E;
         double ssum = 0;
         for (int64_t e = 0; e < E; ++e) ssum += s[e];
         for (int64_t e = 0; e < E; ++e) P[e] += s[e] / ssum;
-        for (int64_t k = 0; k < K; ++k) fb[a->sel[tok * K + k]] += 1.f;
+        for (int64_t k = 0; k < K; ++k) cnt[a->sel[tok * K + k]] += 1.0;
       }
+    }
+    if (sharded) ctx.hooks->SumSeqStats(ctx.block, stats.data(), static_cast<int64_t>(stats.size()));
+    for (int b = 0; b < B; ++b) {
+      float* fb = a->f_frac.data() + static_cast<int64_t>(b) * E;
+      const double* cnt = stats.data() + static_cast<int64_t>(b) * E;
+      const double* P = stats.data() + static_cast<int64_t>(B + b) * E;
       double sum = 0;
       for (int64_t e = 0; e < E; ++e) {
-        fb[e] *= static_cast<float>(E) / static_cast<float>(K * T);
-        sum += fb[e] * P[e] / T;
+        fb[e] = static_cast<float>(cnt[e]) * (static_cast<float>(E) / static_cast<float>(K * Tg));
+        sum += fb[e] * P[e] / Tg;
       }
       a->aux_loss += cfg.aux_loss_weight * sum / B;
     }
@@ -207,6 +219,8 @@ void MoeBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
   // Under tensor parallelism every rank computes the balance loss from the
   // same gathered rows: each takes 1/tp of its gradient.
   const double alpha = cfg.aux_loss_weight * (ctx.hooks ? ctx.hooks->ReplicatedGradScale() : 1.f);
+  const int cp = ctx.hooks ? ctx.hooks->SeqShards() : 1;
+  const int64_t Tg = static_cast<int64_t>(T) * (cp > 1 && ctx.block < cfg.n_layers ? cp : 1);
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < N; ++t) {
     const float* sc = a->scores.data() + t * E;
@@ -227,7 +241,7 @@ void MoeBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
       for (int64_t e = 0; e < E; ++e) ssum += sc[e];
       double dsn[256];
       for (int64_t e = 0; e < E; ++e) {
-        dsn[e] = alpha / B * fb[e] / T * loss_scale;
+        dsn[e] = alpha / B * fb[e] / Tg * loss_scale;
         dot += dsn[e] * sc[e] / ssum;
       }
       for (int64_t e = 0; e < E; ++e) ds[e] += (dsn[e] - dot) / ssum;

@@ -67,11 +67,30 @@ class ParallelHooks {
   virtual void GatherRows(const float* own, float* full, int64_t rows, int64_t C) {}
   // full [rows, C] partial sums -> own rows of the sum over ranks (reduce-scatter).
   virtual void ReduceScatterRows(const float* full, float* own, int64_t rows, int64_t C) {}
-  // Loss terms computed on own rows only: summed over ranks in place.
+  // Loss terms computed on own rows only: summed over the tp and cp ranks in place.
   virtual void SumLosses(double* v, int n) {}
   // Gradient scale of terms every tp rank computes identically from gathered
   // values (the balance loss): 1/tp, so their sum over ranks counts once.
   virtual float ReplicatedGradScale() const { return 1.f; }
+
+  // ---- Context parallelism: every rank of a cp group holds the same
+  // sequences but only some of their positions (T / cp rows per sequence).
+  // Main blocks' attention runs over the whole sequence through the hooks
+  // (ring attention); MTP modules run on whole sequences gathered here.
+  virtual int SeqShards() const { return 1; }
+  // Global positions of this rank's T/cp rows of a sequence of length T.
+  virtual void LocalPositions(int T, int32_t* pos) {}
+  // Attention of block `block` (main layers only are sharded): true when
+  // handled here, false to run the local kernel.
+  virtual bool AttentionForward(int block, const AttentionParams& p) { return false; }
+  virtual bool AttentionBackward(int block, const AttentionBackwardParams& p) { return false; }
+  // Per-sequence statistics of a main MoE block's balance loss, summed over
+  // the ranks holding parts of the same sequences.
+  virtual void SumSeqStats(int block, double* v, int64_t n) {}
+  // local [B, T/cp, C] -> whole sequences [B, T, C]; and whole-sequence
+  // gradients summed over the cp ranks, keeping this rank's rows.
+  virtual void GatherSeq(const float* local, float* full, int B, int T, int64_t C) {}
+  virtual void ReduceScatterSeq(float* full, float* local, int B, int T, int64_t C) {}
 
   // ---- Layer events, in execution order (block = layer index, or
   // n_layers + j for MTP module j). ZeRO-3 gathers parameters here;

@@ -57,10 +57,10 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(comm::Comm* world, cons
   const int64_t global_batch = tc.batch_size * tc.grad_accum;
   const int64_t micro = pc.microbatches > 0 ? pc.microbatches : 2 * pc.pp;
   RETURN_IF_ERROR(dims.Validate(world->size(), mc, global_batch, tc.seq_len, micro));
-  if (dims.pp > 1 || dims.cp > 1)
+  if (dims.pp > 1)
     return Status::Error("parallel: " + dims.ToString() +
-                         ": pipeline and context parallelism are not wired into training yet "
-                         "(hint: use dp, ep, tp and parallel.zero; docs/parallel.md lists what runs)");
+                         ": pipeline parallelism is not wired into training yet "
+                         "(hint: use dp, ep, tp, cp and parallel.zero; docs/parallel.md lists what runs)");
   std::unique_ptr<DistTrainer> t(new DistTrainer());
   t->mc_ = mc;
   t->tc_ = tc;
@@ -77,7 +77,11 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(comm::Comm* world, cons
   t->zero_ = std::make_unique<ZeroSync>(t->model_.get(), &dense, &expert, dense_rep, pc.zero, t->grad_comm_.get());
   if (ep) t->ep_ = std::make_unique<ExpertParallel>(ep, t->model_.get());
   if (tp) t->sp_ = std::make_unique<TpRows>(tp);
-  t->hooks_ = std::make_unique<DistHooks>(t->zero_.get(), t->ep_.get(), t->sp_.get());
+  comm::Comm* cp = dims.cp > 1 ? &m.cp() : nullptr;
+  if (cp) t->cp_ = std::make_unique<ContextParallel>(cp, static_cast<int>(mc.n_layers));
+  comm::Comm* loss_group = (tp || cp) ? &m.Group(Dim::kTp | Dim::kCp) : nullptr;
+  t->data_ = &m.Group(Dim::kDp | Dim::kEp);
+  t->hooks_ = std::make_unique<DistHooks>(t->zero_.get(), t->ep_.get(), t->sp_.get(), t->cp_.get(), loss_group);
   t->model_->set_hooks(t->hooks_.get());
   const size_t state = pc.zero == 0 ? t->model_->layout().total() : t->zero_->packed_size();
   t->m_.assign(state, 0.f);
@@ -123,7 +127,9 @@ StepStats DistTrainer::Step(const int32_t* global, int A, int B, int T, int64_t 
     parts[2] += lp.mtp * scale; parts[3] += lp.aux * scale;
   }
   zero_->Finish();
-  dense.AllReduce(parts, 4, DType::kF64, ReduceOp::kSum);
+  // The model's loss terms cover its sequences (summed over tp and cp
+  // already): add those of the other data ranks.
+  data_->AllReduce(parts, 4, DType::kF64, ReduceOp::kSum);
   st.loss = parts[0]; st.loss_main = parts[1]; st.loss_mtp = parts[2]; st.loss_aux = parts[3];
 
   // Global gradient norm over disjoint owned slices, clipping, AdamW.

@@ -58,6 +58,8 @@ class DistTrainer {
   std::unique_ptr<ZeroSync> zero_;
   std::unique_ptr<ExpertParallel> ep_;
   std::unique_ptr<TpRows> sp_;
+  std::unique_ptr<ContextParallel> cp_;
+  comm::Comm* data_ = nullptr;  // ranks with different sequences (dp x ep)
   std::unique_ptr<DistHooks> hooks_;
   std::unique_ptr<comm::Comm> grad_comm_;  // hierarchical/compressed wrapper of dense_data, if any
   ModelConfig mc_;

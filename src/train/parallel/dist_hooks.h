@@ -3,6 +3,7 @@
 #pragma once
 
 #include "model/shard.h"
+#include "train/parallel/cp/context_parallel.h"
 #include "train/parallel/ep/dispatch.h"
 #include "train/parallel/tp/seq_parallel.h"
 #include "train/parallel/zero.h"
@@ -11,14 +12,30 @@ namespace myriad {
 
 class DistHooks : public ParallelHooks {
  public:
-  DistHooks(ZeroSync* zero, ExpertParallel* ep, TpRows* sp) : zero_(zero), ep_(ep), sp_(sp) {}
+  // Any of ep, sp, cp may be null (that transform is off). `loss_group`
+  // sums loss terms over the tp and cp ranks (null when both are 1).
+  DistHooks(ZeroSync* zero, ExpertParallel* ep, TpRows* sp, ContextParallel* cp, comm::Comm* loss_group)
+      : zero_(zero), ep_(ep), sp_(sp), cp_(cp), loss_group_(loss_group) {}
+  int SeqShards() const override { return cp_ ? cp_->size() : 1; }
+  void LocalPositions(int T, int32_t* pos) override { cp_->LocalPositions(T, pos); }
+  bool AttentionForward(int block, const AttentionParams& p) override { return cp_ && cp_->AttentionForward(block, p); }
+  bool AttentionBackward(int block, const AttentionBackwardParams& p) override {
+    return cp_ && cp_->AttentionBackward(block, p);
+  }
+  void SumSeqStats(int, double* v, int64_t n) override { if (cp_) cp_->SumSeqStats(v, n); }
+  void GatherSeq(const float* local, float* full, int B, int T, int64_t C) override { cp_->GatherSeq(local, full, B, T, C); }
+  void ReduceScatterSeq(float* full, float* local, int B, int T, int64_t C) override {
+    cp_->ReduceScatterSeq(full, local, B, T, C);
+  }
   bool SeqParallel() const override { return sp_ != nullptr; }
   RowRange OwnRows(int64_t rows) const override { return sp_ ? sp_->OwnRows(rows) : RowRange{0, rows}; }
   void GatherRows(const float* own, float* full, int64_t rows, int64_t C) override { sp_->Gather(own, full, rows, C); }
   void ReduceScatterRows(const float* full, float* own, int64_t rows, int64_t C) override {
     sp_->ReduceScatter(full, own, rows, C);
   }
-  void SumLosses(double* v, int n) override { if (sp_) sp_->SumLosses(v, n); }
+  void SumLosses(double* v, int n) override {
+    if (loss_group_) loss_group_->AllReduce(v, n, comm::DType::kF64, comm::ReduceOp::kSum);
+  }
   float ReplicatedGradScale() const override { return sp_ ? sp_->replicated_scale() : 1.f; }
   bool ExpertsRemote() const override { return ep_ != nullptr; }
   void ExpertsForward(int moe_block, const ExpertRows& rows, float* y) override { ep_->Forward(moe_block, rows, y); }
@@ -34,6 +51,8 @@ class DistHooks : public ParallelHooks {
   ZeroSync* zero_;
   ExpertParallel* ep_;
   TpRows* sp_;
+  ContextParallel* cp_;
+  comm::Comm* loss_group_;
 };
 
 }  // namespace myriad

@@ -21,7 +21,6 @@ class TpRows {
   RowRange OwnRows(int64_t rows) const { return Rows(rows, tp_->size(), tp_->rank()); }
   void Gather(const float* own, float* full, int64_t rows, int64_t C);
   void ReduceScatter(const float* full, float* own, int64_t rows, int64_t C);
-  void SumLosses(double* v, int n) { tp_->AllReduce(v, n, comm::DType::kF64, comm::ReduceOp::kSum); }
   float replicated_scale() const { return 1.f / static_cast<float>(tp_->size()); }
 
  private:
