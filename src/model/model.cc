@@ -34,11 +34,9 @@ Model::Model(const ModelConfig& cfg, const ShardPlan& plan) : cfg_(cfg), layout_
   biases_.assign(nb, std::vector<float>(cfg.n_routed_experts, 0.f));
   load_.assign(nb, std::vector<int64_t>(cfg.n_routed_experts, 0));
   rope_.Build(cfg.max_seq_len, cfg.head_dim(), cfg.rope_theta);
-  acts_.resize(cfg.n_layers);
-  mtp_.resize(cfg.mtp_depth);
-  mtp_pos_.resize(cfg.mtp_depth);
-  mtp_etok_.resize(cfg.mtp_depth);
-  mtp_tgt_.resize(cfg.mtp_depth);
+  l0_ = plan.layer_begin;
+  l1_ = plan.layer_end < 0 ? static_cast<int>(cfg.n_layers) : plan.layer_end;
+  set_slots(1);
 }
 
 void Model::InitWeights(uint64_t seed) {
@@ -103,17 +101,46 @@ BlockContext Model::Context(int block_index, const int32_t* pos) {
   return ctx;
 }
 
+void Model::set_slots(int n) {
+  slots_.resize(n);
+  for (Slot& s : slots_) {
+    s.resid.resize(cfg_.n_layers + 1);
+    s.acts.resize(cfg_.n_layers);
+    s.mtp.resize(cfg_.mtp_depth);
+    s.mtp_pos.resize(cfg_.mtp_depth);
+    s.mtp_etok.resize(cfg_.mtp_depth);
+    s.mtp_tgt.resize(cfg_.mtp_depth);
+  }
+}
+
+int64_t Model::BoundaryFloats(int B, int T) const {
+  const int cp = hooks_ ? hooks_->SeqShards() : 1;
+  const int64_t N = static_cast<int64_t>(B) * (T / cp);
+  const int64_t rows = hooks_ && hooks_->SeqParallel() ? hooks_->OwnRows(N).size() : N;
+  return rows * cfg_.d_model;
+}
+
 LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float loss_scale) {
+  LossParts out;
+  StageForward(0, tokens, B, T, nullptr, backward, loss_scale, &out);
+  if (backward) StageBackward(0, nullptr, loss_scale);
+  return out;
+}
+
+const float* Model::StageForward(int slot, const int32_t* tokens, int B, int T, const float* x_in, bool backward,
+                                 float loss_scale, LossParts* loss) {
   CHECK_MSG(T <= cfg_.max_seq_len, "sequence length %d exceeds max_seq_len", T);
+  Slot& S = slots_[slot];
+  if (hooks_) hooks_->SetSlot(slot);
+  const ShardPlan& plan = layout_.plan();
   // Context parallelism: this rank holds Tl = T/cp positions of each sequence.
   const int cp = hooks_ ? hooks_->SeqShards() : 1;
   CHECK_MSG(T % cp == 0, "sequence length %d does not split over %d context-parallel ranks", T, cp);
   const int Tl = T / cp;
   const int64_t N = static_cast<int64_t>(B) * Tl, C = cfg_.d_model, V = cfg_.vocab_size;
   const int L = static_cast<int>(cfg_.n_layers), Dm = static_cast<int>(cfg_.mtp_depth);
-  B_ = B; T_ = T;
+  S.B = B; S.T = T; S.tokens = tokens;
   ModelWeights<float*> W = layout_.Bind(params_.data());
-  ModelWeights<float*> G = layout_.Bind(grads_.data());
   const float eps = static_cast<float>(cfg_.norm_eps);
   // Sequence parallelism (tensor parallel ranks): this rank holds rows
   // [own.begin, own.end) of each [rows, C] residual stream; without it, all.
@@ -126,36 +153,50 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
   std::vector<int32_t> lpos(Tl);
   if (cp > 1) hooks_->LocalPositions(T, lpos.data());
   else for (int t = 0; t < T; ++t) lpos[t] = t;
-  Fit(&inputs_, N); Fit(&targets_, N); Fit(&pos_, N);
+  Fit(&S.inputs, N); Fit(&S.targets, N); Fit(&S.pos, N);
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < Tl; ++t) {
       const int p = lpos[t];
-      inputs_[b * Tl + t] = tokens[static_cast<int64_t>(b) * (T + 1) + p];
-      targets_[b * Tl + t] = tokens[static_cast<int64_t>(b) * (T + 1) + p + 1];
-      pos_[b * Tl + t] = p;
+      S.inputs[b * Tl + t] = tokens[static_cast<int64_t>(b) * (T + 1) + p];
+      S.targets[b * Tl + t] = tokens[static_cast<int64_t>(b) * (T + 1) + p + 1];
+      S.pos[b * Tl + t] = p;
     }
   for (int64_t n = 0; n < N; ++n)
-    CHECK_MSG(inputs_[n] >= 0 && inputs_[n] < V, "token id %d out of range", inputs_[n]);
+    CHECK_MSG(S.inputs[n] >= 0 && S.inputs[n] < V, "token id %d out of range", S.inputs[n]);
 
   // ---- Forward: embed -> blocks -> norm -> head -> loss.
   if (hooks_) hooks_->BeforeStep(backward);
-  resid_.resize(L + 1);
-  for (auto& r : resid_) Fit(&r, Ns * C);
-  ops::MoeGather(W.embed, inputs_.data() + own.begin, Ns, C, resid_[0].data());
-  for (int l = 0; l < L; ++l) {
+  for (int l = l0_; l <= l1_; ++l) Fit(&S.resid[l], Ns * C);
+  if (plan.first_stage) {
+    ops::MoeGather(W.embed, S.inputs.data() + own.begin, Ns, C, S.resid[l0_].data());
+  } else {
+    std::memcpy(S.resid[l0_].data(), x_in, Ns * C * sizeof(float));
+  }
+  for (int l = l0_; l < l1_; ++l) {
     if (hooks_) hooks_->BeforeBlockForward(l);
-    BlockForward(Context(l, pos_.data()), W.layers[l], resid_[l].data(), B, Tl, &acts_[l],
-                 resid_[l + 1].data());
+    BlockForward(Context(l, S.pos.data()), W.layers[l], S.resid[l].data(), B, Tl, &S.acts[l],
+                 S.resid[l + 1].data());
     if (hooks_) hooks_->AfterBlockForward(l);
   }
-  Fit(&final_norm_, Ns * C); Fit(&final_rstd_, Ns); Fit(&logits_, Ns * V); Fit(&losses_, Ns);
-  ops::RmsNorm(resid_[L].data(), W.norm, eps, Ns, C, final_norm_.data(), final_rstd_.data());
-  ops::Linear(final_norm_.data(), W.head, Ns, C, V, logits_.data());
+  if (!plan.last_stage) {
+    // This stage's share of the balance losses and loads.
+    for (int l = l0_; l < l1_; ++l) {
+      const int idx = bias_index_[l];
+      if (idx < 0) continue;
+      loss->aux += S.acts[l].moe.aux_loss;
+      for (size_t e = 0; e < S.acts[l].moe.load.size(); ++e) load_[idx][e] += S.acts[l].moe.load[e];
+    }
+    loss->total = loss->aux;
+    return S.resid[l1_].data();
+  }
+  Fit(&S.final_norm, Ns * C); Fit(&S.final_rstd, Ns); Fit(&S.logits, Ns * V); Fit(&S.losses, Ns);
+  ops::RmsNorm(S.resid[L].data(), W.norm, eps, Ns, C, S.final_norm.data(), S.final_rstd.data());
+  ops::Linear(S.final_norm.data(), W.head, Ns, C, V, S.logits.data());
   const int64_t Ntot = N * cp;  // tokens of the B whole sequences
-  ops::SoftmaxXent(logits_.data(), targets_.data() + own.begin, Ns, V, loss_scale / static_cast<float>(Ntot),
-                   losses_.data(), backward ? logits_.data() : nullptr);
-  LossParts out;
-  for (int64_t n = 0; n < Ns; ++n) out.main += losses_[n];
+  ops::SoftmaxXent(S.logits.data(), S.targets.data() + own.begin, Ns, V, loss_scale / static_cast<float>(Ntot),
+                   S.losses.data(), backward ? S.logits.data() : nullptr);
+  LossParts& out = *loss;
+  for (int64_t n = 0; n < Ns; ++n) out.main += S.losses[n];
   out.main /= static_cast<double>(Ntot);
 
   // ---- MTP modules: module k predicts token i+k+1 from h^{k-1}_i and x[i+k].
@@ -168,10 +209,10 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
     const int64_t Nk = static_cast<int64_t>(B) * Tk;
     const RowRange ok = own_rows(Nk);
     const int64_t Nko = ok.size();
-    MtpActs& m = mtp_[j];
+    MtpActs& m = S.mtp[j];
     const auto& mw = W.mtp[j];
     // The previous level's output, all rows (gathered under sequence parallelism).
-    const float* hprev = j == 0 ? resid_[L].data() : mtp_[j - 1].out.data();
+    const float* hprev = j == 0 ? S.resid[L].data() : S.mtp[j - 1].out.data();
     const int64_t prev_rows = j == 0 ? N : static_cast<int64_t>(B) * Tprev;  // this rank's rows of it
     if (sp) {
       Fit(&m.h_full, prev_rows * C);
@@ -187,12 +228,12 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
     Fit(&m.en, Nko * C); Fit(&m.rstd_e, Nko); Fit(&m.cat, Nko * 2 * C); Fit(&m.hp, Nko * C);
     Fit(&m.out, Nko * C); Fit(&m.nrm, Nko * C); Fit(&m.rstd_n, Nko); Fit(&m.logits, Nko * V);
     Fit(&m.losses, Nko);
-    std::vector<int32_t>& etok = mtp_etok_[j];
-    std::vector<int32_t>& tgt = mtp_tgt_[j];
+    std::vector<int32_t>& etok = S.mtp_etok[j];
+    std::vector<int32_t>& tgt = S.mtp_tgt[j];
     Fit(&etok, Nko);
     Fit(&tgt, Nko);
-    Fit(&mtp_pos_[j], Nk);
-    for (int64_t n = 0; n < Nk; ++n) mtp_pos_[j][n] = static_cast<int32_t>(n % Tk);
+    Fit(&S.mtp_pos[j], Nk);
+    for (int64_t n = 0; n < Nk; ++n) S.mtp_pos[j][n] = static_cast<int32_t>(n % Tk);
     for (int64_t n = ok.begin; n < ok.end; ++n) {
       const int64_t b = n / Tk, i = n % Tk, r = n - ok.begin;
       std::memcpy(m.h_in.data() + r * C, hprev + (b * Tprev + i) * C, C * sizeof(float));
@@ -208,7 +249,7 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
     }
     ops::Linear(m.cat.data(), mw.eh_proj, Nko, 2 * C, C, m.hp.data());
     if (hooks_) hooks_->BeforeBlockForward(L + j);
-    BlockForward(Context(L + j, mtp_pos_[j].data()), mw.block, m.hp.data(), B, Tk, &m.block, m.out.data());
+    BlockForward(Context(L + j, S.mtp_pos[j].data()), mw.block, m.hp.data(), B, Tk, &m.block, m.out.data());
     if (hooks_) hooks_->AfterBlockForward(L + j);
     ops::RmsNorm(m.out.data(), mw.norm, eps, Nko, C, m.nrm.data(), m.rstd_n.data());
     ops::Linear(m.nrm.data(), W.head, Nko, C, V, m.logits.data());
@@ -226,105 +267,132 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
     out.mtp = v[1];
   }
 
-  // ---- Balance losses and loads.
+  // ---- Balance losses and loads (this stage's blocks).
   for (int bi = 0; bi < static_cast<int>(bias_index_.size()); ++bi) {
     int idx = bias_index_[bi];
-    if (idx < 0) continue;
-    const MoeActs& ma = bi < L ? acts_[bi].moe : mtp_[bi - L].block.moe;
+    if (idx < 0 || (bi < L && (bi < l0_ || bi >= l1_))) continue;
+    const MoeActs& ma = bi < L ? S.acts[bi].moe : S.mtp[bi - L].block.moe;
     out.aux += ma.aux_loss;
     for (size_t e = 0; e < ma.load.size(); ++e) load_[idx][e] += ma.load[e];
   }
   out.total = out.main + out.mtp + out.aux;
-  if (!backward) return out;
+  return nullptr;
+}
 
-  // ---- Backward. d_chain_ holds d(previous level's output) over all of its
-  // rows [B*Tprev, C]: each MTP module's d(h_in) scattered back to the rows it
-  // was copied from (reduce-scattered to own rows under sequence parallelism).
-  std::vector<float>& d_chain = d_chain_;
-  d_chain.clear();
-  // d_own [own_rows(rows), C] = the chain's own rows (main: cp-local rows).
-  auto take_chain = [&](int64_t rows, float* d_own, bool main) {
-    const RowRange r = own_rows(rows);
-    if (d_chain.empty()) {
-      std::fill(d_own, d_own + r.size() * C, 0.f);
-      return;
+const float* Model::StageBackward(int slot, const float* d_out_stage, float loss_scale) {
+  Slot& S = slots_[slot];
+  if (hooks_) hooks_->SetSlot(slot);
+  const ShardPlan& plan = layout_.plan();
+  const int B = S.B, T = S.T;
+  const int cp = hooks_ ? hooks_->SeqShards() : 1;
+  const int Tl = T / cp;
+  const int64_t N = static_cast<int64_t>(B) * Tl, C = cfg_.d_model, V = cfg_.vocab_size;
+  const int L = static_cast<int>(cfg_.n_layers), Dm = static_cast<int>(cfg_.mtp_depth);
+  ModelWeights<float*> W = layout_.Bind(params_.data());
+  ModelWeights<float*> G = layout_.Bind(grads_.data());
+  const bool sp = hooks_ && hooks_->SeqParallel();
+  auto own_rows = [&](int64_t rows) { return sp ? hooks_->OwnRows(rows) : RowRange{0, rows}; };
+  const RowRange own = own_rows(N);
+  const int64_t Ns = own.size();
+  Fit(&d_resid_a_, Ns * C); Fit(&d_resid_b_, Ns * C);
+
+  if (!plan.last_stage) {
+    std::memcpy(d_resid_a_.data(), d_out_stage, Ns * C * sizeof(float));
+  } else {
+    // ---- d_chain_ holds d(previous level's output) over all of its rows
+    // [B*Tprev, C]: each MTP module's d(h_in) scattered back to the rows it
+    // was copied from (reduce-scattered to own rows under sequence parallelism).
+    std::vector<float>& d_chain = d_chain_;
+    d_chain.clear();
+    // d_own [own_rows(rows), C] = the chain's own rows (main: cp-local rows).
+    auto take_chain = [&](int64_t rows, float* d_own, bool main) {
+      const RowRange r = own_rows(rows);
+      if (d_chain.empty()) {
+        std::fill(d_own, d_own + r.size() * C, 0.f);
+        return;
+      }
+      const float* src = d_chain.data();
+      if (main && cp > 1) {  // whole sequences -> summed over cp, this rank's positions
+        Fit(&d_seq_, rows * C);
+        hooks_->ReduceScatterSeq(d_chain.data(), d_seq_.data(), B, T, C);
+        src = d_seq_.data();
+      }
+      if (sp) hooks_->ReduceScatterRows(src, d_own, rows, C);
+      else std::memcpy(d_own, src, rows * C * sizeof(float));
+    };
+    for (int j = Dm - 1; j >= 0; --j) {
+      const int k = j + 1, Tk = T - k, Tprev = T - j;
+      const int64_t Nk = static_cast<int64_t>(B) * Tk;
+      const RowRange ok = own_rows(Nk);
+      const int64_t Nko = ok.size();
+      MtpActs& m = S.mtp[j];
+      const auto& mw = W.mtp[j];
+      const auto& mg = G.mtp[j];
+      Fit(&d_tmp_, Nko * C);
+      Fit(&m.d_out, Nko * C);
+      take_chain(Nk, m.d_out.data(), false);
+      auto& d_out = m.d_out;
+      // Own loss: head and final norm.
+      ops::LinearBackward(m.logits.data(), m.nrm.data(), W.head, Nko, C, V, d_tmp_.data(), false, G.head);
+      ops::RmsNormBackward(d_tmp_.data(), m.out.data(), mw.norm, m.rstd_n.data(), Nko, C, d_out.data(), mg.norm);
+      Fit(&m.d_hp, Nko * C);
+      Fit(&m.d_cat, Nko * 2 * C);
+      auto& d_hp = m.d_hp;
+      auto& d_cat = m.d_cat;
+      if (hooks_) hooks_->BeforeBlockBackward(L + j);
+      // (Its balance loss, like its main loss, is 1/cp of the replicated module's.)
+      BlockBackward(Context(L + j, S.mtp_pos[j].data()), mw.block, mg.block, &m.block, d_out.data(),
+                    loss_scale / static_cast<float>(cp), &scratch_, d_hp.data());
+      if (hooks_) hooks_->AfterBlockBackward(L + j);
+      ops::LinearBackward(d_hp.data(), m.cat.data(), mw.eh_proj, Nko, 2 * C, C, d_cat.data(), false, mg.eh_proj);
+      Fit(&m.d_hn, Nko * C);
+      Fit(&m.d_en, Nko * C);
+      Fit(&m.d_e, Nko * C);
+      std::fill(m.d_e.begin(), m.d_e.end(), 0.f);
+      auto& d_hn = m.d_hn;
+      auto& d_en = m.d_en;
+      auto& d_e = m.d_e;
+      for (int64_t n = 0; n < Nko; ++n) {
+        std::memcpy(d_hn.data() + n * C, d_cat.data() + n * 2 * C, C * sizeof(float));
+        std::memcpy(d_en.data() + n * C, d_cat.data() + n * 2 * C + C, C * sizeof(float));
+      }
+      ops::RmsNormBackward(d_en.data(), m.e.data(), mw.enorm, m.rstd_e.data(), Nko, C, d_e.data(), mg.enorm);
+      EmbeddingBackward(S.mtp_etok[j].data(), d_e.data(), Nko, C, G.embed);
+      // d(h_in) of the own rows, then back to the previous level's rows.
+      Fit(&m.d_hin, Nko * C);
+      std::fill(m.d_hin.begin(), m.d_hin.end(), 0.f);
+      ops::RmsNormBackward(d_hn.data(), m.h_in.data(), mw.hnorm, m.rstd_h.data(), Nko, C, m.d_hin.data(), mg.hnorm);
+      d_chain.assign(static_cast<size_t>(B) * Tprev * C, 0.f);
+      for (int64_t n = ok.begin; n < ok.end; ++n) {
+        const int64_t b = n / Tk, i = n % Tk;
+        std::memcpy(d_chain.data() + (b * Tprev + i) * C, m.d_hin.data() + (n - ok.begin) * C, C * sizeof(float));
+      }
     }
-    const float* src = d_chain.data();
-    if (main && cp > 1) {  // whole sequences -> summed over cp, this rank's positions
-      Fit(&d_seq_, rows * C);
-      hooks_->ReduceScatterSeq(d_chain.data(), d_seq_.data(), B, T, C);
-      src = d_seq_.data();
-    }
-    if (sp) hooks_->ReduceScatterRows(src, d_own, rows, C);
-    else std::memcpy(d_own, src, rows * C * sizeof(float));
-  };
-  for (int j = Dm - 1; j >= 0; --j) {
-    const int k = j + 1, Tk = T - k, Tprev = T - j;
-    const int64_t Nk = static_cast<int64_t>(B) * Tk;
-    const RowRange ok = own_rows(Nk);
-    const int64_t Nko = ok.size();
-    MtpActs& m = mtp_[j];
-    const auto& mw = W.mtp[j];
-    const auto& mg = G.mtp[j];
-    Fit(&d_tmp_, Nko * C);
-    Fit(&m.d_out, Nko * C);
-    take_chain(Nk, m.d_out.data(), false);
-    auto& d_out = m.d_out;
-    // Own loss: head and final norm.
-    ops::LinearBackward(m.logits.data(), m.nrm.data(), W.head, Nko, C, V, d_tmp_.data(), false, G.head);
-    ops::RmsNormBackward(d_tmp_.data(), m.out.data(), mw.norm, m.rstd_n.data(), Nko, C, d_out.data(), mg.norm);
-    Fit(&m.d_hp, Nko * C);
-    Fit(&m.d_cat, Nko * 2 * C);
-    auto& d_hp = m.d_hp;
-    auto& d_cat = m.d_cat;
-    if (hooks_) hooks_->BeforeBlockBackward(L + j);
-    // (Its balance loss, like its main loss, is 1/cp of the replicated module's.)
-    BlockBackward(Context(L + j, mtp_pos_[j].data()), mw.block, mg.block, &m.block, d_out.data(),
-                  loss_scale / static_cast<float>(cp), &scratch_, d_hp.data());
-    if (hooks_) hooks_->AfterBlockBackward(L + j);
-    ops::LinearBackward(d_hp.data(), m.cat.data(), mw.eh_proj, Nko, 2 * C, C, d_cat.data(), false, mg.eh_proj);
-    Fit(&m.d_hn, Nko * C);
-    Fit(&m.d_en, Nko * C);
-    Fit(&m.d_e, Nko * C);
-    std::fill(m.d_e.begin(), m.d_e.end(), 0.f);
-    auto& d_hn = m.d_hn;
-    auto& d_en = m.d_en;
-    auto& d_e = m.d_e;
-    for (int64_t n = 0; n < Nko; ++n) {
-      std::memcpy(d_hn.data() + n * C, d_cat.data() + n * 2 * C, C * sizeof(float));
-      std::memcpy(d_en.data() + n * C, d_cat.data() + n * 2 * C + C, C * sizeof(float));
-    }
-    ops::RmsNormBackward(d_en.data(), m.e.data(), mw.enorm, m.rstd_e.data(), Nko, C, d_e.data(), mg.enorm);
-    EmbeddingBackward(mtp_etok_[j].data(), d_e.data(), Nko, C, G.embed);
-    // d(h_in) of the own rows, then back to the previous level's rows.
-    Fit(&m.d_hin, Nko * C);
-    std::fill(m.d_hin.begin(), m.d_hin.end(), 0.f);
-    ops::RmsNormBackward(d_hn.data(), m.h_in.data(), mw.hnorm, m.rstd_h.data(), Nko, C, m.d_hin.data(), mg.hnorm);
-    d_chain.assign(static_cast<size_t>(B) * Tprev * C, 0.f);
-    for (int64_t n = ok.begin; n < ok.end; ++n) {
-      const int64_t b = n / Tk, i = n % Tk;
-      std::memcpy(d_chain.data() + (b * Tprev + i) * C, m.d_hin.data() + (n - ok.begin) * C, C * sizeof(float));
-    }
+
+    // Main head and final norm.
+    Fit(&d_tmp_, Ns * C);
+    take_chain(N, d_resid_a_.data(), true);
+    ops::LinearBackward(S.logits.data(), S.final_norm.data(), W.head, Ns, C, V, d_tmp_.data(), false, G.head);
+    ops::RmsNormBackward(d_tmp_.data(), S.resid[L].data(), W.norm, S.final_rstd.data(), Ns, C,
+                         d_resid_a_.data(), G.norm);
   }
-
-  // Main head, final norm, then the blocks in reverse.
-  Fit(&d_resid_a_, Ns * C); Fit(&d_resid_b_, Ns * C); Fit(&d_tmp_, Ns * C);
-  take_chain(N, d_resid_a_.data(), true);
-  ops::LinearBackward(logits_.data(), final_norm_.data(), W.head, Ns, C, V, d_tmp_.data(), false, G.head);
-  ops::RmsNormBackward(d_tmp_.data(), resid_[L].data(), W.norm, final_rstd_.data(), Ns, C,
-                       d_resid_a_.data(), G.norm);
+  // The blocks in reverse.
   float* d_cur = d_resid_a_.data();
   float* d_prev = d_resid_b_.data();
-  for (int l = L - 1; l >= 0; --l) {
+  for (int l = l1_ - 1; l >= l0_; --l) {
     if (hooks_) hooks_->BeforeBlockBackward(l);
-    BlockBackward(Context(l, pos_.data()), W.layers[l], G.layers[l], &acts_[l], d_cur, loss_scale,
+    BlockBackward(Context(l, S.pos.data()), W.layers[l], G.layers[l], &S.acts[l], d_cur, loss_scale,
                   &scratch_, d_prev);
     if (hooks_) hooks_->AfterBlockBackward(l);
     std::swap(d_cur, d_prev);
   }
-  EmbeddingBackward(inputs_.data() + own.begin, d_cur, Ns, C, G.embed);
+  const float* d_in = d_cur;
+  if (plan.first_stage) {
+    EmbeddingBackward(S.inputs.data() + own.begin, d_cur, Ns, C, G.embed);
+    d_in = nullptr;
+  }
   if (hooks_) hooks_->AfterBackward();
-  return out;
+  return d_in;
 }
 
 double Model::TrainFlopsPerToken(int T) const {

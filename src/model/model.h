@@ -49,7 +49,22 @@ class Model {
   LossParts Step(const int32_t* tokens, int B, int T, bool backward, float loss_scale = 1.f);
 
   // Main-head logits [B*T, V] of the last Step without backward.
-  const std::vector<float>& logits() const { return logits_; }
+  const std::vector<float>& logits() const { return slots_[0].logits; }
+
+  // ---- Pipeline stages. Step = StageForward + StageBackward on slot 0 of a
+  // model that is one whole stage. A pipeline runs several micro-batches at
+  // once, each in its own slot (set_slots). StageForward takes the previous
+  // stage's activations (x_in; null on the first stage, which embeds) and
+  // returns this stage's (null on the last stage, which computes the losses
+  // into *loss). StageBackward takes d(output) (null on the last stage) and
+  // returns d(input) (null on the first). Returned buffers stay valid until
+  // the next call on the same slot.
+  void set_slots(int n);
+  // Floats of one boundary activation for B sequences of T tokens.
+  int64_t BoundaryFloats(int B, int T) const;
+  const float* StageForward(int slot, const int32_t* tokens, int B, int T, const float* x_in, bool backward,
+                            float loss_scale, LossParts* loss);
+  const float* StageBackward(int slot, const float* d_out, float loss_scale);
 
   // Assignments per expert of each MoE block since the last ClearExpertLoad.
   const std::vector<std::vector<int64_t>>& expert_load() const { return load_; }
@@ -76,6 +91,18 @@ class Model {
     Buf<float> d_out, d_hp, d_cat, d_hn, d_en, d_e;  // backward scratch
     BlockActs block;
   };
+  // Activations of one micro-batch.
+  struct Slot {
+    int B = 0, T = 0;
+    const int32_t* tokens = nullptr;
+    std::vector<int32_t> inputs, targets, pos;
+    std::vector<std::vector<float>> resid;  // L+1 buffers [N, C] (this stage's range)
+    std::vector<BlockActs> acts;
+    std::vector<float> final_norm, final_rstd, logits, losses;
+    std::vector<MtpActs> mtp;
+    std::vector<std::vector<int32_t>> mtp_etok, mtp_tgt;  // embedded tokens and targets of each MTP module
+    std::vector<std::vector<int32_t>> mtp_pos;            // RoPE positions of each MTP module's rows
+  };
   BlockContext Context(int block_index, const int32_t* pos);
 
   ModelConfig cfg_;
@@ -87,15 +114,8 @@ class Model {
   std::vector<std::vector<int64_t>> load_;
   RopeTables rope_;
 
-  // Activations of the last forward.
-  int B_ = 0, T_ = 0;
-  std::vector<int32_t> inputs_, targets_, pos_;
-  std::vector<std::vector<float>> resid_;  // L+1 buffers [N, C]
-  std::vector<BlockActs> acts_;
-  std::vector<float> final_norm_, final_rstd_, logits_, losses_;
-  std::vector<MtpActs> mtp_;
-  std::vector<std::vector<int32_t>> mtp_etok_, mtp_tgt_;  // embedded tokens and targets of each MTP module
-  std::vector<std::vector<int32_t>> mtp_pos_;   // RoPE positions of each MTP module's rows  // embedded tokens of each MTP module
+  std::vector<Slot> slots_;
+  int l0_ = 0, l1_ = 0;  // this stage's main layers
   BlockScratch scratch_;
   std::vector<float> d_resid_a_, d_resid_b_, d_chain_;
   Buf<float> d_tmp_;  // sized for the main head and each MTP module in turn

@@ -87,12 +87,19 @@ BlockWeights<int64_t> ParamLayout::AddBlock(const std::string& prefix, bool moe)
 ParamLayout::ParamLayout(const ModelConfig& cfg, const ShardPlan& plan)
     : cfg_(cfg), plan_(plan), dims_(LocalDims::Of(cfg, plan)) {
   const int64_t C = cfg.d_model, V = cfg.vocab_size;
-  offsets_.embed = Add("model.embed_tokens.weight", {V, C}, true);
-  for (int64_t l = 0; l < cfg.n_layers; ++l) {
+  const int64_t l0 = plan.layer_begin, l1 = plan.layer_end < 0 ? cfg.n_layers : plan.layer_end;
+  // The last pipeline stage needs the embedding for a tied head or the MTP
+  // modules' inputs: it keeps a copy (its gradient is summed with the first
+  // stage's).
+  const bool embed = plan.first_stage || (plan.last_stage && (cfg.tie_embeddings || cfg.mtp_depth > 0));
+  if (embed) offsets_.embed = Add("model.embed_tokens.weight", {V, C}, true);
+  offsets_.layers.resize(cfg.n_layers);  // entries outside [l0, l1) stay empty
+  for (int64_t l = l0; l < l1; ++l) {
     block_ = static_cast<int>(l);
-    offsets_.layers.push_back(AddBlock("model.layers." + std::to_string(l) + ".", cfg.is_moe_layer(l)));
+    offsets_.layers[l] = AddBlock("model.layers." + std::to_string(l) + ".", cfg.is_moe_layer(l));
     block_ = -1;
   }
+  if (!plan.last_stage) return;
   offsets_.norm = Add("model.norm.weight", {C}, false);
   offsets_.head = cfg.tie_embeddings ? offsets_.embed : Add("lm_head.weight", {V, C}, true);
   for (int64_t j = 0; j < cfg.mtp_depth; ++j) {

@@ -15,6 +15,11 @@ namespace myriad {
 struct ShardPlan {
   int tp = 1, tp_rank = 0;  // attention heads, FFN and expert widths split tp ways
   int ep = 1, ep_rank = 0;  // routed experts split ep ways (contiguous ranges)
+  // Pipeline stage: main layers [layer_begin, layer_end) (-1: to the last).
+  // The first stage embeds; the last holds the final norm, head and MTP
+  // modules (and a copy of the embedding when those use it).
+  int layer_begin = 0, layer_end = -1;
+  bool first_stage = true, last_stage = true;
 };
 
 // Sizes of this rank's shard of each block.
@@ -91,6 +96,10 @@ class ParallelHooks {
   // gradients summed over the cp ranks, keeping this rank's rows.
   virtual void GatherSeq(const float* local, float* full, int B, int T, int64_t C) {}
   virtual void ReduceScatterSeq(float* full, float* local, int B, int T, int64_t C) {}
+
+  // ---- Pipeline parallelism: micro-batches in flight at once keep their
+  // activations in separate slots; expert parallelism keeps its state per slot.
+  virtual void SetSlot(int slot) {}
 
   // ---- Layer events, in execution order (block = layer index, or
   // n_layers + j for MTP module j). ZeRO-3 gathers parameters here;

@@ -16,11 +16,30 @@ namespace {
 using comm::DType;
 using comm::ReduceOp;
 
-ShardPlan PlanOf(const ParallelDims& d, const Coords& c) {
-  ShardPlan p;
-  p.tp = d.tp; p.tp_rank = c.tp;
-  p.ep = d.ep; p.ep_rank = c.ep;
-  return p;
+// First layer of each stage (and n_layers at the end): from "3,2,..." or
+// as even as possible (the earlier stages take the remainder; the last
+// stage also carries the head and MTP modules).
+Result<std::vector<int>> StageLayers(int64_t n_layers, int pp, const std::string& spec) {
+  std::vector<int> begin{0};
+  if (spec.empty()) {
+    for (int s = 0; s < pp; ++s) begin.push_back(begin.back() + static_cast<int>(n_layers / pp + (s < n_layers % pp)));
+    return begin;
+  }
+  size_t pos = 0;
+  while (pos <= spec.size()) {
+    size_t comma = spec.find(',', pos);
+    std::string item = spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    int n = 0;
+    try { n = std::stoi(item); } catch (...) { n = -1; }
+    if (n < 1) return Status::Error("parallel.pp_layers=\"" + spec + "\": \"" + item + "\" is not a layer count >= 1");
+    begin.push_back(begin.back() + n);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  if (static_cast<int>(begin.size()) - 1 != pp || begin.back() != n_layers)
+    return Status::Error("parallel.pp_layers=\"" + spec + "\" must give " + std::to_string(pp) +
+                         " stage sizes summing to model.n_layers=" + std::to_string(n_layers));
+  return begin;
 }
 
 // Copies the slice a local tensor `p` holds out of (to_local) or into a
@@ -50,6 +69,18 @@ int64_t Numel(const std::vector<int64_t>& s) {
 
 DistTrainer::~DistTrainer() = default;
 
+ShardPlan DistTrainer::PlanFor(const Coords& c) const {
+  const ParallelDims& d = mesh_->dims();
+  ShardPlan p;
+  p.tp = d.tp; p.tp_rank = c.tp;
+  p.ep = d.ep; p.ep_rank = c.ep;
+  p.layer_begin = stage_begin_[c.pp];
+  p.layer_end = stage_begin_[c.pp + 1];
+  p.first_stage = c.pp == 0;
+  p.last_stage = c.pp == d.pp - 1;
+  return p;
+}
+
 Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(comm::Comm* world, const ModelConfig& mc,
                                                          const TrainConfig& tc) {
   const ParallelConfig& pc = tc.parallel;
@@ -57,13 +88,10 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(comm::Comm* world, cons
   const int64_t global_batch = tc.batch_size * tc.grad_accum;
   const int64_t micro = pc.microbatches > 0 ? pc.microbatches : 2 * pc.pp;
   RETURN_IF_ERROR(dims.Validate(world->size(), mc, global_batch, tc.seq_len, micro));
-  if (dims.pp > 1)
-    return Status::Error("parallel: " + dims.ToString() +
-                         ": pipeline parallelism is not wired into training yet "
-                         "(hint: use dp, ep, tp, cp and parallel.zero; docs/parallel.md lists what runs)");
   std::unique_ptr<DistTrainer> t(new DistTrainer());
   t->mc_ = mc;
   t->tc_ = tc;
+  ASSIGN_OR_RETURN(t->stage_begin_, StageLayers(mc.n_layers, dims.pp, pc.pp_layers));
   t->mesh_ = std::make_unique<Mesh>(world, dims);
   Mesh& m = *t->mesh_;
   // Sub-communicators, created in the same order on every rank.
@@ -72,15 +100,28 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(comm::Comm* world, cons
   comm::Comm* ep = dims.ep > 1 ? &m.ep() : nullptr;
   comm::Comm* tp = dims.tp > 1 ? &m.tp() : nullptr;
   comm::Comm* dense_rep = tp ? &m.Group(Dim::kDp | Dim::kEp | Dim::kCp | Dim::kTp) : &dense;
-  t->model_ = std::make_unique<Model>(mc, PlanOf(dims, m.coords()));
+  t->model_ = std::make_unique<Model>(mc, t->PlanFor(m.coords()));
   t->model_->InitWeights(tc.seed);
+  if (dims.pp > 1) t->model_->set_slots(dims.pp);
   t->zero_ = std::make_unique<ZeroSync>(t->model_.get(), &dense, &expert, dense_rep, pc.zero, t->grad_comm_.get());
   if (ep) t->ep_ = std::make_unique<ExpertParallel>(ep, t->model_.get());
+  if (dims.pp > 1 && m.coords().pp == dims.pp - 1 && m.coords().pp != 0 &&
+      (mc.tie_embeddings || mc.mtp_depth > 0))
+    t->zero_->MarkMirror(t->model_->layout().offsets().embed);
   if (tp) t->sp_ = std::make_unique<TpRows>(tp);
   comm::Comm* cp = dims.cp > 1 ? &m.cp() : nullptr;
   if (cp) t->cp_ = std::make_unique<ContextParallel>(cp, static_cast<int>(mc.n_layers));
   comm::Comm* loss_group = (tp || cp) ? &m.Group(Dim::kTp | Dim::kCp) : nullptr;
   t->data_ = &m.Group(Dim::kDp | Dim::kEp);
+  if (dims.pp > 1) {
+    // The first and last stages' copies of the embedding sum their gradients.
+    comm::Comm& pp = m.pp();
+    const bool ends = pp.rank() == 0 || pp.rank() == dims.pp - 1;
+    const int others = dims.world() / dims.pp;
+    const int color = ends ? (m.rank() % others) : others + m.rank();
+    t->embed_owner_ = m.world().Split(color, m.rank());
+    if (ends && (mc.tie_embeddings || mc.mtp_depth > 0)) t->embed_group_ = t->embed_owner_.get();
+  }
   t->hooks_ = std::make_unique<DistHooks>(t->zero_.get(), t->ep_.get(), t->sp_.get(), t->cp_.get(), loss_group);
   t->model_->set_hooks(t->hooks_.get());
   const size_t state = pc.zero == 0 ? t->model_->layout().total() : t->zero_->packed_size();
@@ -90,7 +131,7 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(comm::Comm* world, cons
   const int64_t D = m.data_size(), S = global_batch / D;
   int64_t mb_count = std::max<int64_t>(1, tc.grad_accum / D);
   while (S % mb_count) ++mb_count;
-  t->micro_ = mb_count;
+  t->micro_ = dims.pp > 1 ? micro : mb_count;
   if (t->is_root())
     LOG_INFO("parallel: %s, ZeRO-%d, %lld sequences per rank per step in %lld micro-batches; %lld of %lld "
              "parameters here", dims.ToString().c_str(), pc.zero, static_cast<long long>(S),
@@ -120,16 +161,23 @@ StepStats DistTrainer::Step(const int32_t* global, int A, int B, int T, int64_t 
   // later steps overlap it with backward (hidden = 1 - exposed / alone).
   zero_->set_sync(steps_done_ == 0);
   double parts[4] = {0, 0, 0, 0};
-  for (int64_t i = 0; i < micro_; ++i) {
-    zero_->set_reduce(i == micro_ - 1);
-    LossParts lp = model_->Step(mine + i * mb * (T + 1), static_cast<int>(mb), T, true, scale);
-    parts[0] += lp.total * scale; parts[1] += lp.main * scale;
-    parts[2] += lp.mtp * scale; parts[3] += lp.aux * scale;
+  const int64_t pp_bytes0 = m.dims().pp > 1 ? m.pp().stats().bytes_sent : 0;
+  if (m.dims().pp > 1) {
+    RunPipeline(mine, mb, T, scale, parts);
+  } else {
+    for (int64_t i = 0; i < micro_; ++i) {
+      zero_->set_reduce(i == micro_ - 1);
+      LossParts lp = model_->Step(mine + i * mb * (T + 1), static_cast<int>(mb), T, true, scale);
+      parts[0] += lp.total * scale; parts[1] += lp.main * scale;
+      parts[2] += lp.mtp * scale; parts[3] += lp.aux * scale;
+    }
   }
   zero_->Finish();
+  if (embed_group_) zero_->SumSegmentGrad(model_->layout().offsets().embed, embed_group_);
   // The model's loss terms cover its sequences (summed over tp and cp
-  // already): add those of the other data ranks.
+  // already) and its pipeline stage: add the other data ranks' and stages'.
   data_->AllReduce(parts, 4, DType::kF64, ReduceOp::kSum);
+  if (m.dims().pp > 1) m.pp().AllReduce(parts, 4, DType::kF64, ReduceOp::kSum);
   st.loss = parts[0]; st.loss_main = parts[1]; st.loss_mtp = parts[2]; st.loss_aux = parts[3];
 
   // Global gradient norm over disjoint owned slices, clipping, AdamW.
@@ -161,8 +209,12 @@ StepStats DistTrainer::Step(const int32_t* global, int A, int B, int T, int64_t 
   st.lr = lr;
 
   // Expert loads of every data rank, then the (identical) bias update.
-  for (auto& load : model_->mutable_expert_load())
+  // (Each pipeline stage counts its own blocks: summed over the stages, every
+  // rank holds every block's loads and keeps every bias in step.)
+  for (auto& load : model_->mutable_expert_load()) {
     dense.AllReduce(load.data(), static_cast<int64_t>(load.size()), DType::kI64, ReduceOp::kSum);
+    if (m.dims().pp > 1) m.pp().AllReduce(load.data(), static_cast<int64_t>(load.size()), DType::kI64, ReduceOp::kSum);
+  }
   st.expert_load = model_->expert_load();
   for (const auto& load : st.expert_load) {
     int64_t sum = 0, mx = 0;
@@ -174,9 +226,98 @@ StepStats DistTrainer::Step(const int32_t* global, int A, int B, int T, int64_t 
   comm_.grad_bytes = bytes_now() - bytes0;
   comm_.ep_bytes = ep_ ? m.ep().stats().bytes_sent - ep_bytes0 : 0;
   comm_.exposed_s = zero_->stats().wait_s;
+  comm_.pp_bytes = m.dims().pp > 1 ? m.pp().stats().bytes_sent - pp_bytes0 : 0;
   if (steps_done_ == 0) comm_.sync_s = zero_->stats().reduce_sync_s;
   ++steps_done_;
   return st;
+}
+
+void DistTrainer::RunPipeline(const int32_t* mine, int64_t mb, int T, float scale, double* parts) {
+  comm::Comm& pp = mesh_->pp();
+  const int P = pp.size(), s = pp.rank();
+  const int64_t M = micro_, F = model_->BoundaryFloats(static_cast<int>(mb), T);
+  constexpr int kActTag = 1 << 20, kGradTag = 2 << 20;
+  act_in_.resize(P); act_out_.resize(P); grad_out_.resize(P);
+  for (int i = 0; i < P; ++i) { act_in_[i].resize(F); act_out_[i].resize(F); grad_out_[i].resize(F); }
+  grad_in_.resize(F);
+  std::vector<comm::Request> send_act(P), send_grad(P);
+  double wait = 0;
+  auto now = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
+  const double t_start = now();
+  // Micro-batch i lives in slot i % P: at most P - s are in flight on stage s.
+  auto forward = [&](int64_t i) {
+    const int slot = static_cast<int>(i % P);
+    const float* x = nullptr;
+    if (s > 0) {
+      const double t0 = now();
+      pp.Recv(act_in_[slot].data(), F, DType::kF32, s - 1, kActTag + static_cast<int>(i));
+      wait += now() - t0;
+      x = act_in_[slot].data();
+    }
+    LossParts lp;
+    const float* y = model_->StageForward(slot, mine + i * mb * (T + 1), static_cast<int>(mb), T, x, true, scale, &lp);
+    parts[0] += lp.total * scale; parts[1] += lp.main * scale;
+    parts[2] += lp.mtp * scale; parts[3] += lp.aux * scale;
+    if (s < P - 1) {
+      send_act[slot].Wait();
+      std::memcpy(act_out_[slot].data(), y, F * sizeof(float));
+      send_act[slot] = pp.ISend(act_out_[slot].data(), F, DType::kF32, s + 1, kActTag + static_cast<int>(i));
+    }
+  };
+  auto backward = [&](int64_t i) {
+    const int slot = static_cast<int>(i % P);
+    const float* d = nullptr;
+    if (s < P - 1) {
+      const double t0 = now();
+      pp.Recv(grad_in_.data(), F, DType::kF32, s + 1, kGradTag + static_cast<int>(i));
+      wait += now() - t0;
+      d = grad_in_.data();
+    }
+    zero_->set_reduce(i == M - 1);  // reduce gradients during the last backward
+    const float* dx = model_->StageBackward(slot, d, scale);
+    if (s > 0) {
+      send_grad[slot].Wait();
+      std::memcpy(grad_out_[slot].data(), dx, F * sizeof(float));
+      send_grad[slot] = pp.ISend(grad_out_[slot].data(), F, DType::kF32, s - 1, kGradTag + static_cast<int>(i));
+    }
+  };
+  // 1F1B: warm up with P-s-1 forwards, then alternate one forward and one
+  // backward, then drain the backwards.
+  const int64_t warmup = std::min<int64_t>(P - s - 1, M);
+  for (int64_t i = 0; i < warmup; ++i) forward(i);
+  for (int64_t i = 0; i < M - warmup; ++i) {
+    forward(warmup + i);
+    backward(i);
+  }
+  for (int64_t i = M - warmup; i < M; ++i) backward(i);
+  for (auto& r : send_act) r.Wait();
+  for (auto& r : send_grad) r.Wait();
+  // Idle fraction: the schedule's (P-1)/(M+P-1), and the time this stage
+  // waited for its neighbours, averaged over the stages.
+  double frac = wait / std::max(1e-9, now() - t_start);
+  pp.AllReduce(&frac, 1, DType::kF64, ReduceOp::kSum);
+  comm_.bubble_measured = frac / P;
+  comm_.bubble_theory = static_cast<double>(P - 1) / static_cast<double>(M + P - 1);
+}
+
+EvalResult DistTrainer::Evaluate(DataLoader& val, int B, int T, int64_t batches) {
+  if (mesh_->dims().pp == 1) return myriad::Evaluate(*model_, val, B, T, batches);
+  // Forward only, stage after stage; the last stage's loss goes to everyone.
+  comm::Comm& pp = mesh_->pp();
+  const int P = pp.size(), s = pp.rank();
+  const int64_t F = model_->BoundaryFloats(B, T);
+  std::vector<float> x(F);
+  EvalResult r = EvaluateWith(val, B, T, batches, [&](const int32_t* tokens) {
+    if (s > 0) pp.Recv(x.data(), F, DType::kF32, s - 1, 3 << 20);
+    LossParts lp;
+    const float* y = model_->StageForward(0, tokens, B, T, s > 0 ? x.data() : nullptr, false, 1.f, &lp);
+    if (s < P - 1) pp.Send(y, F, DType::kF32, s + 1, 3 << 20);
+    double loss = lp.main;
+    pp.Broadcast(&loss, 1, DType::kF64, P - 1);
+    return loss;
+  });
+  model_->ClearExpertLoad();
+  return r;
 }
 
 Status DistTrainer::Save(Env* env, const std::string& root, int64_t step, const nlohmann::json& meta,
@@ -229,7 +370,7 @@ Status DistTrainer::Save(Env* env, const std::string& root, int64_t step, const 
     for (const auto& p : whole.params()) by_name[p.name] = &p;
     for (int r : reps) {
       Coords rc{r % d.tp, 0, (r / (d.tp * d.cp)) % d.ep, 0, r / (d.tp * d.cp * d.ep * d.dp)};
-      ParamLayout rl(mc_, PlanOf(d, rc));
+      ParamLayout rl(mc_, PlanFor(rc));
       std::vector<float> rp, rm, rv;
       const float *pp = model_->params().data(), *pm = lm.data(), *pv = lv.data();
       if (r != 0) {
@@ -303,7 +444,8 @@ Status DistTrainer::Restore(const LoadedCheckpoint& ck, bool with_optimizer) {
       RETURN_IF_ERROR(load(*ck.optimizer, p.name + ".exp_avg_sq", p, lv.data() + p.offset));
     }
   }
-  const auto& bn = lay.bias_names();
+  ParamLayout whole(mc_);
+  const auto& bn = whole.bias_names();  // every MoE block's (all stages keep all biases)
   for (size_t i = 0; i < bn.size(); ++i) {
     auto v = ReadF32(ck.model, bn[i], {mc_.n_routed_experts});
     if (!v.ok()) return v.status().With(ck.dir);

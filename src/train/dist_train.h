@@ -18,6 +18,7 @@
 #include "train/parallel/mesh.h"
 #include "train/train_config.h"
 #include "train/train_step.h"
+#include "train/trainer.h"
 
 namespace myriad {
 
@@ -35,8 +36,9 @@ class DistTrainer {
   // One optimizer step on the global batch `global` [A*B, T+1] (every rank
   // passes the same tokens; each takes its data rank's sequences).
   StepStats Step(const int32_t* global, int A, int B, int T, int64_t step);
-  // Evaluation needs nothing extra: trainer.h's Evaluate(model(), ...) runs
-  // the same batches on every rank through the hooks (collective).
+  // Mean main loss over `batches` validation batches (every rank the same
+  // batches). Without a pipeline this is trainer.h's Evaluate on the model.
+  EvalResult Evaluate(DataLoader& val, int B, int T, int64_t batches);
   // Rank 0 writes a checkpoint in the single-device format (whole tensors,
   // Hugging Face names), so it loads under any layout.
   Status Save(Env* env, const std::string& root, int64_t step, const nlohmann::json& meta, int keep_last);
@@ -46,13 +48,22 @@ class DistTrainer {
 
   // Per-step communication figures (bytes sent by this rank, seconds).
   struct CommFigures {
-    int64_t grad_bytes = 0, ep_bytes = 0, inter_node_bytes = 0, intra_node_bytes = 0;
+    int64_t grad_bytes = 0, ep_bytes = 0, pp_bytes = 0, inter_node_bytes = 0, intra_node_bytes = 0;
     double exposed_s = 0, sync_s = 0;
+    double bubble_theory = 0, bubble_measured = 0;  // pipeline: idle fraction, (P-1)/(M+P-1) and measured
   };
   const CommFigures& last_comm() const { return comm_; }
 
  private:
   DistTrainer() = default;
+  // 1F1B over micro_ micro-batches of mb sequences; adds loss terms to parts.
+  void RunPipeline(const int32_t* mine, int64_t mb, int T, float scale, double* parts);
+  ShardPlan PlanFor(const Coords& c) const;
+  std::vector<int> stage_begin_;  // first layer of each pipeline stage (+ n_layers at the end)
+  std::unique_ptr<comm::Comm> embed_owner_;
+  comm::Comm* embed_group_ = nullptr;  // first and last pipeline stages (embedding copies)
+  std::vector<std::vector<float>> act_in_, act_out_, grad_out_;
+  std::vector<float> grad_in_;
   std::unique_ptr<Mesh> mesh_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<ZeroSync> zero_;

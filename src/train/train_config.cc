@@ -36,6 +36,7 @@ TrainConfig TrainConfig::Read(ConfigDoc* doc) {
   pc.cp = static_cast<int>(doc->GetInt("parallel.cp", pc.cp));
   pc.zero = static_cast<int>(doc->GetInt("parallel.zero", pc.zero));
   pc.microbatches = static_cast<int>(doc->GetInt("parallel.microbatches", pc.microbatches));
+  pc.pp_layers = doc->GetString("parallel.pp_layers", pc.pp_layers);
   pc.ranks_per_node = static_cast<int>(doc->GetInt("parallel.ranks_per_node", pc.ranks_per_node));
   pc.hierarchical = doc->GetBool("parallel.hierarchical", pc.hierarchical);
   pc.compression = doc->GetString("parallel.compression", pc.compression);
@@ -75,7 +76,7 @@ nlohmann::json TrainConfig::ToJson() const {
           {"grad_clip", optim.grad_clip}, {"seed", seed}, {"out_dir", out_dir},
           {"data_dir", data_dir}, {"precision", precision},
           {"parallel", {{"dp", parallel.dp}, {"tp", parallel.tp}, {"pp", parallel.pp}, {"ep", parallel.ep},
-                        {"cp", parallel.cp}, {"zero", parallel.zero}, {"microbatches", parallel.microbatches},
+                        {"cp", parallel.cp}, {"zero", parallel.zero}, {"microbatches", parallel.microbatches}, {"pp_layers", parallel.pp_layers},
                         {"ranks_per_node", parallel.ranks_per_node}, {"hierarchical", parallel.hierarchical},
                         {"compression", parallel.compression}}}};
 }

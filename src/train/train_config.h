@@ -17,6 +17,7 @@ struct ParallelConfig {
   int dp = 1, tp = 1, pp = 1, ep = 1, cp = 1;
   int zero = 1;                // ZeRO stage 0-3 for data parallelism
   int microbatches = 0;        // pipeline micro-batches per step (0: 2*pp)
+  std::string pp_layers;       // main layers per stage, e.g. "3,2,2,1" ("": as even as possible)
   int ranks_per_node = 0;      // 0: real machines (MPI shared-memory split)
   bool hierarchical = false;   // two-level gradient all-reduce (intra/inter node)
   std::string compression = "none";  // inter-node gradient stage: none | bf16 | int8

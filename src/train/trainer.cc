@@ -96,7 +96,8 @@ Status LoadRunConfig(const std::string& path, const std::vector<std::string>& ov
   return Status::Ok();
 }
 
-EvalResult Evaluate(Model& model, DataLoader& val, int B, int T, int64_t batches) {
+EvalResult EvaluateWith(DataLoader& val, int B, int T, int64_t batches,
+                        const std::function<double(const int32_t*)>& loss_of) {
   EvalResult r;
   DataCursor saved = val.cursor();
   DataCursor start;
@@ -106,14 +107,19 @@ EvalResult Evaluate(Model& model, DataLoader& val, int B, int T, int64_t batches
   double sum = 0;
   for (int64_t i = 0; i < batches; ++i) {
     val.NextBatch(B, buf.data());
-    LossParts lp = model.Step(buf.data(), B, T, /*backward=*/false);
-    sum += lp.main;
+    sum += loss_of(buf.data());
   }
-  model.ClearExpertLoad();
   (void)val.Seek(saved);
   r.loss = batches > 0 ? sum / batches : 0;
   r.perplexity = std::exp(r.loss);
   r.tokens = batches * B * T;
+  return r;
+}
+
+EvalResult Evaluate(Model& model, DataLoader& val, int B, int T, int64_t batches) {
+  EvalResult r = EvaluateWith(val, B, T, batches,
+                              [&](const int32_t* tokens) { return model.Step(tokens, B, T, /*backward=*/false).main; });
+  model.ClearExpertLoad();
   return r;
 }
 
@@ -299,11 +305,15 @@ Status RunTraining(const RunSpec& spec) {
       rec["comm"] = {{"grad_bytes", cf.grad_bytes}, {"ep_bytes", cf.ep_bytes}, {"exposed_s", cf.exposed_s},
                      {"reduce_alone_s", cf.sync_s},
                      {"hidden_frac", cf.sync_s > 0 ? std::max(0.0, 1.0 - cf.exposed_s / cf.sync_s) : 0.0}};
+      if (dtr->mesh().dims().pp > 1)
+        rec["pipeline"] = {{"bubble_theory", cf.bubble_theory}, {"bubble_measured", cf.bubble_measured},
+                           {"p2p_bytes", cf.pp_bytes}};
       rec["ranks"] = spec.world->size();
     }
     const bool do_eval = val_data && ((tc.eval_every > 0 && step % tc.eval_every == 0) || step == tc.steps);
     if (do_eval) {
-      EvalResult ev = Evaluate(model, *val_data, B, T, tc.eval_batches);
+      EvalResult ev = dist ? dtr->Evaluate(*val_data, B, T, tc.eval_batches)
+                           : Evaluate(model, *val_data, B, T, tc.eval_batches);
       rec["val_loss"] = ev.loss;
       rec["val_ppl"] = ev.perplexity;
     }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,6 +38,10 @@ struct EvalResult {
 };
 // Mean main loss over `batches` batches read from the start of `val`.
 EvalResult Evaluate(Model& model, DataLoader& val, int B, int T, int64_t batches);
+// The same with the main loss of a batch [B, T+1] computed by `loss_of`;
+// the loader's cursor is restored afterwards.
+EvalResult EvaluateWith(DataLoader& val, int B, int T, int64_t batches,
+                        const std::function<double(const int32_t*)>& loss_of);
 
 // Copies parameters, expert biases and (if given) optimizer moments from a
 // checkpoint into `model`; checks names and shapes with clear errors.

@@ -38,6 +38,7 @@ class DistHooks : public ParallelHooks {
   }
   float ReplicatedGradScale() const override { return sp_ ? sp_->replicated_scale() : 1.f; }
   bool ExpertsRemote() const override { return ep_ != nullptr; }
+  void SetSlot(int slot) override { if (ep_) ep_->set_slot(slot); }
   void ExpertsForward(int moe_block, const ExpertRows& rows, float* y) override { ep_->Forward(moe_block, rows, y); }
   void ExpertsBackward(int moe_block, const float* dy, float* dx) override { ep_->Backward(moe_block, dy, dx); }
   void BeforeStep(bool) override { zero_->BeforeStep(); }

@@ -174,7 +174,7 @@ void ZeroSync::Finish() {
 double ZeroSync::OwnedGradSumSquares() const {
   double s = 0;
   for (const Segment& g : segs_) {
-    if (g.own_count == 0) continue;
+    if (g.own_count == 0 || g.mirror) continue;
     const float* p = stage_ >= 2 ? grad_shard_.data() + g.packed
                                  : model_->grads().data() + g.offset + g.own_begin;
     s += ops::SumSquares(p, g.own_count);
@@ -230,6 +230,21 @@ void ZeroSync::GatherAll() {
 void ZeroSync::ReleaseAll() {
   if (stage_ != 3) return;
   for (Segment& s : segs_) Release(s);
+}
+
+void ZeroSync::MarkMirror(int64_t offset) {
+  for (Segment& s : segs_) if (s.offset == offset) s.mirror = true;
+}
+
+void ZeroSync::SumSegmentGrad(int64_t offset, comm::Comm* group) {
+  for (Segment& s : segs_) {
+    if (s.offset != offset) continue;
+    if (stage_ >= 2) {
+      group->AllReduce(grad_shard_.data() + s.packed, s.own_count, comm::DType::kF32, comm::ReduceOp::kSum);
+    } else {
+      group->AllReduce(model_->grads().data() + s.offset, s.count, comm::DType::kF32, comm::ReduceOp::kSum);
+    }
+  }
 }
 
 void ZeroSync::AdoptParams() {

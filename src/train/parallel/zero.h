@@ -31,6 +31,7 @@ struct Segment {
   int block = -1;                 // -1: outside blocks
   bool expert = false;
   bool tp_split = false;          // a tensor-parallel shard (else replicated over tp)
+  bool mirror = false;            // a copy of a tensor another pipeline stage also holds (embedding)
   comm::Comm* group = nullptr;
   int64_t shard = 0;              // ceil(count / group size)
   int64_t own_begin = 0, own_count = 0;  // owned slice, relative to offset
@@ -87,6 +88,12 @@ class ZeroSync {
   // Stage 3: gather every segment (for saving or evaluation) / release again.
   void GatherAll();
   void ReleaseAll();
+  // Pipeline: the segment starting at `offset` is a copy of one on another
+  // stage (the embedding on the last stage): left out of the gradient norm.
+  void MarkMirror(int64_t offset);
+  // Sums the (reduced) gradient of the segment starting at `offset` over
+  // `group` (the first and last pipeline stages' copies of the embedding).
+  void SumSegmentGrad(int64_t offset, comm::Comm* group);
   // Stage 3: after the full parameters were written into the model (a
   // restored checkpoint), take the owned slices as masters and release.
   void AdoptParams();

@@ -78,7 +78,12 @@ ExpertParallel::ExpertParallel(comm::Comm* ep, Model* model) : ep_(ep), model_(m
     if (c.is_moe_layer(l)) block_of_moe_.push_back(static_cast<int>(l));
   for (int64_t j = 0; j < c.mtp_depth; ++j)
     if (c.mtp_block_is_moe()) block_of_moe_.push_back(static_cast<int>(c.n_layers + j));
-  state_.resize(block_of_moe_.size());
+  state_.assign(1, std::vector<State>(block_of_moe_.size()));
+}
+
+void ExpertParallel::set_slot(int slot) {
+  if (slot >= static_cast<int>(state_.size())) state_.resize(slot + 1, std::vector<State>(block_of_moe_.size()));
+  slot_ = slot;
 }
 
 namespace {
@@ -89,7 +94,7 @@ const BlockWeights<P>& BlockOf(const ModelWeights<P>& w, int block, int64_t L) {
 }  // namespace
 
 void ExpertParallel::Forward(int moe_block, const ExpertRows& rows, float* y) {
-  State& s = state_[moe_block];
+  State& s = state_[slot_][moe_block];
   const int64_t C = rows.C;
   const LocalDims& d = model_->layout().dims();
   const int64_t F = d.Fe;
@@ -111,7 +116,7 @@ void ExpertParallel::Forward(int moe_block, const ExpertRows& rows, float* y) {
 }
 
 void ExpertParallel::Backward(int moe_block, const float* dy, float* dx) {
-  State& s = state_[moe_block];
+  State& s = state_[slot_][moe_block];
   const DispatchPlan& p = s.plan;
   const int64_t C = p.C, F = model_->layout().dims().Fe;
   dyl_.resize(p.R * C); dh_.resize(p.R * F); dgu_.resize(p.R * 2 * F); dxl_.resize(p.R * C);

@@ -44,7 +44,9 @@ class ExpertParallel {
   void Forward(int moe_block, const ExpertRows& rows, float* y);
   void Backward(int moe_block, const float* dy, float* dx);
   // Rows this rank's experts processed in the last forward of each block.
-  int64_t rows_in(int moe_block) const { return state_[moe_block].plan.R; }
+  int64_t rows_in(int moe_block) const { return state_[slot_][moe_block].plan.R; }
+  // Pipeline micro-batch slot whose state Forward/Backward use.
+  void set_slot(int slot);
 
  private:
   struct State {
@@ -54,7 +56,8 @@ class ExpertParallel {
   comm::Comm* ep_;
   Model* model_;
   std::vector<int> block_of_moe_;  // moe block -> block index (layer, or L + j)
-  std::vector<State> state_;
+  std::vector<std::vector<State>> state_;  // [slot][moe block]
+  int slot_ = 0;
   std::vector<float> tmp_, ybuf_, dyl_, dh_, dgu_, dxl_;
 };
 
