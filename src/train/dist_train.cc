@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/log.h"
+#include "train/comm/hierarchical.h"
 #include "ops/ops.h"
 #include "train/trainer.h"
 
@@ -103,7 +104,29 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(comm::Comm* world, cons
   t->model_ = std::make_unique<Model>(mc, t->PlanFor(m.coords()));
   t->model_->InitWeights(tc.seed);
   if (dims.pp > 1) t->model_->set_slots(dims.pp);
-  t->zero_ = std::make_unique<ZeroSync>(t->model_.get(), &dense, &expert, dense_rep, pc.zero, t->grad_comm_.get());
+  // Hierarchical (and optionally compressed) all-reduce for the dense
+  // gradients: a decorator over the dense group.
+  if (pc.hierarchical || pc.compression != "none") {
+    comm::HierOptions ho;
+    ho.ranks_per_node = pc.ranks_per_node;
+    ho.inter.mode = pc.compression == "int8"   ? comm::Compression::kInt8
+                    : pc.compression == "bf16" ? comm::Compression::kBf16
+                                               : comm::Compression::kNone;
+    try {
+      t->hier_ = std::make_unique<comm::HierarchicalComm>(dense, ho);
+    } catch (const std::exception& e) {
+      return Status::Error(std::string("parallel.ranks_per_node=") + std::to_string(pc.ranks_per_node) + ": " +
+                           e.what());
+    }
+    t->grad_comm_ = t->hier_.get();
+    if (pc.zero >= 2 && t->is_root())
+      LOG_WARN("parallel.zero=%d reduce-scatters gradients; hierarchy and compression apply to the all-reduce "
+               "of ZeRO 0 and 1 only", pc.zero);
+    if (t->is_root())
+      LOG_INFO("gradients: hierarchical all-reduce over %d nodes x %d ranks, inter-node compression %s",
+               t->hier_->num_nodes(), t->hier_->local_size(), pc.compression.c_str());
+  }
+  t->zero_ = std::make_unique<ZeroSync>(t->model_.get(), &dense, &expert, dense_rep, pc.zero, t->grad_comm_);
   if (ep) t->ep_ = std::make_unique<ExpertParallel>(ep, t->model_.get());
   if (dims.pp > 1 && m.coords().pp == dims.pp - 1 && m.coords().pp != 0 &&
       (mc.tie_embeddings || mc.mtp_depth > 0))
@@ -150,8 +173,9 @@ StepStats DistTrainer::Step(const int32_t* global, int A, int B, int T, int64_t 
   comm::Comm& expert = m.expert_data();
   auto bytes_now = [&] {
     return dense.stats().bytes_sent + (&expert != &dense ? expert.stats().bytes_sent : 0) +
-           (grad_comm_ ? grad_comm_->stats().bytes_sent : 0);
+           (hier_ ? hier_->step_stats().intra_bytes + hier_->step_stats().inter_bytes : 0);
   };
+  if (hier_) hier_->ResetStepStats();
   const int64_t ep_bytes0 = ep_ ? m.ep().stats().bytes_sent : 0;
   const int64_t bytes0 = bytes_now();
   zero_->stats() = SyncStats{};
@@ -224,6 +248,10 @@ StepStats DistTrainer::Step(const int32_t* global, int A, int B, int T, int64_t 
   model_->ApplyBiasUpdate();
 
   comm_.grad_bytes = bytes_now() - bytes0;
+  if (hier_) {
+    comm_.intra_node_bytes = hier_->step_stats().intra_bytes;
+    comm_.inter_node_bytes = hier_->step_stats().inter_bytes;
+  }
   comm_.ep_bytes = ep_ ? m.ep().stats().bytes_sent - ep_bytes0 : 0;
   comm_.exposed_s = zero_->stats().wait_s;
   comm_.pp_bytes = m.dims().pp > 1 ? m.pp().stats().bytes_sent - pp_bytes0 : 0;

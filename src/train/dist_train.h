@@ -14,6 +14,7 @@
 #include "model/model.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/comm/comm.h"
+#include "train/comm/hierarchical.h"
 #include "train/parallel/dist_hooks.h"
 #include "train/parallel/mesh.h"
 #include "train/train_config.h"
@@ -72,7 +73,8 @@ class DistTrainer {
   std::unique_ptr<ContextParallel> cp_;
   comm::Comm* data_ = nullptr;  // ranks with different sequences (dp x ep)
   std::unique_ptr<DistHooks> hooks_;
-  std::unique_ptr<comm::Comm> grad_comm_;  // hierarchical/compressed wrapper of dense_data, if any
+  std::unique_ptr<comm::HierarchicalComm> hier_;  // hierarchical/compressed wrapper of dense_data, if any
+  comm::Comm* grad_comm_ = nullptr;
   ModelConfig mc_;
   TrainConfig tc_;
   int64_t micro_ = 1;  // micro-batches per rank per step

@@ -303,6 +303,7 @@ Status RunTraining(const RunSpec& spec) {
     if (dist) {
       const auto& cf = dtr->last_comm();
       rec["comm"] = {{"grad_bytes", cf.grad_bytes}, {"ep_bytes", cf.ep_bytes}, {"exposed_s", cf.exposed_s},
+                     {"intra_node_bytes", cf.intra_node_bytes}, {"inter_node_bytes", cf.inter_node_bytes},
                      {"reduce_alone_s", cf.sync_s},
                      {"hidden_frac", cf.sync_s > 0 ? std::max(0.0, 1.0 - cf.exposed_s / cf.sync_s) : 0.0}};
       if (dtr->mesh().dims().pp > 1)

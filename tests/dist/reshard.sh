@@ -5,6 +5,7 @@
 #   dp2 x ep2, --stop-after 10 (saves step 10), then
 #     - the same out_dir resumed under dp4 for steps 11-20
 #     - a copy of it resumed under ep4 for steps 11-20
+#     - another copy resumed under tp2 x pp2 for steps 11-20
 # Steps 11-20 must match the reference (<= 1e-4 relative). The step-10
 # checkpoint written by dp2 x ep2 must hold the whole tensors: model and
 # optimizer (exp_avg / exp_avg_sq of every expert of every MoE block, none
@@ -77,6 +78,7 @@ train a 4 --fresh --set parallel.dp=2 --set parallel.ep=2 --stop-after 10 || { f
 CK10=$WORK/a/step_00000010
 [ -f "$CK10/manifest.json" ] || { fail "dp2 x ep2 --stop-after 10 left no step-10 checkpoint: $(ls "$WORK/a")"; finish; exit 1; }
 cp -a "$WORK/a" "$WORK/b"
+cp -a "$WORK/a" "$WORK/c"
 cp -a "$WORK/a" "$WORK/zeroed"
 
 echo "== the step-10 checkpoint of dp2 x ep2 against the reference's"
@@ -130,6 +132,7 @@ else fail "step-10 checkpoint: ${out//$'\n'/; }"; fi
 echo "== resume under other layouts"
 if train a 4 --set parallel.dp=4; then compare a; fi  # dp2 x ep2 -> dp4
 if train b 4 --set parallel.ep=4; then compare b; fi  # dp2 x ep2 -> ep4
+if train c 4 --set parallel.tp=2 --set parallel.pp=2; then compare c; fi  # dp2 x ep2 -> tp2 x pp2
 
 echo "== negative control: moments zeroed"
 if out=$("$PY" - "$WORK/zeroed/step_00000010" <<'EOF'

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Distributed training equals single-rank training: configs/tiny.toml (fp32,
 # 20 steps) on one rank is the baseline; under mpirun, dp4 (ZeRO 0, 1, 2),
-# dp2 (ZeRO 1, 3), dp2 x ep2 and, on 8 ranks, dp2 x ep4 must give the same
-# 20 losses (<= 1e-4 relative; in practice ~1e-8). dp2 ZeRO-3 must be
+# dp2 (ZeRO 1, 3), dp2 x ep2, tp2 x dp2, pp2 x dp2, cp2 x dp2, dp4 with a
+# hierarchical all-reduce over 2 emulated nodes and, on 8 ranks, dp2 x ep4
+# and dp2 x tp2 x pp2 must give the same 20 losses (<= 1e-4 relative; in
+# practice ~1e-8). int8 compression of the inter-node stage must cut those
+# bytes >= 3.5x and stay within 1% of the losses. dp2 ZeRO-3 must be
 # bitwise dp2 ZeRO-1 (the same sums, in the same order): losses, gradient
 # norms and the final model.safetensors. The dp2 x ep2 run's checkpoint
 # (whole tensors) must load in single-rank `myriad eval` and `inspect`, and
@@ -76,9 +79,33 @@ train dp2_z1 2 --set parallel.dp=2 --set parallel.zero=1 && runs+=(dp2_z1)
 train dp4_z0 4 --set parallel.dp=4 --set parallel.zero=0 && runs+=(dp4_z0)
 train dp4_z2 4 --set parallel.dp=4 --set parallel.zero=2 && runs+=(dp4_z2)
 train ep4dp2 8 --set parallel.dp=2 --set parallel.ep=4 && runs+=(ep4dp2)
+train tp2dp2 4 --set parallel.tp=2 --set parallel.dp=2 && runs+=(tp2dp2)
+train pp2dp2 4 --set parallel.pp=2 --set parallel.dp=2 && runs+=(pp2dp2)
+train cp2dp2 4 --set parallel.cp=2 --set parallel.dp=2 && runs+=(cp2dp2)
+train dp2tp2pp2 8 --set parallel.dp=2 --set parallel.tp=2 --set parallel.pp=2 && runs+=(dp2tp2pp2)
+train hier4 4 --set parallel.dp=4 --set parallel.hierarchical=true --set parallel.ranks_per_node=2 && runs+=(hier4)
+train int8 4 --set parallel.dp=4 --set parallel.compression=int8 --set parallel.ranks_per_node=2
 
 echo "== losses against single rank"
 for r in "${runs[@]}"; do compare "$r"; done
+
+echo "== pipeline and compression figures"
+if out=$("$PY" - "$WORK/pp2dp2/metrics.jsonl" "$WORK/hier4/metrics.jsonl" "$WORK/int8/metrics.jsonl" "$WORK/r1/metrics.jsonl" <<'EOF'
+import json, sys
+rows = [[json.loads(l) for l in open(p) if l.strip()] for p in sys.argv[1:]]
+pp, hier, int8, base = (r[-1] for r in rows)
+pipe = pp["pipeline"]
+ok = abs(pipe["bubble_theory"] - 1 / 5) < 1e-12 and 0 <= pipe["bubble_measured"] < 1 and pipe["p2p_bytes"] > 0
+ratio = hier["comm"]["inter_node_bytes"] / max(1, int8["comm"]["inter_node_bytes"])
+ok = ok and ratio >= 3.5 and hier["comm"]["intra_node_bytes"] == int8["comm"]["intra_node_bytes"] > 0
+worst = max(abs(a["loss"] - b["loss"]) / b["loss"] for a, b in zip(rows[2], rows[3]))
+ok = ok and worst < 1e-2
+print(f"pp2 bubble {pipe['bubble_theory']:.3f} (schedule) / {pipe['bubble_measured']:.3f} (measured); "
+      f"inter-node bytes {hier['comm']['inter_node_bytes']} -> {int8['comm']['inter_node_bytes']} with int8 "
+      f"({ratio:.2f}x), int8 losses within {worst:.1e} of single rank")
+sys.exit(0 if ok else 1)
+EOF
+); then pass "$out"; else fail "pipeline/compression figures: $out"; fi
 
 echo "== dp2 ZeRO-3 vs dp2 ZeRO-1, bitwise"
 if [ -f "$WORK/dp2_z3/metrics.jsonl" ] && [ -f "$WORK/dp2_z1/metrics.jsonl" ]; then
