@@ -1,4 +1,4 @@
-// myriad train --config FILE [--set key=value ...] [--fresh] [--stop-after N]
+// myriad train --config FILE [--set key=value ...] [--fresh] [--stop-after N] [--ranks-per-node N]
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -20,7 +20,12 @@ int RunTrain(int argc, char** argv) {
   app.add_flag("--fresh", spec.fresh, "start from scratch even if out_dir has checkpoints");
   app.add_option("--stop-after", spec.stop_after, "stop after N steps of this run, saving a checkpoint");
   app.add_flag("--quiet,-q", spec.quiet, "no progress line");
+  int ranks_per_node = -1;
+  app.add_option("--ranks-per-node", ranks_per_node,
+                 "group ranks into nodes of N for the hierarchical all-reduce (emulates nodes on one machine; "
+                 "same as --set parallel.ranks_per_node=N)");
   CLI11_PARSE(app, argc, argv);
+  if (ranks_per_node >= 0) spec.overrides.push_back("parallel.ranks_per_node=" + std::to_string(ranks_per_node));
   // Under mpirun every rank runs this; the layout comes from [parallel]
   // (or --set parallel.dp=2 ...), and must multiply to the rank count.
   std::unique_ptr<comm::Comm> world = comm::InitWorld(nullptr, nullptr);

@@ -255,6 +255,8 @@ StepStats DistTrainer::Step(const int32_t* global, int A, int B, int T, int64_t 
   }
   comm_.ep_bytes = ep_ ? m.ep().stats().bytes_sent - ep_bytes0 : 0;
   comm_.exposed_s = zero_->stats().wait_s;
+  comm_.resident_peak = zero_->stats().gathered_peak;
+  comm_.local_params = model_->layout().total();
   comm_.pp_bytes = m.dims().pp > 1 ? m.pp().stats().bytes_sent - pp_bytes0 : 0;
   if (steps_done_ == 1) {
     comm_.sync_s = zero_->stats().reduce_sync_s;

@@ -52,6 +52,7 @@ class DistTrainer {
     int64_t grad_bytes = 0, ep_bytes = 0, pp_bytes = 0, inter_node_bytes = 0, intra_node_bytes = 0;
     double exposed_s = 0, sync_s = 0;
     double bubble_theory = 0, bubble_measured = 0;  // pipeline: idle fraction, (P-1)/(M+P-1) and measured
+    int64_t resident_peak = 0, local_params = 0;    // ZeRO-3: most parameter floats gathered at once, of all held
   };
   const CommFigures& last_comm() const { return comm_; }
 

@@ -306,6 +306,8 @@ Status RunTraining(const RunSpec& spec) {
                      {"intra_node_bytes", cf.intra_node_bytes}, {"inter_node_bytes", cf.inter_node_bytes},
                      {"reduce_alone_s", cf.sync_s},
                      {"hidden_frac", cf.sync_s > 0 ? std::max(0.0, 1.0 - cf.exposed_s / cf.sync_s) : 0.0}};
+      if (tc.parallel.zero == 3)
+        rec["zero3"] = {{"params_resident_peak", cf.resident_peak}, {"params_local", cf.local_params}};
       if (dtr->mesh().dims().pp > 1)
         rec["pipeline"] = {{"bubble_theory", cf.bubble_theory}, {"bubble_measured", cf.bubble_measured},
                            {"p2p_bytes", cf.pp_bytes}};

@@ -107,6 +107,15 @@ sys.exit(0 if ok else 1)
 EOF
 ); then pass "$out"; else fail "pipeline/compression figures: $out"; fi
 
+echo "== ZeRO-3 holds only some parameters at once"
+if out=$("$PY" -c '
+import json, sys
+r = [json.loads(l) for l in open(sys.argv[1]) if l.strip()][-1]["zero3"]
+peak, local = r["params_resident_peak"], r["params_local"]
+print(f"peak {peak} of {local} parameter floats gathered at once")
+sys.exit(0 if 0 < peak < local else 1)' "$WORK/dp2_z3/metrics.jsonl"); then pass "dp2 zero3: $out"
+else fail "dp2 zero3 residency: $out"; fi
+
 echo "== dp2 ZeRO-3 vs dp2 ZeRO-1, bitwise"
 if [ -f "$WORK/dp2_z3/metrics.jsonl" ] && [ -f "$WORK/dp2_z1/metrics.jsonl" ]; then
   if out=$("$PY" - "$WORK/dp2_z3/metrics.jsonl" "$WORK/dp2_z1/metrics.jsonl" <<'EOF'
