@@ -10,6 +10,8 @@ PACKAGES=(
   # libraries
   libopenblas-dev libopenblas0-openmp openmpi-bin libopenmpi-dev libsentencepiece-dev libtomlplusplus-dev
   nlohmann-json3-dev libcli11-dev libxxhash-dev libgtest-dev libgmock-dev
+  # serving: HTTP, the remote KV tier (client and the server the tests start), the OpenAI SDK test
+  libcpp-httplib-dev libhiredis-dev redis-server nodejs
   # golden reference and benchmark peer
   python3 python3-torch python3-numpy
   # default corpus: English and Chinese text (code comes from Python's stdlib)

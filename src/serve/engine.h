@@ -1,0 +1,76 @@
+// The serving engine: one scheduler loop that runs continuous batches of
+// prefill chunks and decode steps over a paged KV pool, with a prefix cache
+// across requests backed by lower KV tiers. HTTP (http/) and benchmarks talk
+// to it through this header only.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "model/model.h"
+#include "model/sampler.h"
+#include "serve/kvcache/tier.h"
+
+namespace myriad::serve {
+
+struct EngineConfig {
+  int64_t kv_pool_blocks = 0;       // T0 blocks (0: sized for max_batch full-length sequences)
+  int max_batch = 16;               // sequences decoding at once
+  int64_t step_token_budget = 256;  // prefill+decode tokens per engine step (chunked prefill)
+  int max_queue = 64;               // waiting requests before Submit refuses (HTTP 429)
+  bool prefix_cache = true;         // reuse KV blocks across requests
+  // Lower tiers (may be empty): host, disk, redis, in that order. Not owned.
+  std::vector<KvTier*> tiers;
+  bool load_or_recompute = true;    // cost model decides how much of a hit to load
+};
+
+struct GenerationParams {
+  int max_tokens = 128;
+  SamplingParams sampling{0.f, 0, 1.f};  // greedy by default
+  uint64_t seed = 1;
+  std::vector<std::vector<int32_t>> stop_token_seqs;  // stop when the output ends with one
+};
+
+// What happened to a request, streamed to its callback from the engine thread.
+struct TokenEvent {
+  int32_t token = -1;      // a generated token (-1 on the final event)
+  bool done = false;       // last event of the request
+  std::string finish_reason;  // "stop", "length", "cancelled", "error"
+  int64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;  // on the final event
+  std::string error;       // when finish_reason == "error"
+};
+
+struct EngineStats {
+  int64_t requests = 0, rejected = 0, cancelled = 0;
+  int64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
+  int64_t t0_hits = 0;                  // prompt tokens served from the device pool
+  std::vector<std::pair<std::string, int64_t>> tier_hits;  // tokens served per lower tier
+  int64_t recomputed_hit_tokens = 0;    // cached tokens the cost model chose to recompute
+  int running = 0, waiting = 0;
+  int64_t kv_blocks_used = 0, kv_blocks_total = 0;
+};
+
+class Engine {
+ public:
+  // `model` must outlive the engine. Starts the scheduler thread.
+  static Result<std::unique_ptr<Engine>> Create(const Model* model, const EngineConfig& cfg);
+  virtual ~Engine() = default;
+  // Queues a request; `on_event` is called from the engine thread for every
+  // token and once with done=true. Returns an id, or an error when the queue
+  // is full (back-pressure) or the prompt is too long for the model.
+  virtual Result<uint64_t> Submit(std::vector<int32_t> prompt, const GenerationParams& params,
+                                  std::function<void(const TokenEvent&)> on_event) = 0;
+  // The request stops at its next step (its client went away); its final
+  // event has finish_reason "cancelled".
+  virtual void Cancel(uint64_t id) = 0;
+  virtual EngineStats stats() = 0;
+  // Finishes running requests, refuses new ones, joins the thread.
+  virtual void Shutdown() = 0;
+};
+
+}  // namespace myriad::serve

@@ -1,0 +1,65 @@
+// The KV-cache tier seam (ARCHITECTURE.md, "Seams"): content-addressed KV
+// blocks, put/get/contains/evict. The device pool (T0) lives in the engine;
+// host memory (T1), local disk (T2) and a remote store (T3, Redis) implement
+// KvTier, and TieredStore (store.h) stacks them. Policy lives above.
+//
+// A block holds the keys and values of kBlockTokens consecutive tokens for
+// every layer: floats laid out [layer][k|v][token][Hkv*D]. Its key is a hash
+// chain: key_i = H(key_{i-1}, tokens of block i, model fingerprint), so equal
+// keys mean an equal prefix on the same model; only full blocks are keyed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "model/config.h"
+
+namespace myriad::serve {
+
+constexpr int kBlockTokens = 16;
+
+using BlockKey = uint64_t;
+
+// Identifies the weights a block was computed with (checkpoint content and
+// config): blocks of another model never match.
+struct ModelFingerprint {
+  uint64_t value = 0;
+  std::string hex() const;
+};
+
+// key of the block after `parent` (0 for the first) holding these tokens.
+BlockKey ChainKey(BlockKey parent, const int32_t* tokens, int n, const ModelFingerprint& fp);
+
+// Floats in one block for a model: layers * 2 * kBlockTokens * Hkv * D.
+int64_t BlockFloats(const ModelConfig& cfg);
+
+struct KvBlock {
+  BlockKey key = 0;
+  std::vector<float> data;  // BlockFloats(cfg) floats, [layer][k|v][token][Hkv*D]
+};
+
+struct TierStats {
+  int64_t hits = 0, misses = 0, puts = 0, evictions = 0, errors = 0;
+  int64_t bytes_read = 0, bytes_written = 0;
+  double read_seconds = 0;  // time inside Get that returned a block (for bandwidth)
+};
+
+class KvTier {
+ public:
+  virtual ~KvTier() = default;
+  virtual std::string name() const = 0;  // "host", "disk", "redis"
+  // Stores a copy (overwrites). May drop it when full (after evicting by its
+  // own LRU); errors are counted, never thrown (a cache must not fail a request).
+  virtual void Put(const KvBlock& b) = 0;
+  // True and fills *out when present and intact; false on a miss or a
+  // corrupt/foreign block (which is then removed and counted in errors).
+  virtual bool Get(BlockKey key, KvBlock* out) = 0;
+  virtual bool Contains(BlockKey key) = 0;
+  virtual void Evict(BlockKey key) = 0;
+  virtual int64_t size_blocks() = 0;
+  virtual TierStats stats() = 0;
+};
+
+}  // namespace myriad::serve
