@@ -77,7 +77,7 @@ void HostTier::DecodeFrom(const Entry& e, float* dst) const {
       return;
     case KvStorageFormat::kFp16: {
       const auto* h = reinterpret_cast<const uint16_t*>(e.bytes.data());
-      for (int64_t i = 0; i < n; ++i) dst[i] = cpu::HalfToFloatF(h[i]);
+      for (int64_t i = 0; i < n; ++i) dst[i] = cpu::HalfToFloatF(h[i]);  // scalar: not vectorized here
       return;
     }
     case KvStorageFormat::kInt8: {
@@ -87,6 +87,7 @@ void HostTier::DecodeFrom(const Entry& e, float* dst) const {
         float scale;
         std::memcpy(&scale, p, sizeof(float));
         const auto* q = reinterpret_cast<const int8_t*>(p + sizeof(float));
+#pragma omp simd
         for (int64_t i = 0; i < R; ++i) dst[r * R + i] = scale * q[i];
       }
       return;
