@@ -70,9 +70,8 @@ int64_t InferLinear::bytes() const {
   return 0;
 }
 
-InferenceSession::InferenceSession(const Model& model, int64_t max_len, WeightFormat fmt)
-    : model_(model), cfg_(model.config()), max_len_(std::min<int64_t>(max_len, model.config().max_seq_len)),
-      fmt_(fmt) {
+InferenceWeights::InferenceWeights(const Model& model, WeightFormat fmt)
+    : model_(model), cfg_(model.config()), fmt_(fmt) {
   const int64_t C = cfg_.d_model, D = cfg_.head_dim(), H = cfg_.n_heads, Hkv = cfg_.n_kv_heads;
   auto W = model.layout().Bind(const_cast<float*>(model.params().data()));
   embed_ = W.embed;
@@ -109,12 +108,10 @@ InferenceSession::InferenceSession(const Model& model, int64_t max_len, WeightFo
         L.s_down.Init(w.s_down, C, SF, fmt);
       }
     }
-    L.k_cache.assign(max_len_ * Hkv * D, 0.f);
-    L.v_cache.assign(max_len_ * Hkv * D, 0.f);
   }
 }
 
-int64_t InferenceSession::WeightBytesPerToken() const {
+int64_t InferenceWeights::WeightBytesPerToken() const {
   int64_t b = head_.bytes();
   for (const auto& L : layers_) {
     b += L.wq.bytes() + L.wk.bytes() + L.wv.bytes() + L.wo.bytes();
@@ -128,98 +125,180 @@ int64_t InferenceSession::WeightBytesPerToken() const {
   return b;
 }
 
-void InferenceSession::Ffn(Layer& L, const float* f, int64_t n, float* out) {
-  const int64_t C = cfg_.d_model;
+namespace {
+
+// out[n, C] = FFN(f[n, C]) of one layer. MoE: route each token (the same rule
+// as training), group the n*K (token, expert) rows by expert (tokens ascending
+// within an expert), run each expert once over its rows, then combine per
+// token in selection order, then add the shared experts.
+void Ffn(const ModelConfig& cfg, const InferenceWeights::Layer& L, const float* f, int64_t n,
+         InferenceScratch* s, float* out) {
+  const int64_t C = cfg.d_model;
   if (!L.moe) {
-    const int64_t F = cfg_.d_ff;
-    g_.resize(n * 2 * F); h_.resize(n * F);
-    L.w_gate.Apply(f, n, g_.data());
-    ops::SwiGlu(g_.data(), n, F, h_.data());
-    L.w_down.Apply(h_.data(), n, out);
+    const int64_t F = cfg.d_ff;
+    s->g.resize(n * 2 * F); s->h.resize(n * F);
+    L.w_gate.Apply(f, n, s->g.data());
+    ops::SwiGlu(s->g.data(), n, F, s->h.data());
+    L.w_down.Apply(s->h.data(), n, out);
     return;
   }
-  const int64_t E = cfg_.n_routed_experts, K = cfg_.top_k, F = cfg_.d_expert;
-  scores_.resize(n * E);
-  ops::Linear(f, L.router, n, C, E, scores_.data());
-  std::memset(out, 0, n * C * sizeof(float));
-  g_.resize(2 * F); h_.resize(F); eo_.resize(C);
+  const int64_t E = cfg.n_routed_experts, K = cfg.top_k, F = cfg.d_expert, M = n * K;
+  s->scores.resize(n * E);
+  ops::Linear(f, L.router, n, C, E, s->scores.data());
+  s->sel.resize(M); s->wsel.resize(M);
+  std::vector<int32_t> idx(E);
   for (int64_t t = 0; t < n; ++t) {
-    float* s = scores_.data() + t * E;
-    if (cfg_.sigmoid_scores()) {
-      for (int64_t e = 0; e < E; ++e) s[e] = 1.f / (1.f + std::exp(-s[e]));
+    float* sc = s->scores.data() + t * E;
+    if (cfg.sigmoid_scores()) {
+      for (int64_t e = 0; e < E; ++e) sc[e] = 1.f / (1.f + std::exp(-sc[e]));
     } else {
-      float mx = *std::max_element(s, s + E), sum = 0;
-      for (int64_t e = 0; e < E; ++e) sum += (s[e] = std::exp(s[e] - mx));
-      for (int64_t e = 0; e < E; ++e) s[e] /= sum;
+      float mx = *std::max_element(sc, sc + E), sum = 0;
+      for (int64_t e = 0; e < E; ++e) sum += (sc[e] = std::exp(sc[e] - mx));
+      for (int64_t e = 0; e < E; ++e) sc[e] /= sum;
     }
     // Top-K of score + bias, the same rule as training (ties: lower index).
-    std::vector<int32_t>& idx = expert_idx_;
-    idx.resize(E);
     for (int64_t e = 0; e < E; ++e) idx[e] = static_cast<int32_t>(e);
     std::partial_sort(idx.begin(), idx.begin() + K, idx.end(), [&](int32_t a, int32_t b) {
-      float va = s[a] + L.bias[a], vb = s[b] + L.bias[b];
+      float va = sc[a] + L.bias[a], vb = sc[b] + L.bias[b];
       return va > vb || (va == vb && a < b);
     });
     float z = 0;
-    for (int64_t k = 0; k < K; ++k) z += s[idx[k]];
+    for (int64_t k = 0; k < K; ++k) z += sc[idx[k]];
     for (int64_t k = 0; k < K; ++k) {
-      int32_t e = idx[k];
-      L.e_gate[e].Apply(f + t * C, 1, g_.data());
-      ops::SwiGlu(g_.data(), 1, F, h_.data());
-      L.e_down[e].Apply(h_.data(), 1, eo_.data());
-      const float wk = s[e] / z;
-      for (int64_t c = 0; c < C; ++c) out[t * C + c] += wk * eo_[c];
+      s->sel[t * K + k] = idx[k];
+      s->wsel[t * K + k] = sc[idx[k]] / z;
     }
   }
+  // Permute: rows of expert e at [offset[e], offset[e+1]).
+  s->count.assign(E + 1, 0);
+  for (int64_t i = 0; i < M; ++i) ++s->count[s->sel[i] + 1];
+  for (int64_t e = 0; e < E; ++e) s->count[e + 1] += s->count[e];
+  s->perm.resize(M); s->slot.resize(M);
+  {
+    std::vector<int32_t> fill(s->count.begin(), s->count.end() - 1);
+    for (int64_t i = 0; i < M; ++i) {
+      const int32_t row = fill[s->sel[i]]++;
+      s->perm[row] = static_cast<int32_t>(i / K);
+      s->slot[i] = row;
+    }
+  }
+  s->xe.resize(M * C); s->ye.resize(M * C);
+  for (int64_t r = 0; r < M; ++r) std::memcpy(s->xe.data() + r * C, f + s->perm[r] * C, C * sizeof(float));
+  s->g.resize(M * 2 * F); s->h.resize(M * F);
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t r0 = s->count[e], m = s->count[e + 1] - r0;
+    if (m == 0) continue;
+    L.e_gate[e].Apply(s->xe.data() + r0 * C, m, s->g.data() + r0 * 2 * F);
+    ops::SwiGlu(s->g.data() + r0 * 2 * F, m, F, s->h.data() + r0 * F);
+    L.e_down[e].Apply(s->h.data() + r0 * F, m, s->ye.data() + r0 * C);
+  }
+  std::memset(out, 0, n * C * sizeof(float));
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t k = 0; k < K; ++k) {
+      const float wk = s->wsel[t * K + k];
+      const float* y = s->ye.data() + static_cast<int64_t>(s->slot[t * K + k]) * C;
+      for (int64_t c = 0; c < C; ++c) out[t * C + c] += wk * y[c];
+    }
   if (L.s_gate.out() > 0) {
     const int64_t SF = L.s_gate.out() / 2;
-    g_.resize(n * 2 * SF); h_.resize(n * SF); eo_.resize(n * C);
-    L.s_gate.Apply(f, n, g_.data());
-    ops::SwiGlu(g_.data(), n, SF, h_.data());
-    L.s_down.Apply(h_.data(), n, eo_.data());
-    for (int64_t i = 0; i < n * C; ++i) out[i] += eo_[i];
+    s->g.resize(n * 2 * SF); s->h.resize(n * SF); s->ye.resize(n * C);
+    L.s_gate.Apply(f, n, s->g.data());
+    ops::SwiGlu(s->g.data(), n, SF, s->h.data());
+    L.s_down.Apply(s->h.data(), n, s->ye.data());
+    for (int64_t i = 0; i < n * C; ++i) out[i] += s->ye[i];
   }
 }
+
+}  // namespace
+
+void InferenceForward(const InferenceWeights& w, const int32_t* tokens, const int32_t* pos, int64_t N,
+                      KvAttention* attn, const int64_t* out_rows, int64_t n_out, InferenceScratch* s,
+                      float* logits) {
+  const ModelConfig& cfg = w.config();
+  const int64_t C = cfg.d_model, D = cfg.head_dim(), H = cfg.n_heads, Hkv = cfg.n_kv_heads;
+  const float eps = static_cast<float>(cfg.norm_eps);
+  const RopeTables& rope = w.model().rope();
+  s->x.resize(N * C); s->a.resize(N * C); s->q.resize(N * H * D); s->att.resize(N * H * D);
+  s->k.resize(N * Hkv * D); s->v.resize(N * Hkv * D);
+  s->f.resize(N * C); s->tmp.resize(N * C); s->rstd.resize(N);
+  for (int64_t i = 0; i < N; ++i) {
+    CHECK_MSG(tokens[i] >= 0 && tokens[i] < cfg.vocab_size, "token id %d out of range", tokens[i]);
+    CHECK_MSG(pos[i] >= 0 && pos[i] < cfg.max_seq_len, "position %d out of range", pos[i]);
+    std::memcpy(s->x.data() + i * C, w.embed() + static_cast<int64_t>(tokens[i]) * C, C * sizeof(float));
+  }
+  for (int l = 0; l < static_cast<int>(w.layers().size()); ++l) {
+    const auto& L = w.layers()[l];
+    ops::RmsNorm(s->x.data(), L.attn_norm, eps, N, C, s->a.data(), s->rstd.data());
+    L.wq.Apply(s->a.data(), N, s->q.data());
+    L.wk.Apply(s->a.data(), N, s->k.data());
+    L.wv.Apply(s->a.data(), N, s->v.data());
+    ops::Rope(s->q.data(), N, H, D, pos, rope.cos.data(), rope.sin.data(), false);
+    ops::Rope(s->k.data(), N, Hkv, D, pos, rope.cos.data(), rope.sin.data(), false);
+    attn->Attend(l, s->q.data(), s->k.data(), s->v.data(), s->att.data());
+    L.wo.Apply(s->att.data(), N, s->tmp.data());
+    for (int64_t i = 0; i < N * C; ++i) s->x[i] += s->tmp[i];
+    ops::RmsNorm(s->x.data(), L.ffn_norm, eps, N, C, s->f.data(), s->rstd.data());
+    Ffn(cfg, L, s->f.data(), N, s, s->tmp.data());
+    for (int64_t i = 0; i < N * C; ++i) s->x[i] += s->tmp[i];
+  }
+  // Only the requested rows' logits are needed.
+  s->last.resize(n_out * C);
+  for (int64_t r = 0; r < n_out; ++r) {
+    CHECK(out_rows[r] >= 0 && out_rows[r] < N);
+    std::memcpy(s->last.data() + r * C, s->x.data() + out_rows[r] * C, C * sizeof(float));
+  }
+  s->rstd.resize(std::max(N, n_out));
+  s->a.resize(std::max(N, n_out) * C);
+  ops::RmsNorm(s->last.data(), w.norm(), eps, n_out, C, s->a.data(), s->rstd.data());
+  w.head().Apply(s->a.data(), n_out, logits);
+}
+
+// One sequence's keys and values, contiguous: [max_len, Hkv*D] per layer.
+class InferenceSession::ContiguousCache : public KvAttention {
+ public:
+  ContiguousCache(const ModelConfig& cfg, int64_t max_len) : cfg_(cfg), max_len_(max_len) {
+    const int64_t kvd = cfg.n_kv_heads * cfg.head_dim();
+    k_.assign(cfg.n_layers, std::vector<float>(max_len * kvd, 0.f));
+    v_.assign(cfg.n_layers, std::vector<float>(max_len * kvd, 0.f));
+  }
+  void Attend(int layer, const float* q, const float* k, const float* v, float* att) override {
+    const int64_t D = cfg_.head_dim(), H = cfg_.n_heads, Hkv = cfg_.n_kv_heads, kvd = Hkv * D;
+    std::memcpy(k_[layer].data() + start * kvd, k, n * kvd * sizeof(float));
+    std::memcpy(v_[layer].data() + start * kvd, v, n * kvd * sizeof(float));
+    AttentionParams p;
+    p.B = 1; p.Tq = static_cast<int>(n); p.Tk = static_cast<int>(start + n);
+    p.H = static_cast<int>(H); p.Hkv = static_cast<int>(Hkv); p.D = static_cast<int>(D);
+    p.scale = 1.f / std::sqrt(static_cast<float>(D));
+    p.causal = true;
+    p.q_batch_stride = n * H * D; p.kv_batch_stride = max_len_ * kvd; p.out_batch_stride = n * H * D;
+    p.q = q; p.k = k_[layer].data(); p.v = v_[layer].data(); p.out = att; p.lse = nullptr;
+    ops::Attention(p);
+  }
+  int64_t start = 0, n = 0;  // the new tokens of the current forward
+
+ private:
+  const ModelConfig& cfg_;
+  int64_t max_len_;
+  std::vector<std::vector<float>> k_, v_;
+};
+
+InferenceSession::InferenceSession(const Model& model, int64_t max_len, WeightFormat fmt)
+    : cfg_(model.config()), max_len_(std::min<int64_t>(max_len, model.config().max_seq_len)),
+      weights_(model, fmt), cache_(std::make_unique<ContiguousCache>(cfg_, max_len_)) {}
+
+InferenceSession::~InferenceSession() = default;
 
 const float* InferenceSession::Forward(const int32_t* tokens, int64_t n) {
   CHECK_MSG(n > 0 && len_ + n <= max_len_, "context of %lld tokens exceeds max_len %lld",
             static_cast<long long>(len_ + n), static_cast<long long>(max_len_));
-  const int64_t C = cfg_.d_model, D = cfg_.head_dim(), H = cfg_.n_heads, Hkv = cfg_.n_kv_heads;
-  const float eps = static_cast<float>(cfg_.norm_eps);
-  x_.resize(n * C); a_.resize(n * C); q_.resize(n * H * D); att_.resize(n * H * D);
-  f_.resize(n * C); tmp_.resize(n * C); rstd_.resize(n); pos_.resize(n);
-  for (int64_t i = 0; i < n; ++i) {
-    CHECK_MSG(tokens[i] >= 0 && tokens[i] < cfg_.vocab_size, "token id %d out of range", tokens[i]);
-    std::memcpy(x_.data() + i * C, embed_ + static_cast<int64_t>(tokens[i]) * C, C * sizeof(float));
-    pos_[i] = static_cast<int32_t>(len_ + i);
-  }
-  for (auto& L : layers_) {
-    ops::RmsNorm(x_.data(), L.attn_norm, eps, n, C, a_.data(), rstd_.data());
-    float* kc = L.k_cache.data() + len_ * Hkv * D;
-    float* vc = L.v_cache.data() + len_ * Hkv * D;
-    L.wq.Apply(a_.data(), n, q_.data());
-    L.wk.Apply(a_.data(), n, kc);
-    L.wv.Apply(a_.data(), n, vc);
-    ops::Rope(q_.data(), n, H, D, pos_.data(), model_.rope().cos.data(), model_.rope().sin.data(), false);
-    ops::Rope(kc, n, Hkv, D, pos_.data(), model_.rope().cos.data(), model_.rope().sin.data(), false);
-    AttentionParams p;
-    p.B = 1; p.Tq = n; p.Tk = len_ + n; p.H = H; p.Hkv = Hkv; p.D = D;
-    p.scale = 1.f / std::sqrt(static_cast<float>(D));
-    p.causal = true;
-    p.q_batch_stride = n * H * D; p.kv_batch_stride = max_len_ * Hkv * D; p.out_batch_stride = n * H * D;
-    p.q = q_.data(); p.k = L.k_cache.data(); p.v = L.v_cache.data(); p.out = att_.data(); p.lse = nullptr;
-    ops::Attention(p);
-    L.wo.Apply(att_.data(), n, tmp_.data());
-    for (int64_t i = 0; i < n * C; ++i) x_[i] += tmp_[i];
-    ops::RmsNorm(x_.data(), L.ffn_norm, eps, n, C, f_.data(), rstd_.data());
-    Ffn(L, f_.data(), n, tmp_.data());
-    for (int64_t i = 0; i < n * C; ++i) x_[i] += tmp_[i];
-  }
-  len_ += n;
-  // Only the last position's logits are needed.
-  ops::RmsNorm(x_.data() + (n - 1) * C, norm_, eps, 1, C, a_.data(), rstd_.data());
+  pos_.resize(n);
+  for (int64_t i = 0; i < n; ++i) pos_[i] = static_cast<int32_t>(len_ + i);
+  cache_->start = len_;
+  cache_->n = n;
   logits_.resize(cfg_.vocab_size);
-  head_.Apply(a_.data(), 1, logits_.data());
+  const int64_t last = n - 1;
+  InferenceForward(weights_, tokens, pos_.data(), n, cache_.get(), &last, 1, &scratch_, logits_.data());
+  len_ += n;
   return logits_.data();
 }
 

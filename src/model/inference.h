@@ -1,10 +1,13 @@
-// Incremental inference with a KV cache for one sequence: prefill a prompt,
-// then decode token by token. Weights are read from a Model (fp32), or from
+// Incremental inference with a KV cache. Two users share one forward
+// (InferenceForward): InferenceSession, one sequence with a contiguous cache,
+// and the serving engine's batched runner (serve/runner.h), many sequences
+// over paged KV blocks. Weights are read from a Model (fp32), or from
 // converted copies in fp16 or int8 (per-output-row scales) for decode, which
 // is bound by weight bytes per token. MTP modules are not used here.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -36,10 +39,72 @@ class InferLinear {
   WeightFormat fmt_ = WeightFormat::kF32;
 };
 
+// The weights of a model in one format, as inference reads them. Immutable
+// after construction, so any number of threads may read one. `model` must
+// outlive it (fp32 weights are read in place).
+class InferenceWeights {
+ public:
+  InferenceWeights(const Model& model, WeightFormat fmt);
+  const Model& model() const { return model_; }
+  const ModelConfig& config() const { return cfg_; }
+  WeightFormat format() const { return fmt_; }
+  // Bytes of weights read per decoded token (for the roofline).
+  int64_t WeightBytesPerToken() const;
+
+  struct Layer {
+    bool moe = false;
+    const float *attn_norm = nullptr, *ffn_norm = nullptr, *router = nullptr;
+    // w_gate, e_gate and s_gate hold gate and up projections together [2F, C].
+    InferLinear wq, wk, wv, wo, w_gate, w_down, s_gate, s_down;
+    std::vector<InferLinear> e_gate, e_down;
+    const float* bias = nullptr;
+  };
+  const std::vector<Layer>& layers() const { return layers_; }
+  const float* embed() const { return embed_; }
+  const float* norm() const { return norm_; }
+  const InferLinear& head() const { return head_; }
+
+ private:
+  const Model& model_;
+  const ModelConfig cfg_;
+  WeightFormat fmt_;
+  std::vector<Layer> layers_;
+  const float* embed_ = nullptr;
+  const float* norm_ = nullptr;
+  InferLinear head_;
+};
+
+// Where keys and values live: the caller's KV cache. For each layer the
+// forward hands over the new tokens' q [N, H*D] and k, v [N, Hkv*D] (RoPE
+// applied); the implementation stores k and v and writes the attention
+// output att [N, H*D] of every new token over its own sequence's cache.
+class KvAttention {
+ public:
+  virtual ~KvAttention() = default;
+  virtual void Attend(int layer, const float* q, const float* k, const float* v, float* att) = 0;
+};
+
+// Temporaries of one forward; reused across calls (grow-only).
+struct InferenceScratch {
+  std::vector<float> x, a, q, k, v, att, f, tmp, g, h, rstd, scores, xe, ye, last;
+  std::vector<int32_t> sel, perm, count, slot;
+  std::vector<float> wsel;
+};
+
+// The one inference forward: N new tokens (tokens[N] at positions pos[N],
+// any mix of sequences; `attn` knows which row is whose) through every
+// layer, batched through the projections, the FFN and the MoE experts
+// (tokens grouped by expert). Writes the logits [n_out, V] of rows
+// out_rows[0..n_out) (usually each sequence's last new token).
+void InferenceForward(const InferenceWeights& w, const int32_t* tokens, const int32_t* pos, int64_t N,
+                      KvAttention* attn, const int64_t* out_rows, int64_t n_out, InferenceScratch* s,
+                      float* logits);
+
 class InferenceSession {
  public:
   // `model` must outlive the session (fp32 weights are read in place).
   InferenceSession(const Model& model, int64_t max_len, WeightFormat fmt = WeightFormat::kF32);
+  ~InferenceSession();
 
   // Appends tokens at positions [len(), len()+n) and returns the logits [V]
   // of the last one. Fails (CHECK) past max_len: callers check len() first.
@@ -48,30 +113,17 @@ class InferenceSession {
   int64_t max_len() const { return max_len_; }
   void Reset() { len_ = 0; }
   // Bytes of weights read per decoded token (for the roofline).
-  int64_t WeightBytesPerToken() const;
+  int64_t WeightBytesPerToken() const { return weights_.WeightBytesPerToken(); }
 
  private:
-  struct Layer {
-    bool moe = false;
-    const float *attn_norm, *ffn_norm, *router;
-    // w_gate, e_gate and s_gate hold gate and up projections together [2F, C].
-    InferLinear wq, wk, wv, wo, w_gate, w_down, s_gate, s_down;
-    std::vector<InferLinear> e_gate, e_down;
-    const float* bias = nullptr;
-    std::vector<float> k_cache, v_cache;  // [max_len, Hkv*D]
-  };
-  void Ffn(Layer& L, const float* f, int64_t n, float* out);
-
-  const Model& model_;
+  class ContiguousCache;
   const ModelConfig cfg_;
   int64_t max_len_, len_ = 0;
-  WeightFormat fmt_;
-  std::vector<Layer> layers_;
-  const float* embed_;
-  const float* norm_;
-  InferLinear head_;
-  std::vector<float> x_, a_, q_, att_, f_, tmp_, g_, h_, logits_, rstd_, eo_, scores_;
-  std::vector<int32_t> pos_, expert_idx_;
+  InferenceWeights weights_;
+  std::unique_ptr<ContiguousCache> cache_;
+  InferenceScratch scratch_;
+  std::vector<float> logits_;
+  std::vector<int32_t> pos_;
 };
 
 }  // namespace myriad

@@ -1,0 +1,410 @@
+// The engine against an independent oracle: greedy generation with one
+// InferenceSession per request, one request at a time. Whatever the engine
+// does — continuous batching, chunked prefill, prefix hits from T0, blocks
+// evicted to a lower tier and loaded back, or recomputed — the tokens must be
+// the oracle's. Plus cancellation, back-pressure, stop sequences and the
+// load-or-recompute decisions.
+#include "serve/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "core/rng.h"
+#include "model/inference.h"
+#include "serve/load_cost.h"
+
+namespace myriad::serve {
+
+ModelConfig TinyServeMoe(int64_t max_seq_len);  // runner_test.cc
+void InitTinyServeMoe(Model* model);
+
+namespace {
+
+class EngineTest : public ::testing::Test {
+ protected:
+  EngineTest() : model_(TinyServeMoe(128)) { InitTinyServeMoe(&model_); }
+
+  std::vector<int32_t> Prompt(uint64_t seed, int n) {
+    Rng rng(seed);
+    std::vector<int32_t> p(n);
+    for (auto& t : p) t = static_cast<int32_t>(rng.Below(model_.config().vocab_size));
+    return p;
+  }
+  // The oracle: greedy decoding of one sequence.
+  std::vector<int32_t> Oracle(const std::vector<int32_t>& prompt, int max_tokens) {
+    InferenceSession s(model_, model_.config().max_seq_len);
+    const int64_t V = model_.config().vocab_size;
+    std::vector<int32_t> out;
+    const float* logits = s.Forward(prompt.data(), static_cast<int64_t>(prompt.size()));
+    for (;;) {
+      const int32_t t = static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
+      out.push_back(t);
+      if (static_cast<int>(out.size()) >= max_tokens || s.len() + 1 >= s.max_len()) break;
+      logits = s.Forward(&t, 1);
+    }
+    return out;
+  }
+
+  Model model_;
+};
+
+// Collects one request's events; Wait() blocks until the final one.
+struct Collector {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int32_t> tokens;
+  TokenEvent final_event;
+  bool done = false;
+  std::function<void(const TokenEvent&)> Callback() {
+    return [this](const TokenEvent& ev) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (ev.done) {
+        final_event = ev;
+        done = true;
+        cv.notify_all();
+      } else {
+        tokens.push_back(ev.token);
+      }
+    };
+  }
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done; })) << "request never finished";
+  }
+};
+
+GenerationParams GreedyParams(int max_tokens) {
+  GenerationParams p;
+  p.max_tokens = max_tokens;
+  return p;
+}
+
+// Runs one request to the end.
+Collector* RunToEnd(Engine* e, const std::vector<int32_t>& prompt, const GenerationParams& p,
+               std::vector<std::unique_ptr<Collector>>* keep) {
+  keep->push_back(std::make_unique<Collector>());
+  Collector* c = keep->back().get();
+  auto id = e->Submit(prompt, p, c->Callback());
+  EXPECT_TRUE(id.ok()) << id.status().message();
+  c->Wait();
+  return c;
+}
+
+// An in-memory lower tier that reports a chosen read speed.
+class FakeTier : public KvTier {
+ public:
+  FakeTier(std::string name, double seconds_per_read) : name_(std::move(name)), spr_(seconds_per_read) {}
+  std::string name() const override { return name_; }
+  void Put(const KvBlock& b) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    blocks_[b.key] = b;
+    ++st_.puts;
+    st_.bytes_written += static_cast<int64_t>(b.data.size() * sizeof(float));
+  }
+  bool Get(BlockKey key, KvBlock* out) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = blocks_.find(key);
+    if (it == blocks_.end()) return ++st_.misses, false;
+    *out = it->second;
+    ++st_.hits;
+    st_.bytes_read += static_cast<int64_t>(out->data.size() * sizeof(float));
+    st_.read_seconds += spr_;
+    return true;
+  }
+  bool Contains(BlockKey key) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return blocks_.count(key) > 0;
+  }
+  void Evict(BlockKey key) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    blocks_.erase(key);
+  }
+  int64_t size_blocks() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return static_cast<int64_t>(blocks_.size());
+  }
+  TierStats stats() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return st_;
+  }
+  void Prime(int64_t bytes, double seconds) {  // pretend earlier reads were measured
+    std::lock_guard<std::mutex> lock(mu_);
+    st_.bytes_read += bytes;
+    st_.read_seconds += seconds;
+  }
+
+ private:
+  std::string name_;
+  double spr_;
+  std::mutex mu_;
+  std::map<BlockKey, KvBlock> blocks_;
+  TierStats st_;
+};
+
+int64_t TierHits(const EngineStats& s, const std::string& name) {
+  for (const auto& [n, v] : s.tier_hits)
+    if (n == name) return v;
+  return -1;
+}
+
+TEST_F(EngineTest, ContinuousBatchingEqualsSerial) {
+  for (bool prefix_cache : {false, true}) {
+    EngineConfig cfg;
+    cfg.max_batch = 4;
+    cfg.step_token_budget = 24;  // prompts arrive in several chunks
+    cfg.prefix_cache = prefix_cache;
+    auto engine = Engine::Create(&model_, cfg);
+    ASSERT_TRUE(engine.ok()) << engine.status().message();
+    const int n = 10;
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<int> max_tokens;
+    std::vector<std::unique_ptr<Collector>> cs;
+    for (int i = 0; i < n; ++i) {
+      prompts.push_back(Prompt(100 + i, 3 + 7 * i));
+      max_tokens.push_back(4 + (i * 5) % 13);
+      cs.push_back(std::make_unique<Collector>());
+      ASSERT_TRUE((*engine)->Submit(prompts[i], GreedyParams(max_tokens[i]), cs[i]->Callback()).ok());
+    }
+    for (int i = 0; i < n; ++i) {
+      cs[i]->Wait();
+      EXPECT_EQ(cs[i]->tokens, Oracle(prompts[i], max_tokens[i])) << "request " << i;
+      EXPECT_EQ(cs[i]->final_event.finish_reason, "length");
+      EXPECT_EQ(cs[i]->final_event.completion_tokens, max_tokens[i]);
+      EXPECT_EQ(cs[i]->final_event.prompt_tokens, static_cast<int64_t>(prompts[i].size()));
+    }
+    const EngineStats st = (*engine)->stats();
+    EXPECT_EQ(st.requests, n);
+    EXPECT_EQ(st.running, 0);
+    (*engine)->Shutdown();
+  }
+}
+
+TEST_F(EngineTest, ContextLimitEndsWithLength) {
+  auto engine = Engine::Create(&model_, EngineConfig{});
+  ASSERT_TRUE(engine.ok());
+  std::vector<std::unique_ptr<Collector>> keep;
+  const auto prompt = Prompt(3, 120);
+  Collector* c = RunToEnd(engine->get(), prompt, GreedyParams(100), &keep);
+  EXPECT_EQ(c->tokens, Oracle(prompt, 100));
+  EXPECT_EQ(c->tokens.size(), 8u);  // 120 + 8 = max_seq_len
+  EXPECT_EQ(c->final_event.finish_reason, "length");
+}
+
+TEST_F(EngineTest, SharedPrefixHitsFromT0) {
+  EngineConfig cfg;
+  auto engine = Engine::Create(&model_, cfg);
+  ASSERT_TRUE(engine.ok());
+  const auto system = Prompt(1, 40);  // two full blocks and a half
+  std::vector<std::unique_ptr<Collector>> keep;
+  for (int i = 0; i < 3; ++i) {
+    auto prompt = system;
+    const auto tail = Prompt(50 + i, 5 + i);
+    prompt.insert(prompt.end(), tail.begin(), tail.end());
+    Collector* c = RunToEnd(engine->get(), prompt, GreedyParams(10), &keep);
+    EXPECT_EQ(c->tokens, Oracle(prompt, 10)) << "request " << i;
+    EXPECT_EQ(c->final_event.cached_tokens, i == 0 ? 0 : 32) << "request " << i;
+  }
+  // The same prompt again: every full block but the one holding the last token.
+  auto again = system;
+  const auto tail = Prompt(52, 7);
+  again.insert(again.end(), tail.begin(), tail.end());  // 47 tokens: blocks 0,1 cached (2 is partial)
+  Collector* c = RunToEnd(engine->get(), again, GreedyParams(10), &keep);
+  EXPECT_EQ(c->tokens, Oracle(again, 10));
+  EXPECT_EQ(c->final_event.cached_tokens, 32);
+  const EngineStats st = (*engine)->stats();
+  EXPECT_EQ(st.t0_hits, 3 * 32);
+  EXPECT_EQ(st.cached_tokens, 3 * 32);
+}
+
+// A T0 of 4 blocks: each request reserves all 4, so the next one evicts the
+// previous one's cached blocks, which the write-back thread puts in the
+// lower tier; the first prompt then comes back from there.
+TEST_F(EngineTest, EvictedBlocksComeBackFromLowerTier) {
+  for (bool fast : {true, false}) {
+    FakeTier tier("fake", 0.0);
+    EngineConfig cfg;
+    cfg.kv_pool_blocks = 4;
+    cfg.max_batch = 1;
+    cfg.tiers = {&tier};
+    if (!fast) tier.Prime(1 << 20, 100.0);  // measured: 100 s per MiB, far slower than recomputing
+    auto engine = Engine::Create(&model_, cfg);
+    ASSERT_TRUE(engine.ok());
+    std::vector<std::unique_ptr<Collector>> keep;
+    const auto a = Prompt(7, 50), b = Prompt(8, 50);
+    Collector* c1 = RunToEnd(engine->get(), a, GreedyParams(8), &keep);
+    RunToEnd(engine->get(), b, GreedyParams(8), &keep);
+    for (int i = 0; i < 2000 && tier.size_blocks() < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_GE(tier.size_blocks(), 3);  // a's three full blocks, written back on eviction
+    Collector* c3 = RunToEnd(engine->get(), a, GreedyParams(8), &keep);
+    EXPECT_EQ(c1->tokens, Oracle(a, 8));
+    EXPECT_EQ(c3->tokens, c1->tokens) << (fast ? "loaded" : "recomputed");
+    const EngineStats st = (*engine)->stats();
+    if (fast) {
+      EXPECT_EQ(c3->final_event.cached_tokens, 48);
+      EXPECT_EQ(TierHits(st, "fake"), 48);
+      EXPECT_EQ(st.recomputed_hit_tokens, 0);
+    } else {
+      EXPECT_EQ(c3->final_event.cached_tokens, 0);
+      EXPECT_EQ(TierHits(st, "fake"), 0);
+      EXPECT_EQ(st.recomputed_hit_tokens, 48);
+    }
+    (*engine)->Shutdown();
+  }
+}
+
+TEST_F(EngineTest, CancelStopsARequest) {
+  auto engine = Engine::Create(&model_, EngineConfig{});
+  ASSERT_TRUE(engine.ok());
+  Engine* e = engine->get();
+  Collector c;
+  uint64_t id = 0;
+  std::mutex id_mu;
+  std::unique_lock<std::mutex> hold(id_mu);
+  auto inner = c.Callback();
+  auto r = e->Submit(Prompt(4, 10), GreedyParams(100), [&](const TokenEvent& ev) {
+    inner(ev);
+    if (!ev.done) {
+      std::lock_guard<std::mutex> lock(id_mu);
+      e->Cancel(id);  // from the callback, as a client that went away
+    }
+  });
+  ASSERT_TRUE(r.ok());
+  id = *r;
+  hold.unlock();
+  c.Wait();
+  EXPECT_EQ(c.final_event.finish_reason, "cancelled");
+  EXPECT_LT(c.tokens.size(), 100u);
+  EXPECT_EQ(e->stats().cancelled, 1);
+  // The engine goes on serving.
+  std::vector<std::unique_ptr<Collector>> keep;
+  const auto p = Prompt(5, 12);
+  EXPECT_EQ(RunToEnd(e, p, GreedyParams(5), &keep)->tokens, Oracle(p, 5));
+}
+
+TEST_F(EngineTest, BackPressureAndBadRequests) {
+  EngineConfig cfg;
+  cfg.max_batch = 1;
+  cfg.max_queue = 2;
+  auto engine = Engine::Create(&model_, cfg);
+  ASSERT_TRUE(engine.ok());
+  Engine* e = engine->get();
+  std::vector<std::unique_ptr<Collector>> cs;
+  std::vector<uint64_t> ids;
+  int rejected = 0;
+  for (int i = 0; i < 8; ++i) {
+    cs.push_back(std::make_unique<Collector>());
+    auto r = e->Submit(Prompt(20 + i, 10), GreedyParams(100), cs.back()->Callback());
+    if (r.ok()) {
+      ids.push_back(*r);
+    } else {
+      ++rejected;
+      EXPECT_NE(r.status().message().find("queue full"), std::string::npos) << r.status().message();
+      cs.pop_back();
+    }
+  }
+  EXPECT_GE(rejected, 8 - 3);  // at most one running and two waiting
+  EXPECT_EQ(e->stats().rejected, rejected);
+  for (uint64_t id : ids) e->Cancel(id);
+  for (auto& c : cs) c->Wait();
+
+  auto too_long = e->Submit(Prompt(1, 128), GreedyParams(1), [](const TokenEvent&) {});
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_NE(too_long.status().message().find("prompt too long"), std::string::npos);
+  EXPECT_FALSE(e->Submit({}, GreedyParams(1), [](const TokenEvent&) {}).ok());
+  EXPECT_FALSE(e->Submit({1000}, GreedyParams(1), [](const TokenEvent&) {}).ok());
+  EXPECT_FALSE(e->Submit({1}, GreedyParams(0), [](const TokenEvent&) {}).ok());
+  e->Shutdown();
+  EXPECT_FALSE(e->Submit({1}, GreedyParams(1), [](const TokenEvent&) {}).ok());
+}
+
+TEST_F(EngineTest, StopSequences) {
+  auto engine = Engine::Create(&model_, EngineConfig{});
+  ASSERT_TRUE(engine.ok());
+  const auto prompt = Prompt(9, 17);
+  const auto full = Oracle(prompt, 30);
+  std::vector<std::unique_ptr<Collector>> keep;
+  // Stop at the two tokens at output positions 6 and 7; the expected output
+  // is everything before their first occurrence.
+  const std::vector<int32_t> stop(full.begin() + 6, full.begin() + 8);
+  size_t first = 0;
+  while (!std::equal(stop.begin(), stop.end(), full.begin() + first)) ++first;
+  GenerationParams p = GreedyParams(30);
+  p.stop_token_seqs = {{96, 95, 94, 93}, stop};  // the first never matches
+  Collector* c = RunToEnd(engine->get(), prompt, p, &keep);
+  EXPECT_EQ(c->tokens, std::vector<int32_t>(full.begin(), full.begin() + first));
+  EXPECT_EQ(c->final_event.finish_reason, "stop");
+  EXPECT_EQ(c->final_event.completion_tokens, static_cast<int64_t>(first + 2));
+  // A held-back partial match is released when the request ends by length.
+  GenerationParams q = GreedyParams(5);
+  q.stop_token_seqs = {{full[4], 96}};
+  if (full[5] != 96) {
+    Collector* d = RunToEnd(engine->get(), prompt, q, &keep);
+    EXPECT_EQ(d->tokens, std::vector<int32_t>(full.begin(), full.begin() + 5));
+    EXPECT_EQ(d->final_event.finish_reason, "length");
+  }
+}
+
+TEST_F(EngineTest, SeededSamplingIndependentOfBatching) {
+  GenerationParams p;
+  p.max_tokens = 12;
+  p.sampling = SamplingParams{0.9f, 20, 0.95f};
+  p.seed = 42;
+  const auto prompt = Prompt(11, 9);
+  std::vector<std::unique_ptr<Collector>> keep;
+  auto alone = Engine::Create(&model_, EngineConfig{});
+  ASSERT_TRUE(alone.ok());
+  const auto solo = RunToEnd(alone->get(), prompt, p, &keep)->tokens;
+  auto busy = Engine::Create(&model_, EngineConfig{});
+  ASSERT_TRUE(busy.ok());
+  std::vector<std::unique_ptr<Collector>> others;
+  for (int i = 0; i < 5; ++i) {
+    others.push_back(std::make_unique<Collector>());
+    ASSERT_TRUE((*busy)->Submit(Prompt(60 + i, 20), p, others.back()->Callback()).ok());
+  }
+  EXPECT_EQ(RunToEnd(busy->get(), prompt, p, &keep)->tokens, solo);
+  for (auto& o : others) o->Wait();
+}
+
+TEST(LoadCostTest, SlowTierRecomputesFastTierLoads) {
+  const double recompute = 16 / 1000.0;  // 1000 prefill tokens/s
+  LoadPlan slow = ChooseLoadPlan({0.5, 0.5, 0.5}, recompute);
+  EXPECT_EQ(slow.load_blocks, 0);
+  EXPECT_EQ(slow.recompute_blocks, 3);
+  LoadPlan fast = ChooseLoadPlan({0.001, 0.001, 0.001}, recompute);
+  EXPECT_EQ(fast.load_blocks, 3);
+  EXPECT_EQ(fast.recompute_blocks, 0);
+  // Free blocks first (already in memory), then a slow tier: load the free ones only.
+  LoadPlan mixed = ChooseLoadPlan({0, 0, 1.0, 1.0}, recompute);
+  EXPECT_EQ(mixed.load_blocks, 2);
+  EXPECT_EQ(mixed.recompute_blocks, 2);
+  // A slow block followed by free ones is worth loading when the sum is cheaper.
+  LoadPlan worth = ChooseLoadPlan({0.02, 0, 0, 0}, recompute);
+  EXPECT_EQ(worth.load_blocks, 4);
+  EXPECT_LE(worth.load_seconds + worth.recompute_seconds, worth.all_recompute_seconds);
+}
+
+TEST(LoadCostTest, MeasuredBandwidthReplacesThePrior) {
+  const int64_t block_bytes = 1 << 16;
+  LoadCostModel m(block_bytes, 2000.0);
+  EXPECT_DOUBLE_EQ(m.RecomputeSecondsPerBlock(), 16 / 2000.0);
+  TierStats none;
+  EXPECT_DOUBLE_EQ(m.TierSecondsPerBlock("redis", none), block_bytes / PriorBytesPerSecond("redis"));
+  EXPECT_LT(m.TierSecondsPerBlock("host", none), m.TierSecondsPerBlock("disk", none));
+  TierStats measured;
+  measured.bytes_read = 8 * block_bytes;
+  measured.read_seconds = 0.8;  // 0.1 s per block
+  EXPECT_NEAR(m.TierSecondsPerBlock("host", measured), 0.1, 1e-12);
+  m.ObservePrefill(100, 1.0);  // first measurement replaces the start value
+  EXPECT_NEAR(m.prefill_tokens_per_second(), 100.0, 1e-9);
+  m.ObservePrefill(200, 1.0);
+  EXPECT_NEAR(m.prefill_tokens_per_second(), 120.0, 1e-9);
+}
+
+}  // namespace
+}  // namespace myriad::serve

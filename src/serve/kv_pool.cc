@@ -1,0 +1,88 @@
+#include "serve/kv_pool.h"
+
+#include <string>
+
+#include "core/check.h"
+#include "core/checksum.h"
+
+namespace myriad::serve {
+
+ModelFingerprint FingerprintModel(const Model& model) {
+  std::vector<uint64_t> parts;
+  parts.push_back(Checksum64(model.params().data(), model.params().size() * sizeof(float)));
+  for (const auto& b : model.biases()) parts.push_back(Checksum64(b.data(), b.size() * sizeof(float)));
+  parts.push_back(Checksum64(model.config().ToJson().dump()));
+  ModelFingerprint fp;
+  fp.value = Checksum64(parts.data(), parts.size() * sizeof(uint64_t));
+  return fp;
+}
+
+KvPool::KvPool(const ModelConfig& cfg, int64_t num_blocks)
+    : block_floats_(cfg.n_layers * 2 * kBlockTokens * cfg.n_kv_heads * cfg.head_dim()),
+      kv_dim_(cfg.n_kv_heads * cfg.head_dim()) {
+  CHECK(num_blocks > 0);
+  data_.assign(num_blocks * block_floats_, 0.f);
+  meta_.resize(num_blocks);
+  free_.reserve(num_blocks);
+  // A stack: block 0 is handed out first.
+  for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
+}
+
+int32_t KvPool::Allocate() {
+  int32_t b = -1;
+  if (!free_.empty()) {
+    b = free_.back();
+    free_.pop_back();
+  } else if (!lru_.empty()) {
+    b = lru_.front();
+    lru_.pop_front();
+    Meta& m = meta_[b];
+    if (on_evict_) on_evict_(b, m.key);
+    index_.erase(m.key);
+    m.keyed = false;
+    m.key = 0;
+    ++evictions_;
+  } else {
+    return -1;
+  }
+  CHECK(meta_[b].refs == 0);
+  meta_[b].refs = 1;
+  return b;
+}
+
+int32_t KvPool::Find(BlockKey key) const {
+  auto it = index_.find(key);
+  return it == index_.end() ? -1 : it->second;
+}
+
+void KvPool::Ref(int32_t b) {
+  Meta& m = meta_[b];
+  if (m.refs == 0) {
+    CHECK_MSG(m.keyed, "Ref of an unreferenced block that is not cached");
+    lru_.erase(m.lru);
+  }
+  ++m.refs;
+}
+
+void KvPool::Release(int32_t b) {
+  Meta& m = meta_[b];
+  CHECK(m.refs > 0);
+  if (--m.refs > 0) return;
+  if (m.keyed) {
+    m.lru = lru_.insert(lru_.end(), b);
+  } else {
+    free_.push_back(b);
+  }
+}
+
+bool KvPool::Publish(int32_t b, BlockKey key) {
+  Meta& m = meta_[b];
+  CHECK(m.refs > 0);
+  if (m.keyed || index_.count(key)) return false;
+  m.keyed = true;
+  m.key = key;
+  index_.emplace(key, b);
+  return true;
+}
+
+}  // namespace myriad::serve
