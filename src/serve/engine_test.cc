@@ -28,7 +28,8 @@ void InitTinyServeMoe(Model* model);
 namespace {
 
 class EngineTest : public ::testing::Test {
- protected:
+ public:
+  const Model* model() const { return &model_; }
   EngineTest() : model_(TinyServeMoe(128)) { InitTinyServeMoe(&model_); }
 
   std::vector<int32_t> Prompt(uint64_t seed, int n) {
@@ -52,6 +53,7 @@ class EngineTest : public ::testing::Test {
     return out;
   }
 
+ protected:
   Model model_;
 };
 
@@ -238,39 +240,46 @@ TEST_F(EngineTest, SharedPrefixHitsFromT0) {
   EXPECT_EQ(st.cached_tokens, 3 * 32);
 }
 
-// A T0 of 4 blocks: each request reserves all 4, so the next one evicts the
-// previous one's cached blocks, which the write-back thread puts in the
-// lower tier; the first prompt then comes back from there.
+// A T0 of 4 blocks over one lower tier: a request of up to 64 tokens
+// reserves all 4, so the next one evicts the previous one's cached blocks,
+// which the write-back thread puts in the tier. Runs a, then b, waits (with
+// `wait`) until a's three full blocks are in the tier, then runs a again and
+// returns that last run.
+Collector* RunEvictAndReturn(EngineTest* t, KvTier* tier, const std::vector<int32_t>& a,
+                             const std::vector<int32_t>& b, int max_tokens, bool wait,
+                             std::vector<std::unique_ptr<Collector>>* keep,
+                             std::unique_ptr<Engine>* engine_out) {
+  EngineConfig cfg;
+  cfg.kv_pool_blocks = 4;
+  cfg.max_batch = 1;
+  cfg.tiers = {tier};
+  auto engine = Engine::Create(t->model(), cfg);
+  EXPECT_TRUE(engine.ok());
+  RunToEnd(engine->get(), a, GreedyParams(max_tokens), keep);
+  RunToEnd(engine->get(), b, GreedyParams(max_tokens), keep);
+  for (int i = 0; wait && i < 2000 && tier->size_blocks() < 3; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  if (wait) {
+    EXPECT_GE(tier->size_blocks(), 3);
+  }
+  Collector* c = RunToEnd(engine->get(), a, GreedyParams(max_tokens), keep);
+  *engine_out = std::move(engine.value());
+  return c;
+}
+
 TEST_F(EngineTest, EvictedBlocksComeBackFromLowerTier) {
   for (bool fast : {true, false}) {
     FakeTier tier("fake", 0.0);
-    EngineConfig cfg;
-    cfg.kv_pool_blocks = 4;
-    cfg.max_batch = 1;
-    cfg.tiers = {&tier};
     if (!fast) tier.Prime(1 << 20, 100.0);  // measured: 100 s per MiB, far slower than recomputing
-    auto engine = Engine::Create(&model_, cfg);
-    ASSERT_TRUE(engine.ok());
     std::vector<std::unique_ptr<Collector>> keep;
-    const auto a = Prompt(7, 50), b = Prompt(8, 50);
-    Collector* c1 = RunToEnd(engine->get(), a, GreedyParams(8), &keep);
-    RunToEnd(engine->get(), b, GreedyParams(8), &keep);
-    for (int i = 0; i < 2000 && tier.size_blocks() < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    EXPECT_GE(tier.size_blocks(), 3);  // a's three full blocks, written back on eviction
-    Collector* c3 = RunToEnd(engine->get(), a, GreedyParams(8), &keep);
-    EXPECT_EQ(c1->tokens, Oracle(a, 8));
-    EXPECT_EQ(c3->tokens, c1->tokens) << (fast ? "loaded" : "recomputed");
-    const EngineStats st = (*engine)->stats();
-    if (fast) {
-      EXPECT_EQ(c3->final_event.cached_tokens, 48);
-      EXPECT_EQ(TierHits(st, "fake"), 48);
-      EXPECT_EQ(st.recomputed_hit_tokens, 0);
-    } else {
-      EXPECT_EQ(c3->final_event.cached_tokens, 0);
-      EXPECT_EQ(TierHits(st, "fake"), 0);
-      EXPECT_EQ(st.recomputed_hit_tokens, 48);
-    }
-    (*engine)->Shutdown();
+    std::unique_ptr<Engine> engine;
+    const auto a = Prompt(7, 50);
+    Collector* c = RunEvictAndReturn(this, &tier, a, Prompt(8, 50), 8, true, &keep, &engine);
+    EXPECT_EQ(c->tokens, Oracle(a, 8)) << (fast ? "loaded" : "recomputed");
+    const EngineStats st = engine->stats();
+    EXPECT_EQ(c->final_event.cached_tokens, fast ? 48 : 0);
+    EXPECT_EQ(TierHits(st, "fake"), fast ? 48 : 0);
+    EXPECT_EQ(st.recomputed_hit_tokens, fast ? 0 : 48);
   }
 }
 
@@ -279,23 +288,16 @@ TEST_F(EngineTest, EvictedBlocksComeBackFromLowerTier) {
 TEST_F(EngineTest, BlocksInWriteBackStillHit) {
   FakeTier tier("fake", 0.0);
   tier.SetGate(false);
-  EngineConfig cfg;
-  cfg.kv_pool_blocks = 4;
-  cfg.max_batch = 1;
-  cfg.tiers = {&tier};
-  auto engine = Engine::Create(&model_, cfg);
-  ASSERT_TRUE(engine.ok());
   std::vector<std::unique_ptr<Collector>> keep;
-  const auto a = Prompt(7, 50), b = Prompt(8, 50);
-  RunToEnd(engine->get(), a, GreedyParams(8), &keep);
-  RunToEnd(engine->get(), b, GreedyParams(8), &keep);
-  Collector* c = RunToEnd(engine->get(), a, GreedyParams(8), &keep);
+  std::unique_ptr<Engine> engine;
+  const auto a = Prompt(7, 50);
+  Collector* c = RunEvictAndReturn(this, &tier, a, Prompt(8, 50), 8, false, &keep, &engine);
   EXPECT_EQ(c->tokens, Oracle(a, 8));
   EXPECT_EQ(c->final_event.cached_tokens, 48);
   EXPECT_EQ(tier.size_blocks(), 0);  // nothing written yet
-  EXPECT_EQ(TierHits((*engine)->stats(), "fake"), 48);
+  EXPECT_EQ(TierHits(engine->stats(), "fake"), 48);
   tier.SetGate(true);
-  (*engine)->Shutdown();  // drains the write-backs
+  engine->Shutdown();  // drains the write-backs
   EXPECT_GE(tier.size_blocks(), 6);
 }
 
@@ -304,21 +306,13 @@ TEST_F(EngineTest, HostTierRoundTrip) {
   HostTierOptions opt;
   opt.capacity_blocks = 64;
   HostTier host(opt);
-  EngineConfig cfg;
-  cfg.kv_pool_blocks = 4;
-  cfg.max_batch = 1;
-  cfg.tiers = {&host};
-  auto engine = Engine::Create(&model_, cfg);
-  ASSERT_TRUE(engine.ok());
   std::vector<std::unique_ptr<Collector>> keep;
-  const auto a = Prompt(17, 60), b = Prompt(18, 60);
-  RunToEnd(engine->get(), a, GreedyParams(4), &keep);
-  RunToEnd(engine->get(), b, GreedyParams(4), &keep);
-  for (int i = 0; i < 2000 && host.size_blocks() < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  Collector* c = RunToEnd(engine->get(), a, GreedyParams(4), &keep);
+  std::unique_ptr<Engine> engine;
+  const auto a = Prompt(17, 60);
+  Collector* c = RunEvictAndReturn(this, &host, a, Prompt(18, 60), 4, true, &keep, &engine);
   EXPECT_EQ(c->tokens, Oracle(a, 4));
   EXPECT_EQ(c->final_event.cached_tokens, 48);
-  EXPECT_EQ(TierHits((*engine)->stats(), "host"), 48);
+  EXPECT_EQ(TierHits(engine->stats(), "host"), 48);
 }
 
 TEST_F(EngineTest, CancelStopsARequest) {
