@@ -20,6 +20,7 @@ const Verb kVerbs[] = {
     {"generate", myriad::cli::RunGenerate, "generate text from a prompt"},
     {"doctor", myriad::cli::RunDoctor, "report ISA, BLAS kernel, cores and memory"},
     {"inspect", myriad::cli::RunInspect, "show a checkpoint's manifest and tensors"},
+    {"serve", myriad::cli::RunServe, "serve a checkpoint over an OpenAI-compatible HTTP API"},
 };
 
 void Usage(FILE* f) {
@@ -37,7 +38,7 @@ int main(int argc, char** argv) {
   for (const auto& v : kVerbs) {
     if (!std::strcmp(argv[1], v.name)) return v.run(argc - 1, argv + 1);
   }
-  std::fprintf(stderr, "myriad: unknown verb '%s' (hint: one of prepare, train, eval, generate, doctor, inspect)\n",
+  std::fprintf(stderr, "myriad: unknown verb '%s' (hint: one of prepare, train, eval, generate, doctor, inspect, serve)\n",
                argv[1]);
   return 2;
 }

@@ -7,4 +7,5 @@ int RunEval(int argc, char** argv);
 int RunGenerate(int argc, char** argv);
 int RunDoctor(int argc, char** argv);
 int RunInspect(int argc, char** argv);
+int RunServe(int argc, char** argv);
 }  // namespace myriad::cli

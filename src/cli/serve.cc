@@ -1,0 +1,153 @@
+// myriad serve --ckpt DIR: an OpenAI-compatible HTTP server in front of the
+// serving engine (docs/serving.md). SIGINT/SIGTERM stop it gracefully and
+// print a summary (requests, tokens, cache hits per tier, the bill).
+#include <CLI/CLI.hpp>
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "cli/ckpt_util.h"
+#include "cli/verbs.h"
+#include "core/log.h"
+#include "data/tokenizer.h"
+#include "serve/billing.h"
+#include "serve/chat_template.h"
+#include "serve/engine.h"
+#include "serve/http/server.h"
+
+namespace myriad::cli {
+
+namespace {
+
+// The model id clients name: the run directory's name (runs/NAME/step_N -> NAME).
+std::string DefaultModelName(const std::string& step_dir) {
+  std::filesystem::path p(step_dir);
+  if (p.filename().empty()) p = p.parent_path();
+  std::string name = p.filename().string();
+  if (name.rfind("step_", 0) == 0 && !p.parent_path().filename().empty()) name = p.parent_path().filename().string();
+  return name.empty() ? "myriad" : name;
+}
+
+}  // namespace
+
+int RunServe(int argc, char** argv) {
+  CLI::App app{"Serve a checkpoint over an OpenAI-compatible HTTP API (docs/serving.md)", "myriad serve"};
+  std::string ckpt, tokenizer_path, chat_template_path, prices_path, model_name;
+  serve::ServerConfig scfg;
+  serve::EngineConfig ecfg;
+  int64_t max_body = static_cast<int64_t>(scfg.max_body_bytes);
+  double price_miss = -1, price_hit = -1, price_out = -1;
+  bool no_prefix_cache = false;
+  app.add_option("--ckpt", ckpt, "run directory or step directory")->required();
+  app.add_option("--host", scfg.host, "address to bind (default 127.0.0.1: this machine only)");
+  app.add_option("--port", scfg.port, "port (0: any free port, printed at start)")->check(CLI::Range(0, 65535));
+  app.add_option("--api-key", scfg.api_key, "require 'Authorization: Bearer KEY' (default: $MYRIAD_API_KEY, else none)");
+  app.add_option("--model-name", model_name, "the model id clients send (default: the run directory's name)");
+  app.add_option("--max-batch", ecfg.max_batch, "sequences decoding at once")->check(CLI::PositiveNumber);
+  app.add_option("--max-queue", ecfg.max_queue, "waiting requests before 429")->check(CLI::NonNegativeNumber);
+  app.add_option("--kv-blocks", ecfg.kv_pool_blocks, "KV blocks of 16 tokens in the device pool (0: max-batch full sequences)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--step-tokens", ecfg.step_token_budget, "prefill+decode tokens per engine step")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--no-prefix-cache", no_prefix_cache, "do not reuse KV blocks across requests");
+  app.add_option("--max-body-bytes", max_body, "largest request body (413 above)")->check(CLI::PositiveNumber);
+  app.add_option("--http-threads", scfg.http_threads, "connections served at once")->check(CLI::PositiveNumber);
+  app.add_option("--drain-timeout", scfg.drain_timeout_s, "seconds a stop waits for running requests")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--chat-template", chat_template_path, "chat template TOML (default: the one stored with the model)");
+  app.add_option("--tokenizer", tokenizer_path, "tokenizer model (default: the run's)");
+  app.add_option("--prices", prices_path, "TOML file with a [prices] table (per 1M tokens)");
+  app.add_option("--price-input-miss", price_miss, "price per 1M prompt tokens computed (default 0.9)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--price-input-hit", price_hit, "price per 1M prompt tokens from the KV cache (default 0.08)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--price-output", price_out, "price per 1M generated tokens (default 3.6)")->check(CLI::NonNegativeNumber);
+  // KV tiers below the device pool (host memory, disk, Redis) plug in here:
+  // their flags (--kv-host-blocks, --kv-disk DIR, --kv-redis URL) build
+  // KvTier objects that go into ecfg.tiers, in that order.
+  CLI11_PARSE(app, argc, argv);
+  scfg.max_body_bytes = static_cast<size_t>(max_body);
+  ecfg.prefix_cache = !no_prefix_cache;
+  if (scfg.api_key.empty()) {
+    if (const char* k = std::getenv("MYRIAD_API_KEY")) scfg.api_key = k;
+  }
+
+  // Prices: defaults, then the file, then single flags.
+  serve::PriceTable prices;
+  if (!prices_path.empty()) {
+    auto p = prices.OverriddenFromToml(prices_path);
+    if (!p.ok()) {
+      std::fprintf(stderr, "myriad serve: %s\n", p.status().message().c_str());
+      return 2;
+    }
+    prices = *p;
+  }
+  if (price_miss >= 0) prices.input_cache_miss = price_miss;
+  if (price_hit >= 0) prices.input_cache_hit = price_hit;
+  if (price_out >= 0) prices.output = price_out;
+
+  // SIGINT/SIGTERM are taken by sigwait below: block them before any thread
+  // (engine, OpenMP, HTTP) starts, so every thread inherits the mask.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  auto lm = LoadModelFromCheckpoint(ckpt);
+  if (!lm.ok()) {
+    std::fprintf(stderr, "myriad serve: %s\n", lm.status().message().c_str());
+    return 1;
+  }
+  if (tokenizer_path.empty()) tokenizer_path = lm->tokenizer_path;
+  auto tok = Tokenizer::Load(tokenizer_path);
+  if (!tok.ok()) {
+    std::fprintf(stderr, "myriad serve: %s\n", tok.status().message().c_str());
+    return 1;
+  }
+  std::string template_origin = chat_template_path;
+  auto tmpl = chat_template_path.empty() ? serve::ChatTemplate::ForCheckpoint(lm->dir, &template_origin)
+                                         : serve::ChatTemplate::LoadFile(chat_template_path);
+  if (!tmpl.ok()) {
+    std::fprintf(stderr, "myriad serve: %s\n", tmpl.status().message().c_str());
+    return 1;
+  }
+  scfg.model_name = model_name.empty() ? DefaultModelName(lm->dir) : model_name;
+  scfg.context_tokens = lm->model->config().max_seq_len;
+
+  auto engine = serve::Engine::Create(lm->model.get(), ecfg);
+  if (!engine.ok()) {
+    std::fprintf(stderr, "myriad serve: %s\n", engine.status().message().c_str());
+    return 1;
+  }
+  serve::HttpServer server(engine->get(), &*tok, std::move(*tmpl), prices, scfg);
+  if (Status st = server.Start(); !st.ok()) {
+    std::fprintf(stderr, "myriad serve: %s\n", st.message().c_str());
+    (*engine)->Shutdown();
+    return 1;
+  }
+  LOG_INFO("serve: model '%s' (%s, step %lld, context %lld tokens), chat template: %s", scfg.model_name.c_str(),
+           lm->dir.c_str(), static_cast<long long>(lm->step), static_cast<long long>(scfg.context_tokens),
+           template_origin.c_str());
+  LOG_INFO("serve: max_batch %d, max_queue %d, prefix cache %s, api key %s", ecfg.max_batch, ecfg.max_queue,
+           ecfg.prefix_cache ? "on" : "off", scfg.api_key.empty() ? "off" : "required");
+  std::fprintf(stderr, "myriad serve: listening on %s (POST /v1/chat/completions, /v1/completions; GET /v1/models, "
+                       "/health, /metrics)\n", server.url().c_str());
+  std::fflush(stderr);
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  std::fprintf(stderr, "myriad serve: %s received: refusing new requests, finishing running ones\n",
+               sig == SIGINT ? "SIGINT" : "SIGTERM");
+  server.Shutdown();
+  (*engine)->Shutdown();
+  std::fprintf(stderr, "myriad serve: shutdown summary\n%s", server.Summary().c_str());
+  std::fflush(stderr);
+  return 0;
+}
+
+}  // namespace myriad::cli

@@ -1,0 +1,703 @@
+#include "serve/http/server.h"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <random>
+#include <sys/socket.h>
+#include <set>
+#include <thread>
+
+#include "core/log.h"
+#include "serve/http/openai.h"
+
+namespace myriad::serve {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr const char* kJson = "application/json";
+
+// State shared with engine callbacks, which may outlive a request's handler
+// (a client that went away) and must not touch the server after it is gone.
+struct Accounts {
+  explicit Accounts(PriceTable p) : ledger(std::move(p)) {}
+  BillingLedger ledger;
+  mutable std::mutex mu;
+  ServerCounters counters;
+  std::map<int, int64_t> responses_by_status;
+  std::set<uint64_t> running_ids;  // submitted, final event not yet seen
+  std::condition_variable idle_cv;  // signalled when a request finishes
+  int64_t active_http = 0;          // completion responses not yet fully written
+};
+
+// The hand-over between the engine thread (Push) and a connection thread.
+struct Pending {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<TokenEvent> events;
+  RequestCost cost;  // set with the final event
+};
+
+// One completion request from submission to its last byte.
+class Generation {
+ public:
+  Generation(Engine* engine, const Tokenizer* tok, std::vector<std::string> stops)
+      : engine_(engine), tok_(tok), decoder_(tok), filter_(std::move(stops)) {}
+
+  std::shared_ptr<Pending> pending = std::make_shared<Pending>();
+  uint64_t id = 0;
+
+  struct Step {
+    std::string text;
+    bool finished = false;
+  };
+  // Waits up to `timeout` for events and turns them into text.
+  Step Next(std::chrono::milliseconds timeout) {
+    std::deque<TokenEvent> batch;
+    {
+      std::unique_lock<std::mutex> lock(pending->mu);
+      pending->cv.wait_for(lock, timeout, [&] { return !pending->events.empty(); });
+      batch.swap(pending->events);
+    }
+    Step s;
+    for (const TokenEvent& e : batch) {
+      if (finished_) break;
+      if (!e.done) {
+        if (e.token == tok_->eos_id() || e.token == tok_->bos_id()) continue;
+        s.text += filter_.Push(decoder_.Push(e.token));
+        if (filter_.stopped() && !cancel_sent_) {
+          cancel_sent_ = true;
+          stopped_by_text_ = true;
+          engine_->Cancel(id);
+        }
+        continue;
+      }
+      s.text += filter_.Push(decoder_.Finish());
+      s.text += filter_.Flush();
+      finished_ = true;
+      finish_reason_ = stopped_by_text_ ? "stop" : e.finish_reason;
+      error_ = e.error;
+      usage_ = {e.prompt_tokens, e.completion_tokens, e.cached_tokens};
+      std::lock_guard<std::mutex> lock(pending->mu);
+      cost_ = pending->cost;
+    }
+    s.finished = finished_;
+    return s;
+  }
+  // The client went away: stop the engine's work on this request.
+  void CancelIfRunning() {
+    if (!finished_ && !cancel_sent_) {
+      cancel_sent_ = true;
+      engine_->Cancel(id);
+    }
+  }
+
+  bool finished() const { return finished_; }
+  bool stopped_by_text() const { return stopped_by_text_; }
+  const std::string& finish_reason() const { return finish_reason_; }
+  const std::string& error() const { return error_; }
+  const Usage& usage() const { return usage_; }
+  const RequestCost& cost() const { return cost_; }
+
+ private:
+  Engine* engine_;
+  const Tokenizer* tok_;
+  TokenStreamDecoder decoder_;
+  StopTextFilter filter_;
+  bool finished_ = false, cancel_sent_ = false, stopped_by_text_ = false;
+  std::string finish_reason_, error_;
+  Usage usage_;
+  RequestCost cost_;
+};
+
+// Compares without an early exit, so the time taken does not reveal how
+// much of a guessed key was right.
+bool ConstantTimeEquals(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+// httplib listens with a backlog of 5 (compiled into Debian's library):
+// a burst of clients overflows it and some connections are reset. Calling
+// listen() again on the bound socket raises the backlog (Linux allows it).
+class Listener : public httplib::Server {
+ public:
+  void RaiseBacklog(int backlog) {
+    if (svr_sock_ != INVALID_SOCKET) ::listen(svr_sock_, backlog);
+  }
+};
+
+void SendError(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(ErrorJson(e), kJson);
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  Engine* engine;
+  const Tokenizer* tok;
+  ChatTemplate chat_template;
+  ServerConfig cfg;
+  std::shared_ptr<Accounts> acct;
+  Listener svr;
+  std::thread listener;
+  int bound_port = 0;
+  std::atomic<bool> draining{false};
+  std::once_flag shutdown_once;
+  int64_t started_unix = 0;
+  std::atomic<uint64_t> request_counter{0};
+  uint64_t id_salt = 0;
+
+  Impl(Engine* e, const Tokenizer* t, ChatTemplate ct, PriceTable prices, ServerConfig c)
+      : engine(e), tok(t), chat_template(std::move(ct)), cfg(std::move(c)),
+        acct(std::make_shared<Accounts>(std::move(prices))) {
+    std::random_device rd;
+    id_salt = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+    started_unix = std::chrono::duration_cast<std::chrono::seconds>(
+                       std::chrono::system_clock::now().time_since_epoch()).count();
+  }
+
+  std::string NewId(Endpoint ep, uint64_t n) {
+    char buf[64];
+    uint64_t x = (n + 1) * 0x9E3779B97F4A7C15ull ^ id_salt;
+    std::snprintf(buf, sizeof buf, "%s-%016llx%08llx", ep == Endpoint::kChat ? "chatcmpl" : "cmpl",
+                  static_cast<unsigned long long>(x), static_cast<unsigned long long>(n & 0xffffffffu));
+    return buf;
+  }
+
+  void Routes();
+  void HandleCompletion(const httplib::Request& req, httplib::Response& res, Endpoint ep);
+  void HandleModels(const httplib::Request& req, httplib::Response& res);
+  void WaitIdle(double seconds);
+  std::string Metrics();
+  std::string Summary();
+};
+
+void HttpServer::Impl::Routes() {
+  auto not_allowed = [](const char* allow) {
+    return [allow](const httplib::Request&, httplib::Response& res) {
+      res.set_header("Allow", allow);
+      ApiError e = ErrorForStatus(405);
+      e.message += std::string(" (hint: this route takes ") + allow + ")";
+      SendError(res, e);
+    };
+  };
+  for (const auto& [path, ep] : {std::pair{"/v1/chat/completions", Endpoint::kChat},
+                                 std::pair{"/v1/completions", Endpoint::kCompletion}}) {
+    Endpoint e = ep;
+    svr.Post(path, [this, e](const httplib::Request& req, httplib::Response& res) { HandleCompletion(req, res, e); });
+    svr.Get(path, not_allowed("POST"));
+    svr.Put(path, not_allowed("POST"));
+    svr.Delete(path, not_allowed("POST"));
+    svr.Patch(path, not_allowed("POST"));
+  }
+  svr.Get(R"(/v1/models(/.*)?)", [this](const httplib::Request& req, httplib::Response& res) { HandleModels(req, res); });
+  svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+    if (draining) {
+      res.status = 503;
+      res.set_content(R"({"status":"draining"})", kJson);
+    } else {
+      res.set_content(R"({"status":"ok"})", kJson);
+    }
+  });
+  svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(Metrics(), "text/plain; version=0.0.4");
+  });
+  for (const char* path : {R"(/v1/models(/.*)?)", "/health", "/metrics"}) {
+    svr.Post(path, not_allowed("GET"));
+    svr.Put(path, not_allowed("GET"));
+    svr.Delete(path, not_allowed("GET"));
+    svr.Patch(path, not_allowed("GET"));
+  }
+
+  // Authentication before routing; /health stays open for load balancers.
+  svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    {
+      std::lock_guard<std::mutex> lock(acct->mu);
+      acct->counters.http_requests++;
+    }
+    if (cfg.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    const std::string auth = req.get_header_value("Authorization");
+    const std::string want = "Bearer " + cfg.api_key;
+    if (ConstantTimeEquals(auth, want)) return httplib::Server::HandlerResponse::Unhandled;
+    ApiError e = ErrorForStatus(401);
+    if (auth.empty()) e.message = "no API key given (hint: send the header 'Authorization: Bearer <key>')";
+    SendError(res, e);
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  // Every error status httplib produces itself (404, 413, 400 on a bad
+  // request line) gets OpenAI's error body; bodies set by handlers are kept.
+  svr.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    SendError(res, ErrorForStatus(res.status));
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    ApiError e;
+    e.status = 500;
+    e.type = "server_error";
+    e.message = "internal error";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& ex) {
+      e.message = std::string("internal error: ") + ex.what();
+    } catch (...) {
+    }
+    LOG_ERROR("http: %s", e.message.c_str());
+    SendError(res, e);
+  });
+  svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
+    std::lock_guard<std::mutex> lock(acct->mu);
+    acct->responses_by_status[res.status]++;
+    if (res.status >= 400 && res.status != 429 && res.status != 503 && res.status != 401) acct->counters.bad_requests++;
+  });
+}
+
+void HttpServer::Impl::HandleModels(const httplib::Request& req, httplib::Response& res) {
+  json model = {{"id", cfg.model_name}, {"object", "model"}, {"created", started_unix}, {"owned_by", "myriad"}};
+  if (req.path == "/v1/models" || req.path == "/v1/models/") {
+    res.set_content(json({{"object", "list"}, {"data", json::array({model})}}).dump(), kJson);
+    return;
+  }
+  std::string id = req.path.substr(std::string("/v1/models/").size());
+  if (id != cfg.model_name) {
+    ApiError e;
+    e.status = 404;
+    e.message = "The model '" + id + "' does not exist (hint: this server serves '" + cfg.model_name + "')";
+    e.code = "model_not_found";
+    e.param = "model";
+    SendError(res, e);
+    return;
+  }
+  res.set_content(model.dump(), kJson);
+}
+
+void HttpServer::Impl::HandleCompletion(const httplib::Request& req, httplib::Response& res, Endpoint ep) {
+  if (draining) {
+    SendError(res, ErrorForStatus(503));
+    return;
+  }
+  CompletionRequest cr;
+  ApiError err;
+  if (!ParseCompletionRequest(req.body, ep, &cr, &err)) {
+    SendError(res, err);
+    return;
+  }
+  if (cr.model != cfg.model_name) {
+    err.status = 404;
+    err.message = "The model '" + cr.model + "' does not exist (hint: this server serves '" + cfg.model_name + "')";
+    err.code = "model_not_found";
+    err.param = "model";
+    SendError(res, err);
+    return;
+  }
+
+  // The prompt: training packs documents as doc + eos, so a new document
+  // follows eos (as in `myriad generate`).
+  std::vector<int32_t> ids;
+  std::string echo_text;
+  if (ep == Endpoint::kCompletion && cr.prompt_is_tokens) {
+    for (int32_t t : cr.prompt_tokens)
+      if (t >= tok->vocab_size()) {
+        err.status = 400;
+        err.param = "prompt";
+        err.message = "'prompt' token id " + std::to_string(t) + " is outside the vocabulary (size " +
+                      std::to_string(tok->vocab_size()) + ")";
+        SendError(res, err);
+        return;
+      }
+    ids = cr.prompt_tokens;
+    if (cr.echo) echo_text = tok->Decode(ids);
+  } else {
+    const std::string text = ep == Endpoint::kChat ? chat_template.Render(cr.messages) : cr.prompt_text;
+    if (tok->eos_id() >= 0) ids.push_back(tok->eos_id());
+    tok->EncodeTo(text, &ids);
+    if (cr.echo) echo_text = text;
+  }
+  const int64_t context = cfg.context_tokens > 0 ? cfg.context_tokens : INT32_MAX;
+  const int64_t prompt_len = static_cast<int64_t>(ids.size());
+  if (prompt_len >= context) {
+    err.status = 400;
+    err.param = ep == Endpoint::kChat ? "messages" : "prompt";
+    err.code = "context_length_exceeded";
+    err.message = "the prompt is " + std::to_string(prompt_len) + " tokens and this model's context is " +
+                  std::to_string(context) + " tokens (hint: shorten the prompt)";
+    SendError(res, err);
+    return;
+  }
+
+  GenerationParams gp;
+  // Output is clamped to what fits in the context (finish_reason "length").
+  gp.max_tokens = static_cast<int>(std::min<int64_t>(cr.max_tokens.value_or(context - prompt_len), context - prompt_len));
+  gp.sampling.temperature = cr.temperature;
+  gp.sampling.top_p = cr.top_p;
+  gp.sampling.top_k = cr.top_k;
+  const uint64_t n = request_counter.fetch_add(1);
+  gp.seed = cr.seed ? *cr.seed : (id_salt ^ (n * 0xD1B54A32D192ED03ull));
+  if (tok->eos_id() >= 0) gp.stop_token_seqs.push_back({tok->eos_id()});
+  for (const auto& s : cr.stop) {
+    std::vector<int32_t> seq = tok->Encode(s);
+    if (!seq.empty()) gp.stop_token_seqs.push_back(std::move(seq));
+  }
+
+  auto gen = std::make_shared<Generation>(engine, tok, cr.stop);
+  ResponseMeta meta{ep, NewId(ep, n), std::chrono::duration_cast<std::chrono::seconds>(
+                                          std::chrono::system_clock::now().time_since_epoch()).count(),
+                    cfg.model_name};
+
+  // Count this response as active before submitting, so Shutdown waits for it.
+  {
+    std::lock_guard<std::mutex> lock(acct->mu);
+    acct->active_http++;
+  }
+  auto release_active = [acct = acct] {
+    std::lock_guard<std::mutex> lock(acct->mu);
+    acct->active_http--;
+    acct->idle_cv.notify_all();
+  };
+  std::shared_ptr<Pending> pending = gen->pending;
+  auto submitted = engine->Submit(ids, gp, [pending, acct = acct](
+                                               const TokenEvent& e) {
+    if (e.done) {
+      RequestCost c = acct->ledger.Charge(e.prompt_tokens, e.cached_tokens, e.completion_tokens);
+      std::lock_guard<std::mutex> lock(pending->mu);
+      pending->cost = c;
+    }
+    {
+      std::lock_guard<std::mutex> lock(pending->mu);
+      pending->events.push_back(e);
+    }
+    pending->cv.notify_one();
+  });
+  if (!submitted.ok()) {
+    release_active();
+    const std::string m = submitted.status().message();
+    // The engine says "queue full" for back-pressure and "shutting down"
+    // while stopping; anything else is about this request (400).
+    if (m.find("queue full") != std::string::npos) {
+      {
+        std::lock_guard<std::mutex> lock(acct->mu);
+        acct->counters.rejected_busy++;
+      }
+      ApiError busy = ErrorForStatus(429);
+      busy.message += ": " + m;
+      res.set_header("Retry-After", std::to_string(cfg.retry_after_s));
+      SendError(res, busy);
+    } else if (m.find("shutting down") != std::string::npos) {
+      SendError(res, ErrorForStatus(503));
+    } else {
+      err.status = 400;
+      err.message = m;
+      if (m.find("too long") != std::string::npos) err.code = "context_length_exceeded";
+      SendError(res, err);
+    }
+    return;
+  }
+  gen->id = *submitted;
+  {
+    std::lock_guard<std::mutex> lock(acct->mu);
+    acct->running_ids.insert(gen->id);
+  }
+  auto on_finished = [acct = acct, gen] {
+    std::lock_guard<std::mutex> lock(acct->mu);
+    acct->running_ids.erase(gen->id);
+    if (gen->finish_reason() == "error") acct->counters.completions_failed++;
+    else if (!gen->finished() || gen->finish_reason() == "cancelled") acct->counters.completions_cancelled++;
+    else acct->counters.completions_ok++;
+    if (gen->stopped_by_text()) acct->counters.stopped_by_text++;
+  };
+
+  if (!cr.stream) {
+    std::string text = echo_text;
+    while (true) {
+      auto step = gen->Next(std::chrono::milliseconds(1000));
+      text += step.text;
+      if (step.finished) break;
+    }
+    on_finished();
+    release_active();
+    if (gen->finish_reason() == "error") {
+      ApiError e;
+      e.status = 500;
+      e.type = "server_error";
+      e.message = "generation failed: " + gen->error();
+      SendError(res, e);
+      return;
+    }
+    const auto& prices = acct->ledger.prices();
+    char cost_buf[48];
+    std::snprintf(cost_buf, sizeof cost_buf, "%.9f", gen->cost().total());
+    res.set_header("X-Myriad-Cost", cost_buf);
+    res.set_header("X-Myriad-Currency", prices.currency);
+    json body = ResponseJson(meta, text, gen->finish_reason(), gen->usage(), CostJson(gen->cost(), prices.currency));
+    res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), kJson);
+    return;
+  }
+
+  // Streaming: the first call sends the role (chat) and echo, then every
+  // call waits for tokens and writes what it got; a failed write means the
+  // client is gone and cancels the request.
+  struct StreamState {
+    bool started = false, ended = false;
+  };
+  auto st = std::make_shared<StreamState>();
+  const bool include_usage = cr.include_usage;
+  const std::string currency = acct->ledger.prices().currency;
+  const auto keepalive = std::chrono::milliseconds(std::max(10, cfg.sse_keepalive_ms));
+  res.set_header("Cache-Control", "no-cache");
+  res.set_header("X-Accel-Buffering", "no");
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [gen, st, meta, echo_text, include_usage, currency, keepalive](size_t, httplib::DataSink& sink) {
+        std::string out;
+        if (!st->started) {
+          st->started = true;
+          if (meta.endpoint == Endpoint::kChat) out += SseData(ChunkJson(meta, "", true, ""));
+          if (!echo_text.empty()) out += SseData(ChunkJson(meta, echo_text, false, ""));
+        }
+        // An empty write would end the response in httplib: always send
+        // something (tokens, the end, or a keep-alive comment).
+        if (out.empty()) {
+          auto step = gen->Next(keepalive);
+          if (!step.text.empty()) out += SseData(ChunkJson(meta, step.text, false, ""));
+          if (step.finished) {
+            if (gen->finish_reason() == "error") {
+              ApiError e;
+              e.status = 500;
+              e.type = "server_error";
+              e.message = "generation failed: " + gen->error();
+              out += "data: " + ErrorJson(e) + "\n\n";
+            } else {
+              out += SseData(ChunkJson(meta, "", false, gen->finish_reason()));
+              if (include_usage) out += SseData(UsageChunkJson(meta, gen->usage(), CostJson(gen->cost(), currency)));
+            }
+            out += kSseDone;
+            st->ended = true;
+          }
+          if (out.empty()) out = ": keep-alive\n\n";  // SSE comment: also probes the connection
+        }
+        if (!sink.write(out.data(), out.size())) {
+          gen->CancelIfRunning();
+          return false;
+        }
+        if (st->ended) sink.done();
+        return true;
+      },
+      // Runs when the response is finished or abandoned, on the connection's thread.
+      [gen, on_finished, release_active](bool) {
+        if (!gen->finished()) {
+          gen->CancelIfRunning();
+          // Wait for the engine's final event so the request is accounted once.
+          for (int i = 0; i < 600 && !gen->finished(); ++i) gen->Next(std::chrono::milliseconds(100));
+        }
+        on_finished();
+        release_active();
+      });
+}
+
+void HttpServer::Impl::WaitIdle(double seconds) {
+  std::unique_lock<std::mutex> lock(acct->mu);
+  acct->idle_cv.wait_for(lock, std::chrono::duration<double>(seconds), [&] { return acct->active_http == 0; });
+}
+
+HttpServer::HttpServer(Engine* engine, const Tokenizer* tokenizer, ChatTemplate chat_template, PriceTable prices,
+                       ServerConfig cfg)
+    : impl_(std::make_unique<Impl>(engine, tokenizer, std::move(chat_template), std::move(prices), std::move(cfg))) {}
+
+HttpServer::~HttpServer() { Shutdown(); }
+
+Status HttpServer::Start() {
+  std::signal(SIGPIPE, SIG_IGN);
+  Impl& m = *impl_;
+  m.Routes();
+  m.svr.set_payload_max_length(m.cfg.max_body_bytes);
+  const int threads = std::max(4, m.cfg.http_threads);
+  m.svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  m.svr.set_keep_alive_timeout(5);
+  if (m.cfg.port == 0) {
+    m.bound_port = m.svr.bind_to_any_port(m.cfg.host);
+    if (m.bound_port <= 0) return Status::Error("cannot bind " + m.cfg.host + " to any port (hint: check --host)");
+  } else {
+    if (!m.svr.bind_to_port(m.cfg.host, m.cfg.port))
+      return Status::Error("cannot bind " + m.cfg.host + ":" + std::to_string(m.cfg.port) +
+                           " (hint: the port is in use or the address is not local; try another --port)");
+    m.bound_port = m.cfg.port;
+  }
+  m.svr.RaiseBacklog(1024);
+  m.listener = std::thread([&m] { m.svr.listen_after_bind(); });
+  return Status::Ok();
+}
+
+int HttpServer::port() const { return impl_->bound_port; }
+
+std::string HttpServer::url() const {
+  const std::string& h = impl_->cfg.host;
+  return "http://" + (h.find(':') != std::string::npos ? "[" + h + "]" : h) + ":" + std::to_string(port());
+}
+
+void HttpServer::Shutdown() {
+  Impl& m = *impl_;
+  std::call_once(m.shutdown_once, [&m] {
+    m.draining = true;
+    m.WaitIdle(m.cfg.drain_timeout_s);
+    std::vector<uint64_t> left;
+    {
+      std::lock_guard<std::mutex> lock(m.acct->mu);
+      left.assign(m.acct->running_ids.begin(), m.acct->running_ids.end());
+    }
+    if (!left.empty()) {
+      LOG_WARN("serve: %zu requests still running after %.0fs; cancelling them", left.size(), m.cfg.drain_timeout_s);
+      for (uint64_t id : left) m.engine->Cancel(id);
+      m.WaitIdle(10);
+    }
+    if (m.listener.joinable()) {
+      m.svr.stop();
+      m.listener.join();
+    }
+  });
+}
+
+ServerCounters HttpServer::counters() const {
+  std::lock_guard<std::mutex> lock(impl_->acct->mu);
+  return impl_->acct->counters;
+}
+
+BillingLedger::Totals HttpServer::billing() const { return impl_->acct->ledger.totals(); }
+
+namespace {
+
+// Prometheus text exposition: "# HELP", "# TYPE", then samples.
+class PromWriter {
+ public:
+  void Metric(const char* name, const char* type, const char* help) {
+    out_ += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  }
+  void Sample(const std::string& name, double v, const std::string& labels = "") {
+    char buf[64];
+    if (v == static_cast<double>(static_cast<int64_t>(v)) && std::abs(v) < 1e15)
+      std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v));
+    else
+      std::snprintf(buf, sizeof buf, "%.9g", v);
+    out_ += name + (labels.empty() ? "" : "{" + labels + "}") + " " + buf + "\n";
+  }
+  void One(const char* name, const char* type, const char* help, double v) {
+    Metric(name, type, help);
+    Sample(name, v);
+  }
+  std::string& str() { return out_; }
+
+ private:
+  std::string out_;
+};
+
+double HitRate(const EngineStats& s) {
+  return s.prompt_tokens > 0 ? static_cast<double>(s.cached_tokens) / static_cast<double>(s.prompt_tokens) : 0.0;
+}
+
+}  // namespace
+
+std::string HttpServer::Impl::Metrics() {
+  EngineStats es = engine->stats();
+  ServerCounters sc;
+  std::map<int, int64_t> by_status;
+  {
+    std::lock_guard<std::mutex> lock(acct->mu);
+    sc = acct->counters;
+    by_status = acct->responses_by_status;
+  }
+  BillingLedger::Totals bt = acct->ledger.totals();
+  PromWriter w;
+  w.One("myriad_requests_total", "counter", "Requests the engine accepted.", es.requests);
+  w.One("myriad_requests_rejected_total", "counter", "Requests the engine refused (queue full).", es.rejected);
+  w.One("myriad_requests_cancelled_total", "counter", "Requests cancelled (client gone or stop string).", es.cancelled);
+  w.One("myriad_prompt_tokens_total", "counter", "Prompt tokens of accepted requests.", es.prompt_tokens);
+  w.One("myriad_cached_tokens_total", "counter", "Prompt tokens served from the KV cache.", es.cached_tokens);
+  w.One("myriad_completion_tokens_total", "counter", "Generated tokens.", es.completion_tokens);
+  w.Metric("myriad_kv_hit_tokens_total", "counter", "Prompt tokens served per KV tier.");
+  w.Sample("myriad_kv_hit_tokens_total", es.t0_hits, "tier=\"device\"");
+  for (const auto& [tier, hits] : es.tier_hits) w.Sample("myriad_kv_hit_tokens_total", hits, "tier=\"" + tier + "\"");
+  w.One("myriad_kv_recomputed_hit_tokens_total", "counter", "Cached tokens the cost model chose to recompute.",
+        es.recomputed_hit_tokens);
+  w.One("myriad_prefix_cache_hit_rate", "gauge", "cached_tokens / prompt_tokens since start.", HitRate(es));
+  w.One("myriad_requests_running", "gauge", "Sequences in the running batch.", es.running);
+  w.One("myriad_requests_waiting", "gauge", "Requests waiting in the queue.", es.waiting);
+  w.One("myriad_kv_blocks_used", "gauge", "KV blocks in use in the device pool.", es.kv_blocks_used);
+  w.One("myriad_kv_blocks_total", "gauge", "KV blocks in the device pool.", es.kv_blocks_total);
+  w.One("myriad_http_requests_total", "counter", "HTTP requests received.", sc.http_requests);
+  w.Metric("myriad_http_responses_total", "counter", "HTTP responses by status code.");
+  for (const auto& [code, count] : by_status) w.Sample("myriad_http_responses_total", count, "code=\"" + std::to_string(code) + "\"");
+  w.One("myriad_http_rejected_busy_total", "counter", "Completions refused with 429.", sc.rejected_busy);
+  w.One("myriad_http_completions_ok_total", "counter", "Completions finished (stop or length).", sc.completions_ok);
+  w.One("myriad_http_completions_cancelled_total", "counter", "Completions whose client went away.",
+        sc.completions_cancelled);
+  w.One("myriad_http_completions_failed_total", "counter", "Completions that failed in the engine.",
+        sc.completions_failed);
+  const std::string cur = "currency=\"" + acct->ledger.prices().currency + "\"";
+  w.One("myriad_billed_requests_total", "counter", "Requests billed.", bt.requests);
+  w.Metric("myriad_billed_tokens_total", "counter", "Billed tokens by kind.");
+  w.Sample("myriad_billed_tokens_total", bt.cost.miss_tokens, "kind=\"input_cache_miss\"");
+  w.Sample("myriad_billed_tokens_total", bt.cost.hit_tokens, "kind=\"input_cache_hit\"");
+  w.Sample("myriad_billed_tokens_total", bt.cost.output_tokens, "kind=\"output\"");
+  w.Metric("myriad_billed_cost_total", "counter", "Billed amount by kind, in the price table's currency.");
+  w.Sample("myriad_billed_cost_total", bt.cost.input_cache_miss, "kind=\"input_cache_miss\"," + cur);
+  w.Sample("myriad_billed_cost_total", bt.cost.input_cache_hit, "kind=\"input_cache_hit\"," + cur);
+  w.Sample("myriad_billed_cost_total", bt.cost.output, "kind=\"output\"," + cur);
+  w.Sample("myriad_billed_cost_total", bt.cost.total(), "kind=\"total\"," + cur);
+  return std::move(w.str());
+}
+
+std::string HttpServer::Impl::Summary() {
+  EngineStats es = engine->stats();
+  ServerCounters sc;
+  {
+    std::lock_guard<std::mutex> lock(acct->mu);
+    sc = acct->counters;
+  }
+  BillingLedger::Totals bt = acct->ledger.totals();
+  const auto& p = acct->ledger.prices();
+  auto money = [&](double v) { return FormatMoney(v, p.currency); };
+  std::string s;
+  char buf[512];
+  std::snprintf(buf, sizeof buf,
+                "requests: %lld accepted, %lld rejected (queue full), %lld cancelled; http: %lld requests, %lld "
+                "completions ok, %lld client gone, %lld failed, %lld bad requests\n",
+                (long long)es.requests, (long long)es.rejected, (long long)es.cancelled, (long long)sc.http_requests,
+                (long long)sc.completions_ok, (long long)sc.completions_cancelled, (long long)sc.completions_failed,
+                (long long)sc.bad_requests);
+  s += buf;
+  std::snprintf(buf, sizeof buf, "tokens: %lld prompt (%lld cached, hit rate %.1f%%), %lld generated\n",
+                (long long)es.prompt_tokens, (long long)es.cached_tokens, 100.0 * HitRate(es),
+                (long long)es.completion_tokens);
+  s += buf;
+  s += "kv hits (tokens): device " + std::to_string(es.t0_hits);
+  for (const auto& [tier, hits] : es.tier_hits) s += ", " + tier + " " + std::to_string(hits);
+  if (es.recomputed_hit_tokens) s += " (recomputed " + std::to_string(es.recomputed_hit_tokens) + ")";
+  s += "\n";
+  std::snprintf(buf, sizeof buf,
+                "bill: %lld requests; input cache miss %lld tokens %s, input cache hit %lld tokens %s, output %lld "
+                "tokens %s; total %s (prices per 1M tokens: miss %g, hit %g, output %g %s)\n",
+                (long long)bt.requests, (long long)bt.cost.miss_tokens, money(bt.cost.input_cache_miss).c_str(),
+                (long long)bt.cost.hit_tokens, money(bt.cost.input_cache_hit).c_str(),
+                (long long)bt.cost.output_tokens, money(bt.cost.output).c_str(), money(bt.cost.total()).c_str(),
+                p.input_cache_miss, p.input_cache_hit, p.output, p.currency.c_str());
+  s += buf;
+  return s;
+}
+
+std::string HttpServer::MetricsText() { return impl_->Metrics(); }
+std::string HttpServer::Summary() { return impl_->Summary(); }
+
+}  // namespace myriad::serve
