@@ -425,35 +425,53 @@ void EngineImpl::Admit() {
 }
 
 bool EngineImpl::TryAdmit(Request* r) {
-  // Prefix match: full blocks of the prompt, leaving at least its last token
-  // to compute (its logits give the first generated token).
+  // Prefix match over the full blocks of the prompt, leaving at least its
+  // last token to compute (its logits give the first generated token).
   const int64_t n_full = cfg_.prefix_cache ? (r->prompt_len - 1) / kBlockTokens : 0;
-  std::vector<int32_t> t0_run;  // leading blocks resident in T0
-  std::vector<MatchedBlock> more;
-  BlockKey parent = 0, t0_last = 0;
+  auto key_of = [&](BlockKey parent, int64_t i) {
+    return ChainKey(parent, r->tokens.data() + i * kBlockTokens, kBlockTokens, fp_);
+  };
+  // 1. The leading run resident in T0: shared as it is.
+  std::vector<int32_t> t0_run;
+  BlockKey t0_last = 0;
   for (int64_t i = 0; i < n_full; ++i) {
-    const BlockKey key = ChainKey(parent, r->tokens.data() + i * kBlockTokens, kBlockTokens, fp_);
+    const BlockKey key = key_of(t0_last, i);
     const int32_t b = pool_.Find(key);
-    MatchedBlock m;
-    m.key = key;
-    if (b >= 0 && more.empty()) {
-      t0_run.push_back(b);
-      t0_last = key;
-    } else if (b >= 0) {
-      m.t0_block = b;
-      more.push_back(m);
-    } else if (auto p = Pending(key)) {
-      m.pending = p;
-      more.push_back(m);
-    } else {
-      for (size_t t = 0; t < cfg_.tiers.size() && m.tier < 0; ++t)
-        if (cfg_.tiers[t]->Contains(key)) m.tier = static_cast<int>(t);
-      if (m.tier < 0) break;
-      more.push_back(m);
-    }
-    parent = key;
+    if (b < 0) break;
+    t0_run.push_back(b);
+    t0_last = key;
   }
-  // Load or recompute the blocks beyond the T0 run.
+  // 2. Room: the T0 run is shared; everything else this request may ever
+  // hold must fit beside the other requests' outstanding reservations.
+  for (int32_t b : t0_run) pool_.Ref(b);
+  int64_t outstanding = 0;
+  for (auto& o : running_) outstanding += o->reserve - static_cast<int64_t>(o->blocks.size());
+  const int64_t need = r->reserve - static_cast<int64_t>(t0_run.size());
+  const int64_t spare = pool_.available() - outstanding - need;
+  if (spare < 0) {
+    for (int32_t b : t0_run) pool_.Release(b);
+    return false;
+  }
+  // 3. The match goes on block by block: in T0 again (after a gap), in the
+  // write-back queue, in the first lower tier that has the key.
+  std::vector<MatchedBlock> more;
+  int64_t t0_copies = 0;
+  for (int64_t i = static_cast<int64_t>(t0_run.size()); i < n_full; ++i) {
+    MatchedBlock m;
+    m.key = key_of(more.empty() ? t0_last : more.back().key, i);
+    if ((m.t0_block = pool_.Find(m.key)) >= 0) {
+      // Copied into a fresh block, its source referenced meanwhile: that
+      // takes one spare block each for a moment.
+      if (t0_copies == spare) break;
+      ++t0_copies;
+    } else if (!(m.pending = Pending(m.key))) {
+      for (size_t t = 0; t < cfg_.tiers.size() && m.tier < 0; ++t)
+        if (cfg_.tiers[t]->Contains(m.key)) m.tier = static_cast<int>(t);
+      if (m.tier < 0) break;
+    }
+    more.push_back(std::move(m));
+  }
+  // 4. Load or recompute the blocks beyond the T0 run.
   LoadPlan plan;
   plan.load_blocks = static_cast<int64_t>(more.size());
   if (cfg_.load_or_recompute && !more.empty()) {
@@ -469,16 +487,6 @@ bool EngineImpl::TryAdmit(Request* r) {
     plan = ChooseLoadPlan(secs, cost_.RecomputeSecondsPerBlock());
   }
   more.resize(plan.load_blocks);
-  // Room: the T0 run is shared; everything else this request may ever hold
-  // must fit beside the other requests' outstanding reservations.
-  for (int32_t b : t0_run) pool_.Ref(b);
-  int64_t outstanding = 0;
-  for (auto& o : running_) outstanding += o->reserve - static_cast<int64_t>(o->blocks.size());
-  const int64_t need = r->reserve - static_cast<int64_t>(t0_run.size());
-  if (pool_.available() - outstanding < need) {
-    for (int32_t b : t0_run) pool_.Release(b);
-    return false;
-  }
   r->blocks = t0_run;
   r->computed = static_cast<int64_t>(t0_run.size()) * kBlockTokens;
   r->published = static_cast<int64_t>(t0_run.size());

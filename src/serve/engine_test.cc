@@ -315,6 +315,62 @@ TEST_F(EngineTest, HostTierRoundTrip) {
   EXPECT_EQ(TierHits(engine->stats(), "host"), 48);
 }
 
+// Everything at once: shared prefixes, a T0 too small for the working set
+// (evictions, write-backs, loads, blocks shared by running requests),
+// chunked prefill, cancellations. Every output is the oracle's (a cancelled
+// one: a prefix of it).
+TEST_F(EngineTest, MixedWorkloadMatchesOracle) {
+  FakeTier tier("fake", 0.0);
+  EngineConfig cfg;
+  cfg.kv_pool_blocks = 10;
+  cfg.max_batch = 4;
+  cfg.step_token_budget = 32;
+  cfg.tiers = {&tier};
+  auto engine = Engine::Create(&model_, cfg);
+  ASSERT_TRUE(engine.ok());
+  std::vector<std::vector<int32_t>> prefixes = {Prompt(71, 48), Prompt(72, 33), Prompt(73, 20)};
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<int> max_tokens;
+  Rng rng(5);
+  for (int i = 0; i < 16; ++i) {
+    auto p = prefixes[i % 3];
+    const auto tail = Prompt(200 + i, 1 + static_cast<int>(rng.Below(20)));
+    p.insert(p.end(), tail.begin(), tail.end());
+    prompts.push_back(p);
+    max_tokens.push_back(2 + static_cast<int>(rng.Below(10)));
+  }
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::unique_ptr<Collector>> cs;
+    std::vector<uint64_t> ids;
+    for (int i = 0; i < 16; ++i) {
+      cs.push_back(std::make_unique<Collector>());
+      auto id = (*engine)->Submit(prompts[i], GreedyParams(max_tokens[i]), cs.back()->Callback());
+      ASSERT_TRUE(id.ok()) << id.status().message();
+      ids.push_back(*id);
+    }
+    if (round == 0) {
+      (*engine)->Cancel(ids[5]);
+      (*engine)->Cancel(ids[11]);
+    }
+    for (int i = 0; i < 16; ++i) {
+      cs[i]->Wait();
+      const auto want = Oracle(prompts[i], max_tokens[i]);
+      if (cs[i]->final_event.finish_reason == "cancelled") {
+        EXPECT_TRUE(round == 0 && (i == 5 || i == 11));
+        ASSERT_LE(cs[i]->tokens.size(), want.size());
+        EXPECT_TRUE(std::equal(cs[i]->tokens.begin(), cs[i]->tokens.end(), want.begin())) << "request " << i;
+      } else {
+        EXPECT_EQ(cs[i]->tokens, want) << "round " << round << " request " << i;
+      }
+    }
+  }
+  const EngineStats st = (*engine)->stats();
+  EXPECT_GT(st.t0_hits, 0);
+  EXPECT_GT(st.tier_hits[0].second, 0);  // the second round finds evicted blocks below
+  EXPECT_EQ(st.running, 0);
+  EXPECT_EQ(st.kv_blocks_used, 0);
+}
+
 TEST_F(EngineTest, CancelStopsARequest) {
   auto engine = Engine::Create(&model_, EngineConfig{});
   ASSERT_TRUE(engine.ok());
