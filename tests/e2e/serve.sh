@@ -6,31 +6,13 @@
 # shutdown summary.
 source "$(dirname "$0")/lib.sh" "$@"
 command -v curl >/dev/null || { echo "FAIL: curl is required (apt-get install curl)"; exit 1; }
-SERVER_PID=""
-trap '[ -n "$SERVER_PID" ] && kill -9 "$SERVER_PID" 2>/dev/null; rm -rf "$WORK"' EXIT
-
-make_tiny_data
-"$MYRIAD" train --config "$SRC/configs/tiny.toml" --set data.dir="$WORK/data" --set train.steps=30 \
-  --set train.ckpt_every=0 --set train.eval_every=0 --set train.precision=fp32 --set train.out_dir="$WORK/run" \
-  -q 2>"$WORK/train.log" || { echo "FAIL: training the tiny model: $(tail -3 "$WORK/train.log")"; exit 1; }
+source "$(dirname "$0")/serve_lib.bash"
+train_tiny_model
 
 expect_error "serve without a checkpoint" "serve: .*nowhere" "$MYRIAD" serve --ckpt "$WORK/nowhere" --port 0
 
 KEY="sk-e2e-$$"
-# Starts `myriad serve` on a free port (--port 0) and sets URL from its log.
-start_server() {
-  MYRIAD_API_KEY="$KEY" "$MYRIAD" serve --ckpt "$WORK/run" --port 0 --model-name tiny "$@" 2>"$WORK/serve.log" &
-  SERVER_PID=$!
-  URL=""
-  for _ in $(seq 1 600); do
-    URL=$(grep -oE 'listening on http://[0-9.:]+' "$WORK/serve.log" | awk '{print $3}' || true)
-    [ -n "$URL" ] && return 0
-    kill -0 "$SERVER_PID" 2>/dev/null || break
-    sleep 0.1
-  done
-  echo "FAIL: the server did not start: $(cat "$WORK/serve.log")"
-  exit 1
-}
+export MYRIAD_API_KEY="$KEY"  # the server takes its key from the environment
 AUTH=(-H "Authorization: Bearer $KEY")
 # post PATH JSON -> body in $WORK/body, status echoed
 post() { curl -s -o "$WORK/body" -w '%{http_code}' "${AUTH[@]}" -H 'Content-Type: application/json' -d "$2" "$URL$1"; }
@@ -173,10 +155,8 @@ reqs=$(awk '$1 == "myriad_requests_total" {print $2}' "$WORK/metrics")
 [ "${reqs:-0}" -ge 70 ] && pass "/metrics: $reqs requests, $(grep -E '^myriad_http_completions_cancelled_total' "$WORK/metrics")" \
   || fail "/metrics requests_total=$reqs"
 
-kill -TERM "$SERVER_PID"
 rc=0
-wait "$SERVER_PID" || rc=$?
-SERVER_PID=""
+stop_server || rc=$?
 [ "$rc" -eq 0 ] && pass "SIGTERM: clean exit" || fail "SIGTERM: exit $rc: $(tail -5 "$WORK/serve.log")"
 grep -q "shutdown summary" "$WORK/serve.log" && grep -q "hit rate" "$WORK/serve.log" && grep -qE "bill: .*total \\$" "$WORK/serve.log" \
   && pass "shutdown summary: $(grep -A4 'shutdown summary' "$WORK/serve.log" | tail -4 | tr '\n' ' ' | head -c 400)" \
