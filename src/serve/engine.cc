@@ -147,7 +147,7 @@ class EngineImpl : public Engine {
     r->tokens = std::move(prompt);
     r->prompt_len = n;
     r->params = params;
-    r->on_event = std::move(on_event);
+    r->on_event = on_event ? std::move(on_event) : [](const TokenEvent&) {};
     r->rng.Seed(params.seed);
     const int64_t total = std::min<int64_t>(n + params.max_tokens, mcfg_.max_seq_len);
     r->reserve = (total + kBlockTokens - 1) / kBlockTokens;
