@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -482,6 +484,43 @@ TEST_F(EngineTest, SeededSamplingIndependentOfBatching) {
   }
   EXPECT_EQ(RunToEnd(busy->get(), prompt, p, &keep)->tokens, solo);
   for (auto& o : others) o->Wait();
+}
+
+// End-to-end figures for docs/serving.md (printed, not asserted; runs only
+// with MYRIAD_SERVE_FIGURES=1): 16 requests of 128 prompt + 32 generated
+// tokens on a small MoE, one after another vs all submitted at once.
+TEST(EngineFigures, ConcurrentVsSerial) {
+  if (!std::getenv("MYRIAD_SERVE_FIGURES")) GTEST_SKIP() << "set MYRIAD_SERVE_FIGURES=1 to measure";
+  ModelConfig mc;
+  mc.vocab_size = 4096; mc.d_model = 256; mc.n_layers = 4; mc.n_heads = 8; mc.n_kv_heads = 8;
+  mc.d_ff = 1024; mc.n_dense_layers = 1; mc.n_routed_experts = 8; mc.top_k = 2; mc.d_expert = 512;
+  mc.max_seq_len = 512;
+  Model model(mc);
+  model.InitWeights(1);
+  const int n = 16, P = 128, G = 32;
+  std::vector<std::vector<int32_t>> prompts(n);
+  for (int i = 0; i < n; ++i)
+    for (int t = 0; t < P; ++t) prompts[i].push_back((i * 131 + t * 17) % 4096);
+  EngineConfig cfg;
+  cfg.prefix_cache = false;
+  using Clock = std::chrono::steady_clock;
+  double secs[2];
+  for (int concurrent = 0; concurrent < 2; ++concurrent) {
+    auto engine = Engine::Create(&model, cfg);
+    ASSERT_TRUE(engine.ok());
+    std::vector<std::unique_ptr<Collector>> cs;
+    const auto t0 = Clock::now();
+    for (int i = 0; i < n; ++i) {
+      cs.push_back(std::make_unique<Collector>());
+      ASSERT_TRUE((*engine)->Submit(prompts[i], GreedyParams(G), cs.back()->Callback()).ok());
+      if (!concurrent) cs.back()->Wait();
+    }
+    for (auto& c : cs) c->Wait();
+    secs[concurrent] = std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  std::printf("[figures] engine, %d requests of %d+%d tokens: serial %.2f s (%.0f generated tokens/s), "
+              "concurrent %.2f s (%.0f generated tokens/s)\n",
+              n, P, G, secs[0], n * G / secs[0], secs[1], n * G / secs[1]);
 }
 
 TEST(LoadCostTest, SlowTierRecomputesFastTierLoads) {
