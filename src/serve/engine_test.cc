@@ -409,10 +409,29 @@ TEST_F(EngineTest, BackPressureAndBadRequests) {
   auto engine = Engine::Create(&model_, cfg);
   ASSERT_TRUE(engine.ok());
   Engine* e = engine->get();
+  // The first request's first token holds the engine thread in its callback
+  // until the queue has been probed, so nothing leaves the queue meanwhile.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool inside = false, release = false;
+  Collector first;
+  auto first_cb = first.Callback();
+  auto r0 = e->Submit(Prompt(19, 10), GreedyParams(100), [&](const TokenEvent& ev) {
+    first_cb(ev);
+    std::unique_lock<std::mutex> lock(mu);
+    inside = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return release; });
+  });
+  ASSERT_TRUE(r0.ok());
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return inside; });
+  }
   std::vector<std::unique_ptr<Collector>> cs;
-  std::vector<uint64_t> ids;
+  std::vector<uint64_t> ids = {*r0};
   int rejected = 0;
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < 6; ++i) {
     cs.push_back(std::make_unique<Collector>());
     auto r = e->Submit(Prompt(20 + i, 10), GreedyParams(100), cs.back()->Callback());
     if (r.ok()) {
@@ -423,10 +442,21 @@ TEST_F(EngineTest, BackPressureAndBadRequests) {
       cs.pop_back();
     }
   }
-  EXPECT_GE(rejected, 8 - 3);  // at most one running and two waiting
-  EXPECT_EQ(e->stats().rejected, rejected);
+  EXPECT_EQ(rejected, 4);  // one running, two waiting
+  EXPECT_EQ(e->stats().rejected, 4);
   for (uint64_t id : ids) e->Cancel(id);
-  for (auto& c : cs) c->Wait();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    release = true;
+  }
+  cv.notify_all();
+  first.Wait();
+  EXPECT_EQ(first.final_event.finish_reason, "cancelled");
+  for (auto& c : cs) {
+    c->Wait();
+    EXPECT_EQ(c->final_event.finish_reason, "cancelled");
+    EXPECT_TRUE(c->tokens.empty());  // cancelled while waiting
+  }
 
   auto too_long = e->Submit(Prompt(1, 128), GreedyParams(1), [](const TokenEvent&) {});
   ASSERT_FALSE(too_long.ok());
