@@ -75,6 +75,7 @@ class Worker {
 };
 
 // Where one matched block beyond the leading T0 run comes from.
+constexpr int32_t kCopiedFromT0 = -2;  // MatchedBlock::t0_block once copied at admission
 struct MatchedBlock {
   BlockKey key = 0;
   int32_t t0_block = -1;                  // resident in T0 (copied into a fresh block)
@@ -515,7 +516,7 @@ bool EngineImpl::TryAdmit(Request* r) {
     if (more[i].t0_block >= 0) {
       std::memcpy(pool_.data(job->dst[i]), pool_.data(more[i].t0_block), pool_.block_floats() * sizeof(float));
       pool_.Release(more[i].t0_block);
-      more[i].t0_block = -2;  // copied
+      more[i].t0_block = kCopiedFromT0;
     } else if (more[i].pending) {
       r->load_tier[i] = 0;  // on its way to the tiers: credited to the first
     }
@@ -556,13 +557,13 @@ void EngineImpl::FinishLoad(Request* r) {
     const BlockKey key = job.src[i].key;
     if (cfg_.prefix_cache) pool_.Publish(b, key);
     r->last_key = key;
-    if (job.src[i].t0_block == -2) ++t0_copied;
+    if (job.src[i].t0_block == kCopiedFromT0) ++t0_copied;
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.t0_hits += t0_copied * kBlockTokens;
     for (int64_t i = 0; i < job.ok; ++i)
-      if (job.src[i].t0_block != -2 && r->load_tier[i] >= 0)
+      if (job.src[i].t0_block != kCopiedFromT0 && r->load_tier[i] >= 0)
         stats_.tier_hits[r->load_tier[i]].second += kBlockTokens;
   }
   r->published = r->load_base + job.ok;
