@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
+#include <thread>
 
 #include "cli/ckpt_util.h"
 #include "cli/verbs.h"
@@ -36,11 +38,12 @@ std::string DefaultModelName(const std::string& step_dir) {
 
 int RunServe(int argc, char** argv) {
   CLI::App app{"Serve a checkpoint over an OpenAI-compatible HTTP API (docs/serving.md)", "myriad serve"};
+  app.option_defaults()->always_capture_default();
   std::string ckpt, tokenizer_path, chat_template_path, prices_path, model_name;
   serve::ServerConfig scfg;
   serve::EngineConfig ecfg;
   int64_t max_body = static_cast<int64_t>(scfg.max_body_bytes);
-  double price_miss = -1, price_hit = -1, price_out = -1;
+  std::optional<double> price_miss, price_hit, price_out;  // unset: the table's value stands
   bool no_prefix_cache = false;
   app.add_option("--ckpt", ckpt, "run directory or step directory")->required();
   app.add_option("--host", scfg.host, "address to bind (default 127.0.0.1: this machine only)");
@@ -86,9 +89,9 @@ int RunServe(int argc, char** argv) {
     }
     prices = *p;
   }
-  if (price_miss >= 0) prices.input_cache_miss = price_miss;
-  if (price_hit >= 0) prices.input_cache_hit = price_hit;
-  if (price_out >= 0) prices.output = price_out;
+  if (price_miss) prices.input_cache_miss = *price_miss;
+  if (price_hit) prices.input_cache_hit = *price_hit;
+  if (price_out) prices.output = *price_out;
 
   // SIGINT/SIGTERM are taken by sigwait below: block them before any thread
   // (engine, OpenMP, HTTP) starts, so every thread inherits the mask.
@@ -141,8 +144,14 @@ int RunServe(int argc, char** argv) {
 
   int sig = 0;
   sigwait(&stop_signals, &sig);
-  std::fprintf(stderr, "myriad serve: %s received: refusing new requests, finishing running ones\n",
-               sig == SIGINT ? "SIGINT" : "SIGTERM");
+  std::fprintf(stderr, "myriad serve: %s received: refusing new requests, finishing running ones "
+                       "(a second signal exits at once)\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  std::thread([stop_signals] {
+    int again = 0;
+    sigwait(&stop_signals, &again);
+    std::fprintf(stderr, "myriad serve: second signal: exiting without draining\n");
+    std::_Exit(130);
+  }).detach();
   server.Shutdown();
   (*engine)->Shutdown();
   std::fprintf(stderr, "myriad serve: shutdown summary\n%s", server.Summary().c_str());

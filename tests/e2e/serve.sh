@@ -89,7 +89,7 @@ bad() {  # bad NAME STATUS PATH BODY
   local code
   code=$(post "$3" "$4")
   if [ "$code" = "$2" ] && [ "$(py "'message' in j['error'] and 'type' in j['error']" 2>/dev/null)" = True ]; then
-    pass "$1 -> $2: $(py "j['error']['message']" | head -c 120)"
+    pass "$1 -> $2: $(py "j['error']['message'][:120]")"
   else
     fail "$1: expected $2, got $code: $(head -c 300 "$WORK/body")"
   fi
@@ -161,4 +161,17 @@ stop_server || rc=$?
 grep -q "shutdown summary" "$WORK/serve.log" && grep -q "hit rate" "$WORK/serve.log" && grep -qE "bill: .*total \\$" "$WORK/serve.log" \
   && pass "shutdown summary: $(grep -A4 'shutdown summary' "$WORK/serve.log" | tail -4 | tr '\n' ' ' | head -c 400)" \
   || fail "no shutdown summary: $(tail -6 "$WORK/serve.log")"
+
+# Prices from a file, then a flag; a chat template stored with the run.
+printf '[prices]\ninput_cache_miss = 2.0\ninput_cache_hit = 0.5\n' >"$WORK/prices.toml"
+printf 'generation_prompt = "<|bot|>\\n"\n' >"$WORK/run/chat_template.toml"
+start_server --prices "$WORK/prices.toml" --price-output 10
+grep -qF "chat template: $WORK/run/chat_template.toml" "$WORK/serve.log" \
+  && pass "chat template stored with the run is used" || fail "template: $(grep 'chat template' "$WORK/serve.log")"
+post /v1/completions "$REQ" >/dev/null
+check "prices from --prices and --price-output" \
+  "abs(j['cost']['total'] - ((j['usage']['prompt_tokens'] - j['usage']['prompt_tokens_details']['cached_tokens']) * 2.0 + j['usage']['prompt_tokens_details']['cached_tokens'] * 0.5 + j['usage']['completion_tokens'] * 10) / 1e6) < 1e-12"
+stop_server || fail "second server did not stop cleanly"
+printf '[prices]\noutput = -3\n' >"$WORK/bad_prices.toml"
+expect_error "a negative price" "prices.output=-3" "$MYRIAD" serve --ckpt "$WORK/run" --prices "$WORK/bad_prices.toml"
 finish
