@@ -1,6 +1,8 @@
 #include "serve/http/openai.h"
 
-#include <cmath>
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
 
 namespace myriad::serve {
 
@@ -210,7 +212,8 @@ bool ParseCompletionRequest(const std::string& body, Endpoint endpoint, Completi
   }
 
   std::optional<int64_t> n, top_k, seed;
-  if (!f.Int("n", 1, 1, &n)) return false;
+  if (!f.Int("n", 1, INT32_MAX, &n)) return false;
+  if (n && *n > 1) return f.Fail("n", "'n' = " + std::to_string(*n) + ": only n=1 is supported by this server");
   if (!f.Number("temperature", 0.0, 2.0, &out->temperature)) return false;
   if (!f.Number("top_p", 0.0, 1.0, &out->top_p)) return false;
   if (!f.Int("top_k", 0, 1 << 30, &top_k)) return false;

@@ -1,9 +1,11 @@
 #include "serve/http/server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
@@ -11,7 +13,6 @@
 #include <map>
 #include <mutex>
 #include <random>
-#include <sys/socket.h>
 #include <set>
 #include <thread>
 
@@ -587,7 +588,7 @@ class PromWriter {
   }
   void Sample(const std::string& name, double v, const std::string& labels = "") {
     char buf[64];
-    if (v == static_cast<double>(static_cast<int64_t>(v)) && std::abs(v) < 1e15)
+    if (std::abs(v) < 1e15 && v == static_cast<double>(static_cast<int64_t>(v)))
       std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(v));
     else
       std::snprintf(buf, sizeof buf, "%.9g", v);

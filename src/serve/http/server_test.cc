@@ -532,7 +532,7 @@ TEST_F(ServerTest, BadRequestsGetClearErrorsAndTheServerKeepsServing) {
       {"max_tokens", 0, "out of range", "max_tokens"},
       {"max_tokens", 2.5, "must be an integer", "max_tokens"},
       {"stop", 7, "'stop'", "stop"},
-      {"n", 2, "out of range", "n"},
+      {"n", 2, "only n=1", "n"},
       {"stream", "yes", "must be a boolean", "stream"},
       {"stream_options", {{"include_usage", true}}, "only allowed when 'stream' is true", "stream_options"},
   };
