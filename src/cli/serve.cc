@@ -20,6 +20,10 @@
 #include "serve/chat_template.h"
 #include "serve/engine.h"
 #include "serve/http/server.h"
+#include "serve/kv_pool.h"
+#include "serve/kvcache/disk_tier.h"
+#include "serve/kvcache/host_tier.h"
+#include "serve/kvcache/redis_tier.h"
 
 namespace myriad::cli {
 
@@ -69,9 +73,20 @@ int RunServe(int argc, char** argv) {
   app.add_option("--price-input-hit", price_hit, "price per 1M prompt tokens from the KV cache (default 0.08)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--price-output", price_out, "price per 1M generated tokens (default 3.6)")->check(CLI::NonNegativeNumber);
-  // KV tiers below the device pool (host memory, disk, Redis) plug in here:
-  // their flags (--kv-host-blocks, --kv-disk DIR, --kv-redis URL) build
-  // KvTier objects that go into ecfg.tiers, in that order.
+  // KV tiers below the device pool, in this order: host memory, disk, Redis.
+  int64_t kv_host_blocks = 0, kv_disk_mb = 1024;
+  std::string kv_host_format = "fp32", kv_disk_dir, kv_redis_url;
+  int kv_redis_ttl = 0;
+  app.add_option("--kv-host-blocks", kv_host_blocks, "T1: blocks of 16 tokens kept in host memory (0: no host tier)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--kv-host-format", kv_host_format, "T1 storage: fp32 (exact), fp16 or int8");
+  app.add_option("--kv-disk", kv_disk_dir, "T2: directory for KV blocks on local disk (survives restarts)");
+  app.add_option("--kv-disk-mb", kv_disk_mb, "T2 capacity in MiB")->check(CLI::PositiveNumber);
+  app.add_option("--kv-redis", kv_redis_url, "T3: remote KV store shared by servers, e.g. redis://127.0.0.1:6379");
+  app.add_flag("--kv-write-through", ecfg.write_through,
+               "send each full KV block to the lower tiers at once (servers sharing Redis see each other's prefixes)");
+  app.add_option("--kv-redis-ttl", kv_redis_ttl, "T3: seconds a block lives in Redis (0: no expiry)")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   scfg.max_body_bytes = static_cast<size_t>(max_body);
   ecfg.prefix_cache = !no_prefix_cache;
@@ -122,6 +137,64 @@ int RunServe(int argc, char** argv) {
   scfg.model_name = model_name.empty() ? DefaultModelName(lm->dir) : model_name;
   scfg.context_tokens = lm->model->config().max_seq_len;
 
+  // Lower KV tiers (each checked now, so a bad setting fails at start).
+  const ModelConfig& mcfg = lm->model->config();
+  const serve::ModelFingerprint fp = serve::FingerprintModel(*lm->model);
+  std::unique_ptr<serve::HostTier> host_tier;
+  std::unique_ptr<serve::DiskTier> disk_tier;
+  std::unique_ptr<serve::RedisTier> redis_tier;
+  if (kv_host_blocks > 0) {
+    auto fmt = serve::ParseKvStorageFormat(kv_host_format);
+    if (!fmt.ok()) {
+      std::fprintf(stderr, "myriad serve: --kv-host-format: %s\n", fmt.status().message().c_str());
+      return 2;
+    }
+    serve::HostTierOptions ho;
+    ho.capacity_blocks = kv_host_blocks;
+    ho.format = *fmt;
+    ho.row_floats = serve::KvRowFloats(mcfg);
+    host_tier = std::make_unique<serve::HostTier>(ho);
+    ecfg.tiers.push_back(host_tier.get());
+  }
+  if (!kv_disk_dir.empty()) {
+    serve::DiskTierOptions dopt;
+    dopt.dir = kv_disk_dir;
+    dopt.capacity_bytes = kv_disk_mb << 20;
+    dopt.fingerprint = fp;
+    dopt.block_floats = serve::BlockFloats(mcfg);
+    auto d = serve::DiskTier::Open(dopt);
+    if (!d.ok()) {
+      std::fprintf(stderr, "myriad serve: --kv-disk: %s\n", d.status().message().c_str());
+      return 1;
+    }
+    disk_tier = std::move(d).value();
+    LOG_INFO("serve: disk KV tier %s: %lld blocks of this model found", kv_disk_dir.c_str(),
+             static_cast<long long>(disk_tier->size_blocks()));
+    ecfg.tiers.push_back(disk_tier.get());
+  }
+  if (!kv_redis_url.empty()) {
+    auto addr = serve::ParseRedisUrl(kv_redis_url);
+    if (!addr.ok()) {
+      std::fprintf(stderr, "myriad serve: --kv-redis: %s\n", addr.status().message().c_str());
+      return 2;
+    }
+    serve::RedisTierOptions ro;
+    ro.address = *addr;
+    ro.fingerprint = fp;
+    ro.block_floats = serve::BlockFloats(mcfg);
+    ro.ttl_seconds = kv_redis_ttl;
+    auto r = serve::RedisTier::Create(ro);
+    if (!r.ok()) {
+      std::fprintf(stderr, "myriad serve: --kv-redis: %s\n", r.status().message().c_str());
+      return 1;
+    }
+    redis_tier = std::move(r).value();
+    if (Status ping = redis_tier->Ping(); !ping.ok())
+      LOG_WARN("serve: Redis KV tier not reachable yet (%s); requests go on without it until it is",
+               ping.message().c_str());
+    ecfg.tiers.push_back(redis_tier.get());
+  }
+
   auto engine = serve::Engine::Create(lm->model.get(), ecfg);
   if (!engine.ok()) {
     std::fprintf(stderr, "myriad serve: %s\n", engine.status().message().c_str());
@@ -138,6 +211,11 @@ int RunServe(int argc, char** argv) {
            template_origin.c_str());
   LOG_INFO("serve: max_batch %d, max_queue %d, prefix cache %s, api key %s", ecfg.max_batch, ecfg.max_queue,
            ecfg.prefix_cache ? "on" : "off", scfg.api_key.empty() ? "off" : "required");
+  {
+    std::string tiers = "device";
+    for (auto* t : ecfg.tiers) tiers += " -> " + t->name();
+    LOG_INFO("serve: KV tiers: %s (model fingerprint %s)", tiers.c_str(), fp.hex().c_str());
+  }
   std::fprintf(stderr, "myriad serve: listening on %s (POST /v1/chat/completions, /v1/completions; GET /v1/models, "
                        "/health, /metrics)\n", server.url().c_str());
   std::fflush(stderr);

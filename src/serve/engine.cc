@@ -197,6 +197,21 @@ class EngineImpl : public Engine {
     thread_.join();
     loader_.reset();
     writeback_.reset();  // drains the queued write-backs into the tiers
+    // Blocks still cached in the device pool go down too, so a restarted
+    // server finds them on disk (and other servers in the remote tier).
+    if (!cfg_.tiers.empty()) {
+      int64_t n = 0;
+      KvBlock blk;
+      for (int32_t b = 0; b < static_cast<int32_t>(pool_.num_blocks()); ++b) {
+        if (!pool_.keyed(b)) continue;
+        blk.key = pool_.key(b);
+        blk.data.assign(pool_.data(b), pool_.data(b) + pool_.block_floats());
+        for (KvTier* t : cfg_.tiers)
+          if (!t->Contains(blk.key)) t->Put(blk);
+        ++n;
+      }
+      if (n > 0) LOG_INFO("engine: %lld cached KV blocks written to the lower tiers at shutdown", static_cast<long long>(n));
+    }
   }
 
   double prefill_tokens_per_second() const { return cost_.prefill_tokens_per_second(); }
@@ -214,6 +229,7 @@ class EngineImpl : public Engine {
   void ReleaseBlocks(Request* r);
   void WarmUp();
   void WriteBack(int32_t b, BlockKey key);
+  void WriteThrough(int32_t b, BlockKey key);
   std::shared_ptr<const KvBlock> Pending(BlockKey key);
 
   const Model& model_;
@@ -238,6 +254,7 @@ class EngineImpl : public Engine {
   std::mutex pending_mu_;
   std::unordered_map<BlockKey, std::shared_ptr<const KvBlock>> pending_;  // write-backs in flight
   int64_t dropped_writebacks_ = 0;                                          // guarded by pending_mu_
+  int64_t through_inflight_ = 0;                                            // guarded by pending_mu_
   std::unique_ptr<Worker> writeback_, loader_;
   std::thread thread_;
 };
@@ -286,6 +303,24 @@ void EngineImpl::WriteBack(int32_t b, BlockKey key) {
     std::lock_guard<std::mutex> lock(pending_mu_);
     auto it = pending_.find(c->key);
     if (it != pending_.end() && it->second == c) pending_.erase(it);
+  });
+}
+
+void EngineImpl::WriteThrough(int32_t b, BlockKey key) {
+  // The block stays cached here (no pending entry needed): a copy goes to
+  // the tiers in the background, unless they are a pool's worth behind.
+  {
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    if (static_cast<int64_t>(pending_.size()) + through_inflight_ >= std::max<int64_t>(64, pool_.num_blocks())) return;
+    ++through_inflight_;
+  }
+  auto blk = std::make_shared<KvBlock>();
+  blk->key = key;
+  blk->data.assign(pool_.data(b), pool_.data(b) + pool_.block_floats());
+  writeback_->Post([this, blk] {
+    for (KvTier* t : cfg_.tiers) t->Put(*blk);
+    std::lock_guard<std::mutex> lock(pending_mu_);
+    --through_inflight_;
   });
 }
 
@@ -622,7 +657,7 @@ void EngineImpl::PublishFull(Request* r) {
   while ((r->published + 1) * kBlockTokens <= r->computed) {
     const BlockKey key = ChainKey(r->last_key, r->tokens.data() + r->published * kBlockTokens, kBlockTokens, fp_);
     const int32_t b = r->blocks[r->published];
-    if (!pool_.keyed(b)) pool_.Publish(b, key);
+    if (!pool_.keyed(b) && pool_.Publish(b, key) && cfg_.write_through && writeback_) WriteThrough(b, key);
     r->last_key = key;
     ++r->published;
   }

@@ -27,6 +27,11 @@ struct EngineConfig {
   // Lower tiers (may be empty): host, disk, redis, in that order. Not owned.
   std::vector<KvTier*> tiers;
   bool load_or_recompute = true;    // cost model decides how much of a hit to load
+  // Lower tiers get a block when it leaves the device pool (write-back), and
+  // every cached block at Shutdown. With write_through they also get each
+  // block as soon as it is full, so servers sharing a remote tier see each
+  // other's prefixes while both run.
+  bool write_through = false;
 };
 
 struct GenerationParams {
