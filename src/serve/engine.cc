@@ -5,6 +5,10 @@
 // emits, publishes full blocks to the prefix index and frees finished
 // requests' blocks. Evicted cached blocks are written to every lower tier by
 // a write-back thread. docs/serving.md describes the policy.
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include "serve/engine.h"
 
 #include <algorithm>
@@ -34,9 +38,14 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
 }
 
 // A thread that runs queued tasks in order; the destructor drains the queue.
+// `nice` > 0 lowers its scheduling priority (background work such as
+// write-back must not take cores from the compute threads).
 class Worker {
  public:
-  Worker() : thread_([this] { Loop(); }) {}
+  explicit Worker(int nice = 0) : thread_([this, nice] {
+    if (nice > 0) (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), nice);
+    Loop();
+  }) {}
   ~Worker() {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -120,7 +129,7 @@ class EngineImpl : public Engine {
     stats_.kv_blocks_total = pool_blocks;
     for (KvTier* t : cfg_.tiers) stats_.tier_hits.emplace_back(t->name(), 0);
     if (!cfg_.tiers.empty() && cfg_.prefix_cache) {
-      writeback_ = std::make_unique<Worker>();
+      writeback_ = std::make_unique<Worker>(/*nice=*/10);
       pool_.set_on_evict([this](int32_t b, BlockKey key) { WriteBack(b, key); });
     }
     loader_ = std::make_unique<Worker>();

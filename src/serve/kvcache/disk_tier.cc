@@ -105,25 +105,34 @@ void DiskTier::Put(const KvBlock& b) {
   }
   const std::string record = EncodeBlockRecord(b, options_.fingerprint);
   const int64_t bytes = static_cast<int64_t>(record.size());
-  std::lock_guard<std::mutex> lock(mu_);
-  if (bytes > options_.capacity_bytes) return;  // can never fit: dropped, like any full cache
-  auto old = index_.find(b.key);
-  const int64_t old_bytes = old == index_.end() ? 0 : old->second.file_bytes;
-  if (old != index_.end()) lru_.splice(lru_.begin(), lru_, old->second.lru);  // spare it
-  // Evict others until the new size fits in place of the old one.
-  while (lru_.size() > (old != index_.end() ? 1u : 0u) &&
-         resident_bytes_ - old_bytes + bytes > options_.capacity_bytes) {
-    DropLocked(index_.find(lru_.back()));
-    ++stats_.evictions;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (bytes > options_.capacity_bytes) return;  // can never fit: dropped, like any full cache
+    auto old = index_.find(b.key);
+    const int64_t old_bytes = old == index_.end() ? 0 : old->second.file_bytes;
+    if (old != index_.end()) lru_.splice(lru_.begin(), lru_, old->second.lru);  // spare it
+    // Evict others until the new size fits in place of the old one (room
+    // reserved for writes in flight counts as taken).
+    while (lru_.size() > (old != index_.end() ? 1u : 0u) &&
+           resident_bytes_ + reserved_bytes_ - old_bytes + bytes > options_.capacity_bytes) {
+      DropLocked(index_.find(lru_.back()));
+      ++stats_.evictions;
+    }
+    reserved_bytes_ += bytes;
   }
-  if (Status s = WriteFileAtomic(env_, PathOf(b.key), record); !s.ok()) {
+  // The write (and its fsyncs) runs without the lock: lookups from the
+  // engine's scheduler thread must not wait for the disk.
+  const Status s = WriteFileAtomic(env_, PathOf(b.key), record);
+  std::lock_guard<std::mutex> lock(mu_);
+  reserved_bytes_ -= bytes;
+  if (!s.ok()) {
     // The old file, if any, is intact (WriteFileAtomic's contract); its entry stays.
     ++stats_.errors;
     LogTierError("disk", stats_.errors, "write failed: " + s.message());
     return;
   }
-  if (old != index_.end()) {
-    resident_bytes_ += bytes - old_bytes;
+  if (auto old = index_.find(b.key); old != index_.end()) {
+    resident_bytes_ += bytes - old->second.file_bytes;
     old->second.file_bytes = bytes;
   } else {
     Index(b.key, bytes);

@@ -76,6 +76,7 @@ class DiskTier : public KvTier {
   std::list<BlockKey> lru_;
   Map index_;
   int64_t resident_bytes_ = 0;
+  int64_t reserved_bytes_ = 0;  // room held for writes in flight (written without the lock)
   TierStats stats_;
 };
 

@@ -144,7 +144,11 @@ Result<std::unique_ptr<RedisTier>> RedisTier::Create(const RedisTierOptions& o) 
   if (o.ttl_seconds < 0) return Status::Error(where + ": ttl_seconds must be >= 0 (0: no expiry)");
   if (!(o.connect_timeout_s > 0) || !(o.op_timeout_s > 0) || o.retry_interval_s < 0)
     return Status::Error(where + ": timeouts must be > 0 and retry_interval_s >= 0");
-  return std::unique_ptr<RedisTier>(new RedisTier(o));
+  std::unique_ptr<RedisTier> t(new RedisTier(o));
+  // Writes go over a connection of their own: a lookup (EXISTS, GET) from the
+  // engine's scheduler thread never queues behind a write-back SET.
+  t->writer_.reset(new RedisTier(o));
+  return t;
 }
 
 std::string RedisTier::KeyOf(BlockKey key) const {
@@ -229,6 +233,10 @@ std::unique_ptr<RedisTier::Reply> RedisTier::CommandLocked(int argc, const char*
 }
 
 void RedisTier::Put(const KvBlock& b) {
+  if (writer_) {
+    writer_->Put(b);
+    return;
+  }
   if (options_.block_floats > 0 && static_cast<int64_t>(b.data.size()) != options_.block_floats) {
     std::lock_guard<std::mutex> lock(mu_);
     ++stats_.errors;
@@ -312,8 +320,14 @@ int64_t RedisTier::size_blocks() {
 }
 
 TierStats RedisTier::stats() {
+  TierStats w;
+  if (writer_) w = writer_->stats();
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  TierStats s = stats_;
+  s.puts += w.puts;
+  s.bytes_written += w.bytes_written;
+  s.errors += w.errors;
+  return s;
 }
 
 Status RedisTier::Ping() {

@@ -84,6 +84,7 @@ class RedisTier : public KvTier {
   redisContext* ctx_ = nullptr;
   uint64_t retry_after_us_ = 0;
   TierStats stats_;
+  std::unique_ptr<RedisTier> writer_;  // Put's own connection (null in the writer itself)
 };
 
 }  // namespace myriad::serve
