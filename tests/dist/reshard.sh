@@ -14,35 +14,10 @@
 # recomputed) resumed under dp4 must diverge beyond the tolerance, so the
 # comparison above would notice lost optimizer state.
 # Usage: reshard.sh BUILD_DIR SOURCE_DIR MYRIAD_BINARY
-set -euo pipefail
-BUILD="$1"
-SRC="$2"
-MYRIAD="${3:-$BUILD/myriad}"
-[ -x "$MYRIAD" ] || { echo "FAIL: $MYRIAD not built"; exit 1; }
-source "$SRC/tests/e2e/lib.sh" "$MYRIAD" "$SRC"
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
-export OMP_NUM_THREADS=1
-T0=$SECONDS
-
-make_tiny_data
-[ -f "$WORK/data/tokenizer.model" ] || { echo "FAIL: myriad prepare produced no data"; exit 1; }
-CFG="$SRC/configs/tiny.toml"
+# dist_lib.bash: argument handling, lib.sh, tiny data, $CFG, $PY, $T0, train().
+source "$(dirname "$0")/dist_lib.bash" "$@"
 S=(--set "data.dir=$WORK/data" --set train.precision=fp32 --set train.eval_every=0 --set train.ckpt_every=10
    --set train.log_every=1 --set train.steps=20)
-
-# train NAME NP [args...]: into $WORK/NAME (NP 1: no mpirun); appends to NAME.log.
-train() {
-  local name="$1" np="$2"; shift 2
-  local cmd=("$MYRIAD" train -c "$CFG" "${S[@]}" --set "train.out_dir=$WORK/$name" -q "$@")
-  [ "$np" -gt 1 ] && cmd=(mpirun -np "$np" --oversubscribe "${cmd[@]}")
-  local t=$SECONDS
-  if ! timeout 120 "${cmd[@]}" >>"$WORK/$name.log" 2>&1; then
-    fail "$name ($*): training failed: $(tail -5 "$WORK/$name.log")"
-    return 1
-  fi
-  echo "   $name $*: $((SECONDS - t)) s"
-}
 
 # compare NAME [MODE]: steps 11-20 of NAME against the reference; MODE
 # "diverge" expects a difference above the tolerance instead.

@@ -11,39 +11,10 @@
 # (whole tensors) must load in single-rank `myriad eval` and `inspect`, and
 # layouts that do not fit must fail with a message naming the setting.
 # Usage: train_equiv.sh BUILD_DIR SOURCE_DIR MYRIAD_BINARY
-# As root, OpenMPI also wants OMPI_ALLOW_RUN_AS_ROOT=1,
-# OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 (and OMPI_MCA_rmaps_base_oversubscribe=1
-# on small machines); ctest sets them.
-set -euo pipefail
-BUILD="$1"
-SRC="$2"
-MYRIAD="${3:-$BUILD/myriad}"
-[ -x "$MYRIAD" ] || { echo "FAIL: $MYRIAD not built"; exit 1; }
-# lib.sh: pass/fail/expect_error/finish, $WORK (removed on exit), make_tiny_data.
-source "$SRC/tests/e2e/lib.sh" "$MYRIAD" "$SRC"
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
-export OMP_NUM_THREADS=1
-T0=$SECONDS
-
-make_tiny_data
-[ -f "$WORK/data/tokenizer.model" ] || { echo "FAIL: myriad prepare produced no data"; exit 1; }
-CFG="$SRC/configs/tiny.toml"
+# dist_lib.bash: argument handling, lib.sh, tiny data, $CFG, $PY, $T0, train().
+source "$(dirname "$0")/dist_lib.bash" "$@"
 S=(--set "data.dir=$WORK/data" --set train.precision=fp32 --set train.eval_every=0 --set train.ckpt_every=0
-   --set train.log_every=1 --set train.steps=20)
-
-# train NAME NP [--set ...]: one run into $WORK/NAME (NP 1: no mpirun).
-train() {
-  local name="$1" np="$2"; shift 2
-  local cmd=("$MYRIAD" train -c "$CFG" "${S[@]}" --set "train.out_dir=$WORK/$name" --fresh -q "$@")
-  [ "$np" -gt 1 ] && cmd=(mpirun -np "$np" --oversubscribe "${cmd[@]}")
-  local t=$SECONDS
-  if ! timeout 120 "${cmd[@]}" >"$WORK/$name.log" 2>&1; then
-    fail "$name: training failed: $(tail -5 "$WORK/$name.log")"
-    return 1
-  fi
-  echo "   $name: $((SECONDS - t)) s"
-}
+   --set train.log_every=1 --set train.steps=20 --fresh)
 
 # compare NAME: NAME's 20 losses against the baseline's.
 compare() {
@@ -150,7 +121,7 @@ if [ -f "$WORK/dp2ep2/latest" ]; then
 fi
 
 echo "== layouts that do not fit"
-BAD=(-c "$CFG" "${S[@]}" --set "train.out_dir=$WORK/bad" --fresh -q)
+BAD=(-c "$CFG" "${S[@]}" --set "train.out_dir=$WORK/bad" -q)
 expect_error "dp3 on 4 ranks" "parallel.*dp3.*4 ranks" \
   timeout 60 mpirun -np 4 --oversubscribe "$MYRIAD" train "${BAD[@]}" --set parallel.dp=3
 expect_error "ep3 with 4 experts" "model\.n_routed_experts=4.*parallel\.ep=3" \

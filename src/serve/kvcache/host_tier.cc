@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstring>
 
-#include "backend/cpu/impl/common.h"  // HalfToFloatF: the one fp16 -> fp32 conversion
 #include "core/check.h"
 #include "core/half.h"
 
@@ -77,7 +76,7 @@ void HostTier::DecodeFrom(const Entry& e, float* dst) const {
       return;
     case KvStorageFormat::kFp16: {
       const auto* h = reinterpret_cast<const uint16_t*>(e.bytes.data());
-      for (int64_t i = 0; i < n; ++i) dst[i] = cpu::HalfToFloatF(h[i]);  // scalar: not vectorized here
+      for (int64_t i = 0; i < n; ++i) dst[i] = HalfToFloat(h[i]);
       return;
     }
     case KvStorageFormat::kInt8: {

@@ -14,6 +14,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/half.h"
+
 namespace myriad::cpu {
 
 // Below these sizes an OpenMP fork/join costs more than the work it splits
@@ -96,15 +98,9 @@ inline float ExpF(float x) {
   return x < -87.3f ? 0.f : y;
 }
 
-// IEEE half bits -> float, branch-free (normals, subnormals, inf, nan).
+// IEEE half bits -> float (core/half.h's, vectorizable).
 #pragma omp declare simd notinbranch
-inline float HalfToFloatF(uint16_t h) {
-  uint32_t mag = (uint32_t)(h & 0x7fff) << 13;
-  float f = AsFloat(mag) * 0x1p112f;  // rebias 15 -> 127; exact for subnormals too
-  uint32_t bits = AsU32(f);
-  bits = (h & 0x7c00) == 0x7c00 ? (mag | 0x7f800000u) : bits;
-  return AsFloat(bits | ((uint32_t)(h & 0x8000) << 16));
-}
+inline float HalfToFloatF(uint16_t h) { return HalfToFloat(h); }
 
 }  // namespace
 }  // namespace myriad::cpu

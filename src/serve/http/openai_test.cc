@@ -1,0 +1,128 @@
+// The pure parts of serving's HTTP layer: request parsing, the stop-string
+// filter, prices and chat templates.
+#include "serve/http/openai.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "data/test_util.h"
+#include "serve/billing.h"
+#include "serve/chat_template.h"
+
+namespace myriad::serve {
+namespace {
+
+using nlohmann::json;
+
+TEST(OpenAiParse, Defaults) {
+  CompletionRequest r;
+  ApiError e;
+  ASSERT_TRUE(ParseCompletionRequest(R"({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}]})",
+                                     Endpoint::kChat, &r, &e)) << e.message;
+  EXPECT_EQ(r.messages[0].content, "ab");
+  EXPECT_FALSE(r.max_tokens.has_value());
+  EXPECT_EQ(r.temperature, 1.0f);
+  EXPECT_FALSE(r.stream);
+  ASSERT_TRUE(ParseCompletionRequest(R"({"model":"m","messages":[{"role":"user","content":"x"}],
+      "max_tokens":5,"max_completion_tokens":9,"top_k":4,"top_p":0.5,"seed":-1,"stop":["a","b"],
+      "stream":true,"stream_options":{"include_usage":true},"user":"ignored","presence_penalty":0})",
+                                     Endpoint::kChat, &r, &e)) << e.message;
+  EXPECT_EQ(*r.max_tokens, 9);
+  EXPECT_EQ(r.top_k, 4);
+  EXPECT_EQ(r.top_p, 0.5f);
+  EXPECT_EQ(*r.seed, ~0ull);
+  EXPECT_EQ(r.stop.size(), 2u);
+  EXPECT_TRUE(r.include_usage);
+  ASSERT_TRUE(ParseCompletionRequest(R"({"model":"m","prompt":"p","top_p":0})", Endpoint::kCompletion, &r, &e));
+  EXPECT_EQ(r.temperature, 0.0f);  // top_p 0 = greedy
+  EXPECT_EQ(*r.max_tokens, 16);
+  EXPECT_FALSE(ParseCompletionRequest(R"({"model":"m","prompt":"p","stop":[""]})", Endpoint::kCompletion, &r, &e));
+  EXPECT_FALSE(ParseCompletionRequest(R"({"model":"m","prompt":["a","b"]})", Endpoint::kCompletion, &r, &e));
+  EXPECT_FALSE(ParseCompletionRequest(R"({"model":"m","messages":[{"role":"user","content":"x"}],"tools":[{}]})",
+                                      Endpoint::kChat, &r, &e));
+  EXPECT_EQ(e.param, "tools");
+}
+
+TEST(StopTextFilter, HoldsBackPossibleStartsAndCuts) {
+  StopTextFilter f({"STOP", "\n\n"});
+  EXPECT_EQ(f.Push("hello S"), "hello ");
+  EXPECT_EQ(f.Push("T"), "");
+  EXPECT_EQ(f.Push("x"), "STx");  // not a stop after all
+  EXPECT_EQ(f.Push("ab\n"), "ab");
+  EXPECT_EQ(f.Push("\nrest"), "");
+  EXPECT_TRUE(f.stopped());
+  EXPECT_EQ(f.Push("more"), "");
+  EXPECT_EQ(f.Flush(), "");
+  StopTextFilter g({"STOP"});
+  EXPECT_EQ(g.Push("end ST"), "end ");
+  EXPECT_EQ(g.Flush(), "ST");  // the output ended: a partial stop is text
+  StopTextFilter none({});
+  EXPECT_EQ(none.Push("abc"), "abc");
+}
+
+TEST(Billing, PricesPerMillion) {
+  PriceTable p;
+  RequestCost c = PriceRequest(p, 1'000'000, 250'000, 2'000'000);
+  EXPECT_EQ(c.miss_tokens, 750'000);
+  EXPECT_EQ(c.hit_tokens, 250'000);
+  EXPECT_NEAR(c.input_cache_miss, 0.675, 1e-12);
+  EXPECT_NEAR(c.input_cache_hit, 0.02, 1e-12);
+  EXPECT_NEAR(c.output, 7.2, 1e-12);
+  EXPECT_NEAR(c.total(), 7.895, 1e-12);
+  EXPECT_EQ(PriceRequest(p, 10, 50, 0).hit_tokens, 10);  // clamped
+  TempDir dir("billing");
+  std::ofstream(dir.path() + "/p.toml") << "[prices]\ninput_cache_miss = 2\noutput = 8\ncurrency = \"EUR\"\n";
+  auto q = p.OverriddenFromToml(dir.path() + "/p.toml");
+  ASSERT_TRUE(q.ok()) << q.status().message();
+  EXPECT_EQ(q->input_cache_miss, 2);
+  EXPECT_EQ(q->input_cache_hit, 0.08);
+  EXPECT_EQ(q->output, 8);
+  EXPECT_EQ(q->currency, "EUR");
+  std::ofstream(dir.path() + "/bad.toml") << "[prices]\noutptu = 8\n";
+  auto b = p.OverriddenFromToml(dir.path() + "/bad.toml");
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.status().message().find("outptu"), std::string::npos) << b.status().message();
+  std::ofstream(dir.path() + "/neg.toml") << "[prices]\noutput = -1\n";
+  EXPECT_FALSE(p.OverriddenFromToml(dir.path() + "/neg.toml").ok());
+  BillingLedger ledger(p);
+  ledger.Charge(100, 0, 10);
+  ledger.Charge(100, 64, 10);
+  EXPECT_EQ(ledger.totals().requests, 2);
+  EXPECT_EQ(ledger.totals().cost.hit_tokens, 64);
+  EXPECT_EQ(FormatMoney(1.5, "USD"), "$1.500000");
+}
+
+TEST(ChatTemplateTest, DefaultCustomAndStoredWithTheCheckpoint) {
+  std::vector<ChatMessage> msgs = {{"system", "Be brief."}, {"user", "Hi {content}"}};
+  EXPECT_EQ(ChatTemplate().Render(msgs), "<|system|>\nBe brief.\n<|user|>\nHi {content}\n<|assistant|>\n");
+  auto t = ChatTemplate::Parse("prefix = \"[\"\nmessage = \"{role}: {content}\\n\"\nuser = \"Q: {content}\\n\"\n"
+                               "generation_prompt = \"A:\"\n", "t.toml");
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ(t->Render(msgs), "[system: Be brief.\nQ: Hi {content}\nA:");
+  EXPECT_FALSE(ChatTemplate::Parse("message = \"no content\"\n", "t.toml").ok());
+  EXPECT_FALSE(ChatTemplate::Parse("mesage = \"{content}\"\n", "t.toml").ok());
+
+  TempDir dir("chat_template");
+  std::string step = dir.path() + "/run/step_00000010";
+  std::filesystem::create_directories(step);
+  std::string origin;
+  std::ofstream(step + "/manifest.json") << R"({"step":10,"chat_template":{"generation_prompt":"Bot:"}})";
+  auto fromManifest = ChatTemplate::ForCheckpoint(step, &origin);
+  ASSERT_TRUE(fromManifest.ok()) << fromManifest.status().message();
+  EXPECT_NE(origin.find("manifest.json"), std::string::npos);
+  EXPECT_EQ(fromManifest->Render({{"user", "x"}}), "<|user|>\nx\nBot:");
+  std::ofstream(dir.path() + "/run/chat_template.toml") << "generation_prompt = \"Run:\"\n";
+  auto fromRun = ChatTemplate::ForCheckpoint(step, &origin);
+  ASSERT_TRUE(fromRun.ok());
+  EXPECT_EQ(origin, dir.path() + "/run/chat_template.toml");
+  EXPECT_EQ(fromRun->Render({}), "Run:");
+  std::ofstream(step + "/chat_template.toml") << "generation_prompt = \"Step:\"\n";
+  EXPECT_EQ(ChatTemplate::ForCheckpoint(step, &origin)->Render({}), "Step:");
+  EXPECT_EQ(ChatTemplate::ForCheckpoint(dir.path() + "/nowhere", &origin)->Render({}), "<|assistant|>\n");
+  EXPECT_EQ(origin, "default");
+}
+
+}  // namespace
+}  // namespace myriad::serve
