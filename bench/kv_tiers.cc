@@ -4,10 +4,11 @@
 // the trace's KV working set. Reports hit rate and its ideal, TTFT p50/p99,
 // throughput and the bill; one JSON line per configuration.
 //
-//   bench_kv_tiers --config configs/demo-moe.toml [--set k=v ...] [--sessions 64] [--turns 5]
-//                  [--concurrency 4 (engine batch)] [--active 8 (sessions in flight)]
+//   bench_kv_tiers --config configs/demo-moe.toml [--set k=v ...] [--sessions 80] [--turns 5]
+//                  [--concurrency 4 (engine batch)] [--active 16 (sessions in flight)]
+//                  [--think-min-ms 500] [--think-max-ms 1500] [--repeats 1 (alternating rounds)]
 //                  [--redis redis://127.0.0.1:6379] [--disk-dir DIR] [--seed 1]
-//                  [--only a|b|c]
+//                  [--only a|b|c] [--tiers host,disk,redis (the lower tiers of (c))]
 // bench/kv_tiers.sh starts a redis-server on a free loopback port for (c).
 #include <algorithm>
 #include <atomic>
@@ -54,7 +55,7 @@ struct Trace {
   std::vector<Session> sessions;
 };
 
-Trace MakeTrace(int n_sessions, int turns, int vocab, uint64_t seed) {
+Trace MakeTrace(int n_sessions, int turns, int vocab, uint64_t seed, int think_min_ms, int think_max_ms) {
   Rng rng(seed);
   Trace t;
   auto text = [&](int n) {
@@ -69,7 +70,7 @@ Trace MakeTrace(int n_sessions, int turns, int vocab, uint64_t seed) {
     const int nt = turns - 1 + static_cast<int>(rng.Below(3));
     for (int k = 0; k < nt; ++k) {
       s.user.push_back(text(24 + static_cast<int>(rng.Below(40))));
-      s.think_ms.push_back(50 + static_cast<int>(rng.Below(200)));
+      s.think_ms.push_back(think_min_ms + static_cast<int>(rng.Below(std::max(1, think_max_ms - think_min_ms))));
     }
     t.sessions.push_back(std::move(s));
   }
@@ -189,8 +190,10 @@ Result1 Replay(const std::string& name, const Model& model, const Trace& trace, 
 
 int main(int argc, char** argv) {
   BenchArgs args;
-  args.opts = {{"--sessions", "64"}, {"--turns", "5"}, {"--concurrency", "4"}, {"--active", "8"}, {"--max-tokens", "8"},
-               {"--redis", ""}, {"--disk-dir", ""}, {"--seed", "1"}, {"--only", ""}, {"--pool-frac", "0.10"}};
+  args.opts = {{"--sessions", "80"}, {"--turns", "5"}, {"--concurrency", "4"}, {"--active", "16"}, {"--max-tokens", "8"},
+               {"--redis", ""}, {"--disk-dir", ""}, {"--seed", "1"}, {"--only", ""}, {"--pool-frac", "0.10"},
+               {"--tiers", "host,disk,redis"}, {"--think-min-ms", "500"}, {"--think-max-ms", "1500"},
+               {"--repeats", "1"}};
   if (!args.Parse(argc, argv)) return 2;
   ModelConfig mc;
   TrainConfig tc;
@@ -199,7 +202,8 @@ int main(int argc, char** argv) {
   Model model(mc);
   model.InitWeights(tc.seed);
   const Trace trace = MakeTrace(args.Int("--sessions"), args.Int("--turns"), static_cast<int>(mc.vocab_size),
-                                static_cast<uint64_t>(args.Int("--seed")));
+                                static_cast<uint64_t>(args.Int("--seed")), args.Int("--think-min-ms"),
+                                args.Int("--think-max-ms"));
   const int max_tokens = args.Int("--max-tokens"), conc = args.Int("--concurrency"), active = args.Int("--active");
   // KV working set: every session's final context (system prompts once).
   int64_t ws_tokens = 0;
@@ -226,20 +230,18 @@ int main(int argc, char** argv) {
                trace.sessions.size(), static_cast<long long>(ws_tokens), static_cast<long long>(ws_blocks),
                static_cast<long long>(pool), 100.0 * pool / ws_blocks);
   const std::string only = args.Str("--only");
-  std::vector<Result1> results;
   EngineConfig base;
   base.kv_pool_blocks = pool;
   base.max_batch = conc;
   base.max_queue = active + 8;
-  if (only.empty() || only == "a") {
+  auto run_a = [&]() -> Result1 {
     EngineConfig ec = base;
     ec.prefix_cache = false;
-    results.push_back(Replay("a_no_cache", model, trace, ec, active, max_tokens));
-  }
-  if (only.empty() || only == "b") {
-    results.push_back(Replay("b_device_only", model, trace, base, active, max_tokens));
-  }
-  if (only.empty() || only == "c") {
+    return Replay("a_no_cache", model, trace, ec, active, max_tokens);
+  };
+  auto run_b = [&]() -> Result1 { return Replay("b_device_only", model, trace, base, active, max_tokens); };
+  auto run_c = [&]() -> Result1 {
+    // Fresh tiers each time: an empty host pool, disk directory and Redis key space.
     ModelFingerprint fp = FingerprintModel(model);
     HostTierOptions ho;
     ho.capacity_blocks = ws_blocks / 2;
@@ -253,24 +255,57 @@ int main(int argc, char** argv) {
     dopt.fingerprint = fp;
     dopt.block_floats = BlockFloats(mc);
     auto disk = DiskTier::Open(dopt);
-    if (!disk.ok()) { std::fprintf(stderr, "disk tier: %s\n", disk.status().message().c_str()); return 1; }
+    if (!disk.ok()) { std::fprintf(stderr, "disk tier: %s\n", disk.status().message().c_str()); std::exit(1); }
     EngineConfig ec = base;
-    ec.tiers = {&host, disk->get()};
+    const std::string want = "," + args.Str("--tiers") + ",";
+    auto wanted = [&](const char* t) { return want.find("," + std::string(t) + ",") != std::string::npos; };
+    if (wanted("host")) ec.tiers.push_back(&host);
+    if (wanted("disk")) ec.tiers.push_back(disk->get());
     std::unique_ptr<RedisTier> redis;
-    if (!args.Str("--redis").empty()) {
+    if (!args.Str("--redis").empty() && wanted("redis")) {
       auto addr = ParseRedisUrl(args.Str("--redis"));
-      if (!addr.ok()) { std::fprintf(stderr, "%s\n", addr.status().message().c_str()); return 1; }
+      if (!addr.ok()) { std::fprintf(stderr, "%s\n", addr.status().message().c_str()); std::exit(1); }
       RedisTierOptions ro;
       ro.address = *addr;
       ro.fingerprint = fp;
       ro.block_floats = BlockFloats(mc);
       ro.key_prefix = "myriad:bench:" + std::to_string(Now()) + ":";
       auto rt = RedisTier::Create(ro);
-      if (!rt.ok()) { std::fprintf(stderr, "redis tier: %s\n", rt.status().message().c_str()); return 1; }
+      if (!rt.ok()) { std::fprintf(stderr, "redis tier: %s\n", rt.status().message().c_str()); std::exit(1); }
       redis = std::move(rt).value();
       ec.tiers.push_back(redis.get());
     }
-    results.push_back(Replay(redis ? "c_four_tiers" : "c_three_tiers_no_redis", model, trace, ec, active, max_tokens));
+    Result1 r = Replay(ec.tiers.size() == 3 ? "c_four_tiers" : "c_tiers_" + args.Str("--tiers"), model, trace, ec,
+                       active, max_tokens);
+    redis.reset();
+    disk.value().reset();  // flushes (syncfs) before the directory goes
+    std::filesystem::remove_all(dir);
+    return r;
+  };
+  // Alternating rounds (a b c a b c ...): each variant's row is its median
+  // round by TTFT p50, the ratio is of the medians.
+  const int repeats = std::max(1, args.Int("--repeats"));
+  std::vector<std::vector<Result1>> rounds(3);
+  for (int rep = 0; rep < repeats; ++rep) {
+    if (only.empty() || only == "a") rounds[0].push_back(run_a());
+    if (only.empty() || only == "b") rounds[1].push_back(run_b());
+    if (only.empty() || only == "c") rounds[2].push_back(run_c());
+    for (const auto& v : rounds)
+      if (static_cast<int>(v.size()) == rep + 1)
+        std::fprintf(stderr, "# round %d/%d %-16s TTFT p50 %.1f ms\n", rep + 1, repeats, v.back().name.c_str(),
+                     Percentile(v.back().ttft, 0.5) * 1e3);
+  }
+  std::vector<Result1> results;
+  std::vector<std::vector<double>> p50s;
+  for (auto& v : rounds) {
+    if (v.empty()) continue;
+    std::vector<double> p;
+    for (const auto& r : v) p.push_back(Percentile(r.ttft, 0.5));
+    std::vector<size_t> order(v.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t x, size_t y) { return p[x] < p[y]; });
+    results.push_back(std::move(v[order[order.size() / 2]]));
+    p50s.push_back(p);
   }
   const Result1* peer = results.empty() || results[0].name != "a_no_cache" ? nullptr : &results[0];
   for (const auto& r : results) {
@@ -291,7 +326,12 @@ int main(int argc, char** argv) {
         {"tokens_per_s", (r.prompt + r.completion) / r.seconds}, {"requests", r.requests},
         {"prompt_tokens", r.prompt}, {"cached_tokens", r.cached}, {"completion_tokens", r.completion},
         {"recomputed_hit_tokens", r.stats.recomputed_hit_tokens}, {"hits_by_tier_tokens", tiers},
-        {"bill", r.cost}, {"seconds", r.seconds}};
+        {"bill", r.cost}, {"seconds", r.seconds}, {"rounds", repeats},
+        {"ttft_p50_ms_by_round", [&] {
+           std::vector<double> ms;
+           for (double x : p50s[&r - results.data()]) ms.push_back(x * 1e3);
+           return ms;
+         }()}};
     std::printf("%s\n", j.dump().c_str());
     std::fprintf(stderr, "# %-24s hit %.3f (ideal %.3f, %.0f%% of it)  TTFT p50 %.1f ms p99 %.1f ms  %.0f tok/s  bill %.6f%s\n",
                  r.name.c_str(), hit, ideal, ideal > 0 ? 100 * hit / ideal : 0, Percentile(r.ttft, 0.5) * 1e3,

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# Runs bench_kv_tiers on the demo MoE's shape (random weights, contexts up to
-# 1024 tokens) with a redis-server started on a free loopback port for the
-# remote tier, then stops it. Extra args go to bench_kv_tiers.
+# Runs bench_kv_tiers (random weights, contexts up to 1024 tokens) with a
+# redis-server started on a free loopback port for the remote tier, then
+# stops it. The model is the demo MoE widened to d_model 512 and 6 layers
+# (MYRIAD_KV_BENCH_SHAPE=demo keeps the demo's own shape, whose prefill is so
+# cheap that fixed per-step costs dominate TTFT). Extra args go to
+# bench_kv_tiers (later --set win).
 # Usage: bench/kv_tiers.sh [BUILD_DIR] [bench_kv_tiers args...]
 set -euo pipefail
 BUILD="${1:-build}"
@@ -15,5 +18,7 @@ redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$D
 RPID=$!
 trap 'kill $RPID 2>/dev/null; wait $RPID 2>/dev/null; rm -rf "$DIR"' EXIT
 for _ in $(seq 50); do redis-cli -p "$PORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
-"$PROG" --config configs/demo-moe.toml --set model.max_seq_len=1024 --redis "redis://127.0.0.1:$PORT" \
+SHAPE=(--set model.d_model=512 --set model.n_layers=6 --set model.d_expert=512)
+[ "${MYRIAD_KV_BENCH_SHAPE:-}" = demo ] && SHAPE=()
+"$PROG" --config configs/demo-moe.toml --set model.max_seq_len=1024 "${SHAPE[@]}" --redis "redis://127.0.0.1:$PORT" \
   --disk-dir "$DIR/disk" "$@"

@@ -121,13 +121,13 @@ Env* Env::Default() {
   return &env;
 }
 
-Status WriteFileAtomic(Env* env, const std::string& path, std::string_view data) {
+Status WriteFileAtomic(Env* env, const std::string& path, std::string_view data, bool sync) {
   const std::string tmp = path + ".tmp";
   {
     auto f = env->NewWritableFile(tmp);
     if (!f.ok()) return f.status();
     Status s = (*f)->Append(data);
-    if (s.ok()) s = (*f)->Sync();
+    if (s.ok() && sync) s = (*f)->Sync();
     Status c = (*f)->Close();
     if (s.ok()) s = c;
     if (!s.ok()) {
@@ -136,6 +136,7 @@ Status WriteFileAtomic(Env* env, const std::string& path, std::string_view data)
     }
   }
   RETURN_IF_ERROR(env->RenameFile(tmp, path));
+  if (!sync) return Status::Ok();
   std::string dir = std::filesystem::path(path).parent_path().string();
   return env->SyncDir(dir.empty() ? "." : dir);
 }

@@ -40,6 +40,9 @@ class Env {
 
 // Writes `data` to `path` durably and atomically: path.tmp, fsync, rename,
 // fsync of the directory. On failure the old file at `path`, if any, is intact.
-Status WriteFileAtomic(Env* env, const std::string& path, std::string_view data);
+// With sync = false the two fsyncs are skipped: still atomic for readers and
+// across a killed process (the page cache outlives it), but a power loss may
+// leave the new file empty or partial -- for data that verifies itself.
+Status WriteFileAtomic(Env* env, const std::string& path, std::string_view data, bool sync = true);
 
 }  // namespace myriad

@@ -3,8 +3,10 @@
 // prefetch on an I/O thread), builds one batch (decode tokens first, then
 // prefill chunks, under step_token_budget), runs the batched runner, samples,
 // emits, publishes full blocks to the prefix index and frees finished
-// requests' blocks. Evicted cached blocks are written to every lower tier by
-// a write-back thread. docs/serving.md describes the policy.
+// requests' blocks. Evicted cached blocks go down the tiers on a write-back
+// thread: into the first tier that spills (host memory), and from there to
+// disk and the remote store when it evicts them. docs/serving.md describes
+// the policy.
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -83,6 +85,11 @@ class Worker {
   std::thread thread_;
 };
 
+// A lower-tier block is read by the scheduler at admission (not the I/O
+// thread) when its measured read takes at most this long, up to a total.
+constexpr double kInlineBlockSeconds = 100e-6;
+constexpr double kInlineBudgetSeconds = 2e-3;
+
 // Where one matched block beyond the leading T0 run comes from.
 constexpr int32_t kCopiedFromT0 = -2;  // MatchedBlock::t0_block once copied at admission
 struct MatchedBlock {
@@ -131,6 +138,8 @@ class EngineImpl : public Engine {
     if (!cfg_.tiers.empty() && cfg_.prefix_cache) {
       writeback_ = std::make_unique<Worker>(/*nice=*/10);
       pool_.set_on_evict([this](int32_t b, BlockKey key) { WriteBack(b, key); });
+      for (size_t t = 0; t < cfg_.tiers.size(); ++t)
+        if (cfg_.tiers[t]->CanSpill()) cfg_.tiers[t]->SetSpill([this, t](const KvBlock& blk) { PutDown(t + 1, blk); });
     }
     loader_ = std::make_unique<Worker>();
     WarmUp();
@@ -208,17 +217,19 @@ class EngineImpl : public Engine {
     writeback_.reset();  // drains the queued write-backs into the tiers
     // Blocks still cached in the device pool go down too, so a restarted
     // server finds them on disk (and other servers in the remote tier).
-    if (!cfg_.tiers.empty()) {
+    if (!cfg_.tiers.empty() && cfg_.prefix_cache) {
       int64_t n = 0;
       KvBlock blk;
       for (int32_t b = 0; b < static_cast<int32_t>(pool_.num_blocks()); ++b) {
         if (!pool_.keyed(b)) continue;
         blk.key = pool_.key(b);
         blk.data.assign(pool_.data(b), pool_.data(b) + pool_.block_floats());
-        for (KvTier* t : cfg_.tiers)
-          if (!t->Contains(blk.key)) t->Put(blk);
+        PutDown(0, blk);
         ++n;
       }
+      // Then what the memory tiers hold goes on to the persistent ones.
+      for (KvTier* t : cfg_.tiers) t->SpillAll();
+      for (KvTier* t : cfg_.tiers) t->SetSpill(nullptr);  // the tiers may outlive this engine
       if (n > 0) LOG_INFO("engine: %lld cached KV blocks written to the lower tiers at shutdown", static_cast<long long>(n));
     }
   }
@@ -231,6 +242,8 @@ class EngineImpl : public Engine {
   void Step();
   void Admit();
   bool TryAdmit(Request* r);
+  bool ReadBlocks(LoadJob* job, int64_t from, int64_t to);
+  bool WorthAsking(KvTier* tier, int64_t n_blocks);
   void FinishLoad(Request* r);
   void AfterForward(Request* r, const float* logits, std::vector<std::pair<Request*, TokenEvent>>* events);
   void PublishFull(Request* r);
@@ -239,6 +252,7 @@ class EngineImpl : public Engine {
   void WarmUp();
   void WriteBack(int32_t b, BlockKey key);
   void WriteThrough(int32_t b, BlockKey key);
+  void PutDown(size_t from, const KvBlock& blk);
   std::shared_ptr<const KvBlock> Pending(BlockKey key);
 
   const Model& model_;
@@ -308,7 +322,7 @@ void EngineImpl::WriteBack(int32_t b, BlockKey key) {
     pending_[key] = c;
   }
   writeback_->Post([this, c] {
-    for (KvTier* t : cfg_.tiers) t->Put(*c);
+    PutDown(0, *c);
     std::lock_guard<std::mutex> lock(pending_mu_);
     auto it = pending_.find(c->key);
     if (it != pending_.end() && it->second == c) pending_.erase(it);
@@ -331,6 +345,19 @@ void EngineImpl::WriteThrough(int32_t b, BlockKey key) {
     std::lock_guard<std::mutex> lock(pending_mu_);
     --through_inflight_;
   });
+}
+
+void EngineImpl::PutDown(size_t from, const KvBlock& blk) {
+  // Down the hierarchy from tier `from`: into each tier that lacks the block
+  // (a block loaded from the tiers and evicted again is usually still there:
+  // it is not written twice), stopping after a tier that spills -- the rest
+  // get the block when that tier evicts it (or at shutdown). Runs on the
+  // write-back thread (and at shutdown).
+  for (size_t t = from; t < cfg_.tiers.size(); ++t) {
+    KvTier* tier = cfg_.tiers[t];
+    if (!tier->Contains(blk.key)) tier->Put(blk);
+    if (tier->CanSpill()) break;
+  }
 }
 
 std::shared_ptr<const KvBlock> EngineImpl::Pending(BlockKey key) {
@@ -428,6 +455,7 @@ void EngineImpl::Step() {
     const auto t0 = Clock::now();
     const float* logits = runner_.Forward(chunks);
     const double secs = Seconds(t0, Clock::now());
+    cost_.ObserveStep(secs);
     if (prefill_tokens >= kBlockTokens)
       cost_.ObservePrefill(cfg_.step_token_budget - budget, secs);
     for (size_t i = 0; i < chunks.size(); ++i) {
@@ -499,38 +527,66 @@ bool EngineImpl::TryAdmit(Request* r) {
   }
   // 3. The match goes on block by block: in T0 again (after a gap), in the
   // write-back queue, in the first lower tier that has the key.
+  // A tier is asked once, for all the remaining keys (one round trip to a
+  // remote store), when the walk first reaches it.
+  const int64_t first = static_cast<int64_t>(t0_run.size());
+  std::vector<BlockKey> keys;
+  for (int64_t i = first; i < n_full; ++i) keys.push_back(key_of(keys.empty() ? t0_last : keys.back(), i));
+  std::vector<std::vector<bool>> in_tier(cfg_.tiers.size());
   std::vector<MatchedBlock> more;
   int64_t t0_copies = 0;
-  for (int64_t i = static_cast<int64_t>(t0_run.size()); i < n_full; ++i) {
+  for (int64_t j = 0; j < static_cast<int64_t>(keys.size()); ++j) {
     MatchedBlock m;
-    m.key = key_of(more.empty() ? t0_last : more.back().key, i);
+    m.key = keys[j];
     if ((m.t0_block = pool_.Find(m.key)) >= 0) {
       // Copied into a fresh block, its source referenced meanwhile: that
       // takes one spare block each for a moment.
       if (t0_copies == spare) break;
       ++t0_copies;
     } else if (!(m.pending = Pending(m.key))) {
-      for (size_t t = 0; t < cfg_.tiers.size() && m.tier < 0; ++t)
-        if (cfg_.tiers[t]->Contains(m.key)) m.tier = static_cast<int>(t);
+      for (size_t t = 0; t < cfg_.tiers.size() && m.tier < 0; ++t) {
+        if (in_tier[t].empty()) {
+          in_tier[t].assign(j, false);
+          const std::vector<BlockKey> rest(keys.begin() + j, keys.end());
+          if (WorthAsking(cfg_.tiers[t], static_cast<int64_t>(rest.size()))) {
+            const std::vector<bool> got = cfg_.tiers[t]->ContainsMany(rest);
+            in_tier[t].insert(in_tier[t].end(), got.begin(), got.end());
+          } else {
+            in_tier[t].resize(keys.size(), false);
+          }
+        }
+        if (in_tier[t][j]) m.tier = static_cast<int>(t);
+      }
       if (m.tier < 0) break;
     }
     more.push_back(std::move(m));
   }
-  // 4. Load or recompute the blocks beyond the T0 run.
+  // 4. Load or recompute the blocks beyond the T0 run. The leading blocks
+  // already in memory (T0 copies, write-back queue, a tier whose measured
+  // read is a memory copy) are read here at once; a read from a slower tier
+  // goes to the I/O thread, and the request waits at least a step for it.
+  std::vector<double> secs;
+  int64_t inline_n = 0;
+  double inline_secs = 0;
+  bool inline_run = true;
+  for (const auto& m : more) {
+    double s = 0.0;  // in memory already
+    if (m.tier >= 0) {
+      KvTier* t = cfg_.tiers[m.tier];
+      s = cost_.TierSecondsPerBlock(t->name(), t->stats());
+    }
+    secs.push_back(s);
+    inline_run = inline_run && s <= kInlineBlockSeconds && inline_secs + s <= kInlineBudgetSeconds;
+    if (inline_run) {
+      ++inline_n;
+      inline_secs += s;
+    }
+  }
   LoadPlan plan;
   plan.load_blocks = static_cast<int64_t>(more.size());
-  if (cfg_.load_or_recompute && !more.empty()) {
-    std::vector<double> secs;
-    for (const auto& m : more) {
-      if (m.tier < 0) {
-        secs.push_back(0.0);  // in memory already
-      } else {
-        KvTier* t = cfg_.tiers[m.tier];
-        secs.push_back(cost_.TierSecondsPerBlock(t->name(), t->stats()));
-      }
-    }
-    plan = ChooseLoadPlan(secs, cost_.RecomputeSecondsPerBlock());
-  }
+  plan.async = plan.load_blocks > inline_n;
+  if (cfg_.load_or_recompute && !more.empty())
+    plan = ChooseLoadPlan(secs, cost_.RecomputeSecondsPerBlock(), inline_n, cost_.step_seconds());
   more.resize(plan.load_blocks);
   r->blocks = t0_run;
   r->computed = static_cast<int64_t>(t0_run.size()) * kBlockTokens;
@@ -543,9 +599,8 @@ bool EngineImpl::TryAdmit(Request* r) {
     stats_.recomputed_hit_tokens += plan.recompute_blocks * kBlockTokens;
   }
   if (more.empty()) return true;
-  // Prefetch: fresh blocks for the loaded ones; T0-resident blocks are copied
-  // now (referenced meanwhile so the allocations cannot evict them), the rest
-  // are read on the I/O thread while other requests compute.
+  // Fresh blocks for the loaded ones; T0-resident sources are referenced
+  // while the allocations run so that they cannot be evicted meanwhile.
   auto job = std::make_shared<LoadJob>();
   for (auto& m : more)
     if (m.t0_block >= 0) pool_.Ref(m.t0_block);
@@ -554,40 +609,78 @@ bool EngineImpl::TryAdmit(Request* r) {
     CHECK(b >= 0);
     job->dst.push_back(b);
     r->blocks.push_back(b);
-    r->load_tier.push_back(m.tier);
-  }
-  for (size_t i = 0; i < more.size(); ++i) {
-    if (more[i].t0_block >= 0) {
-      std::memcpy(pool_.data(job->dst[i]), pool_.data(more[i].t0_block), pool_.block_floats() * sizeof(float));
-      pool_.Release(more[i].t0_block);
-      more[i].t0_block = kCopiedFromT0;
-    } else if (more[i].pending) {
-      r->load_tier[i] = 0;  // on its way to the tiers: credited to the first
-    }
+    r->load_tier.push_back(m.pending ? 0 : m.tier);  // write-back queue: credited to the first tier
   }
   r->load_base = static_cast<int64_t>(t0_run.size());
   job->src = std::move(more);
   r->load = job;
-  const int64_t floats = pool_.block_floats();
-  loader_->Post([this, job, floats] {
-    KvBlock blk;
-    for (size_t i = 0; i < job->src.size(); ++i) {
-      const MatchedBlock& m = job->src[i];
-      float* dst = pool_.data(job->dst[i]);
-      bool ok = true;
-      if (m.pending) {
-        std::memcpy(dst, m.pending->data.data(), floats * sizeof(float));
-      } else if (m.tier >= 0) {
-        ok = cfg_.tiers[m.tier]->Get(m.key, &blk) && blk.key == m.key &&
-             static_cast<int64_t>(blk.data.size()) == floats;
-        if (ok) std::memcpy(dst, blk.data.data(), floats * sizeof(float));
+  const int64_t n_load = static_cast<int64_t>(job->src.size());
+  const int64_t n_inline = std::min(inline_n, n_load);
+  if (!ReadBlocks(job.get(), 0, n_inline) || n_inline == n_load) {
+    // Everything arrived (or a block failed and the rest is recomputed): the
+    // request computes its tail in this very step.
+    for (auto& m : job->src)
+      if (m.t0_block >= 0) {
+        pool_.Release(m.t0_block);
+        m.t0_block = -1;
       }
-      if (!ok) break;
-      ++job->ok;
-    }
+    job->done.store(true, std::memory_order_release);
+    FinishLoad(r);
+    return true;
+  }
+  // The pool belongs to this thread: T0 sources after the inline run are
+  // copied now, the I/O thread reads only the tiers.
+  for (int64_t i = n_inline; i < n_load; ++i) {
+    MatchedBlock& m = job->src[i];
+    if (m.t0_block < 0) continue;
+    std::memcpy(pool_.data(job->dst[i]), pool_.data(m.t0_block), pool_.block_floats() * sizeof(float));
+    pool_.Release(m.t0_block);
+    m.t0_block = kCopiedFromT0;
+  }
+  loader_->Post([this, job, n_inline, n_load] {
+    ReadBlocks(job.get(), n_inline, n_load);
     job->done.store(true, std::memory_order_release);
     cv_.notify_all();
   });
+  return true;
+}
+
+bool EngineImpl::WorthAsking(KvTier* tier, int64_t n_blocks) {
+  // A tier too slow to read at admission is not even asked (a round trip
+  // to a remote store) when loading all n blocks from it, plus the step the
+  // request would wait for the I/O thread, could not beat recomputing them.
+  if (!cfg_.load_or_recompute) return true;
+  const double read = cost_.TierSecondsPerBlock(tier->name(), tier->stats());
+  if (read <= kInlineBlockSeconds) return true;
+  const double saved = n_blocks * (cost_.RecomputeSecondsPerBlock() - read) - cost_.step_seconds();
+  if (saved > 0) return true;
+  std::lock_guard<std::mutex> lock(mu_);
+  ++stats_.skipped_lookups;
+  return false;
+}
+
+bool EngineImpl::ReadBlocks(LoadJob* job, int64_t from, int64_t to) {
+  // Stops at the first block that is missing or damaged (job->ok counts the
+  // intact leading ones); T0 sources are released as they are copied.
+  const int64_t floats = pool_.block_floats();
+  KvBlock blk;
+  bool ok = true;
+  for (int64_t i = from; i < to; ++i) {
+    MatchedBlock& m = job->src[i];
+    float* dst = pool_.data(job->dst[i]);
+    if (m.t0_block >= 0) {
+      std::memcpy(dst, pool_.data(m.t0_block), floats * sizeof(float));
+      pool_.Release(m.t0_block);
+      m.t0_block = kCopiedFromT0;
+    } else if (m.pending) {
+      std::memcpy(dst, m.pending->data.data(), floats * sizeof(float));
+    } else if (ok && m.tier >= 0) {
+      ok = cfg_.tiers[m.tier]->Get(m.key, &blk) && blk.key == m.key && static_cast<int64_t>(blk.data.size()) == floats;
+      if (ok) std::memcpy(dst, blk.data.data(), floats * sizeof(float));
+    }
+    if (!ok) return false;
+    ++job->ok;
+  }
   return true;
 }
 

@@ -56,6 +56,7 @@ struct EngineStats {
   int64_t t0_hits = 0;                  // prompt tokens served from the device pool
   std::vector<std::pair<std::string, int64_t>> tier_hits;  // tokens served per lower tier
   int64_t recomputed_hit_tokens = 0;    // cached tokens the cost model chose to recompute
+  int64_t skipped_lookups = 0;          // slow-tier lookups not made: no hit there could beat recomputing
   int running = 0, waiting = 0;
   int64_t kv_blocks_used = 0, kv_blocks_total = 0;
 };

@@ -11,8 +11,10 @@ double PriorBytesPerSecond(const std::string& tier_name) {
   return 2e8;
 }
 
-LoadPlan ChooseLoadPlan(const std::vector<double>& seconds_per_block, double recompute_seconds_per_block) {
+LoadPlan ChooseLoadPlan(const std::vector<double>& seconds_per_block, double recompute_seconds_per_block,
+                        int64_t inline_blocks, double async_seconds) {
   const int64_t m = static_cast<int64_t>(seconds_per_block.size());
+  if (inline_blocks < 0) inline_blocks = m;
   LoadPlan best;
   best.all_recompute_seconds = m * recompute_seconds_per_block;
   double best_cost = best.all_recompute_seconds, load = 0;
@@ -21,12 +23,14 @@ LoadPlan ChooseLoadPlan(const std::vector<double>& seconds_per_block, double rec
   for (int64_t k = 1; k <= m; ++k) {
     load += seconds_per_block[k - 1];
     const double rest = (m - k) * recompute_seconds_per_block;
-    if (load + rest <= best_cost) {
-      best_cost = load + rest;
+    const double wait = k > inline_blocks ? async_seconds : 0.0;
+    if (load + wait + rest <= best_cost) {
+      best_cost = load + wait + rest;
       best.load_blocks = k;
       best.recompute_blocks = m - k;
-      best.load_seconds = load;
+      best.load_seconds = load + wait;
       best.recompute_seconds = rest;
+      best.async = k > inline_blocks;
     }
   }
   return best;
@@ -52,6 +56,17 @@ double LoadCostModel::TierSecondsPerBlock(const std::string& tier_name, const Ti
   if (st.bytes_read >= 4 * block_bytes_ && st.read_seconds > 0)
     return block_bytes_ * (st.read_seconds / static_cast<double>(st.bytes_read));
   return block_bytes_ / PriorBytesPerSecond(tier_name);
+}
+
+void LoadCostModel::ObserveStep(double seconds) {
+  if (seconds <= 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  step_ = steps_++ == 0 ? seconds : 0.9 * step_ + 0.1 * seconds;
+}
+
+double LoadCostModel::step_seconds() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return step_;
 }
 
 double LoadCostModel::RecomputeSecondsPerBlock() const {

@@ -28,12 +28,17 @@ struct LoadPlan {
   int64_t recompute_blocks = 0;   // matched blocks after those, recomputed instead
   double load_seconds = 0, recompute_seconds = 0;  // estimate of the plan's parts
   double all_recompute_seconds = 0;                // estimate of recomputing every matched block
+  bool async = false;                              // some loaded block is read by the I/O thread
 };
 
 // Of `seconds_per_block` (the read time of each matched block, in prefix
 // order) choose how many leading blocks to load, recomputing the rest at
-// `recompute_seconds_per_block`; ties go to loading.
-LoadPlan ChooseLoadPlan(const std::vector<double>& seconds_per_block, double recompute_seconds_per_block);
+// `recompute_seconds_per_block`; ties go to loading. The first
+// `inline_blocks` are read at admission by the scheduler itself (memory
+// copies); loading any block after them means the request waits for the I/O
+// thread and sits out at least one step, which costs `async_seconds` once.
+LoadPlan ChooseLoadPlan(const std::vector<double>& seconds_per_block, double recompute_seconds_per_block,
+                        int64_t inline_blocks = -1, double async_seconds = 0);
 
 // Thread-safe: the scheduler reads it, and its measurements come from the
 // scheduler (prefill) and from tier stats.
@@ -47,6 +52,10 @@ class LoadCostModel {
   // Read seconds of one block from a tier with these stats.
   double TierSecondsPerBlock(const std::string& tier_name, const TierStats& st) const;
   double RecomputeSecondsPerBlock() const;
+  // A step's duration (moving average of the batched forwards): what a
+  // request that waits for the I/O thread loses at least.
+  void ObserveStep(double seconds);
+  double step_seconds() const;
   int64_t block_bytes() const { return block_bytes_; }
 
  private:
@@ -54,6 +63,8 @@ class LoadCostModel {
   mutable std::mutex mu_;
   double tps_;
   int64_t observed_ = 0;
+  double step_ = 0.01;
+  int64_t steps_ = 0;
 };
 
 }  // namespace myriad::serve

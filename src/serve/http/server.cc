@@ -632,6 +632,8 @@ std::string HttpServer::Impl::Metrics() {
   for (const auto& [tier, hits] : es.tier_hits) w.Sample("myriad_kv_hit_tokens_total", hits, "tier=\"" + tier + "\"");
   w.One("myriad_kv_recomputed_hit_tokens_total", "counter", "Cached tokens the cost model chose to recompute.",
         es.recomputed_hit_tokens);
+  w.One("myriad_kv_skipped_lookups_total", "counter",
+        "Slow-tier lookups not made because no hit there could beat recomputing.", es.skipped_lookups);
   w.One("myriad_prefix_cache_hit_rate", "gauge", "cached_tokens / prompt_tokens since start.", HitRate(es));
   w.One("myriad_requests_running", "gauge", "Sequences in the running batch.", es.running);
   w.One("myriad_requests_waiting", "gauge", "Requests waiting in the queue.", es.waiting);

@@ -1,5 +1,8 @@
 #include "serve/kvcache/disk_tier.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdlib>
 
@@ -31,6 +34,13 @@ bool ParseBlockFileName(const std::string& name, BlockKey* key) {
 
 DiskTier::DiskTier(const DiskTierOptions& options)
     : options_(options), env_(options.env ? options.env : Env::Default()) {}
+
+DiskTier::~DiskTier() {
+  if (unsynced_puts_ == 0) return;
+  const int fd = ::open(options_.dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0 || ::syncfs(fd) != 0) LogTierError("disk", 1, "syncfs of " + options_.dir + " failed");
+  if (fd >= 0) ::close(fd);
+}
 
 Result<std::unique_ptr<DiskTier>> DiskTier::Open(const DiskTierOptions& options) {
   if (options.dir.empty())
@@ -122,9 +132,10 @@ void DiskTier::Put(const KvBlock& b) {
   }
   // The write (and its fsyncs) runs without the lock: lookups from the
   // engine's scheduler thread must not wait for the disk.
-  const Status s = WriteFileAtomic(env_, PathOf(b.key), record);
+  const Status s = WriteFileAtomic(env_, PathOf(b.key), record, options_.sync_writes);
   std::lock_guard<std::mutex> lock(mu_);
   reserved_bytes_ -= bytes;
+  if (!options_.sync_writes) ++unsynced_puts_;
   if (!s.ok()) {
     // The old file, if any, is intact (WriteFileAtomic's contract); its entry stays.
     ++stats_.errors;

@@ -5,7 +5,12 @@
 // xxHash64 of the payload, then fp32 floats). Files are written through Env
 // with WriteFileAtomic (tmp + fsync + rename + directory fsync), so a crash
 // leaves either the old file or the new one, never a torn one under the real
-// name. Open scans the directory and indexes the files of this model's
+// name. By default the fsyncs are skipped (sync_writes = false): every
+// record carries its checksum, so a block torn or lost by a power cut is
+// found on read and recomputed, and a killed process loses nothing (the page
+// cache outlives it); the destructor flushes the file system (syncfs) so a
+// clean shutdown is durable. Per-block fsyncs cost a journal commit each,
+// which on a small machine takes CPU from the compute threads. Open scans the directory and indexes the files of this model's
 // fingerprint; files of another fingerprint (another model sharing the
 // directory) are left alone: not indexed, not deleted. Leftover
 // "<key>.kvb.tmp" files (a write cut short by a crash) are deleted.
@@ -39,6 +44,7 @@ struct DiskTierOptions {
   ModelFingerprint fingerprint;    // blocks of this model only
   int64_t block_floats = 0;        // BlockFloats(cfg); 0 accepts any size
   Env* env = nullptr;              // nullptr: Env::Default()
+  bool sync_writes = false;        // fsync each block file (and the directory)
 };
 
 class DiskTier : public KvTier {
@@ -47,6 +53,7 @@ class DiskTier : public KvTier {
   // header once: the open costs one read of the tier's contents), evicts
   // down to capacity. Fails on a bad option or an unusable directory.
   static Result<std::unique_ptr<DiskTier>> Open(const DiskTierOptions& options);
+  ~DiskTier() override;  // syncfs of the directory when writes were not synced
 
   std::string name() const override { return "disk"; }
   void Put(const KvBlock& b) override;
@@ -77,6 +84,7 @@ class DiskTier : public KvTier {
   Map index_;
   int64_t resident_bytes_ = 0;
   int64_t reserved_bytes_ = 0;  // room held for writes in flight (written without the lock)
+  int64_t unsynced_puts_ = 0;
   TierStats stats_;
 };
 

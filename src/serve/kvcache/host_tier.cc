@@ -109,18 +109,59 @@ void HostTier::Put(const KvBlock& b) {
   }
   Entry fresh;
   EncodeInto(b.data, &fresh);  // outside the lock: the costly part
-  std::lock_guard<std::mutex> lock(mu_);
-  if (auto it = blocks_.find(b.key); it != blocks_.end()) RemoveLocked(it);
-  while (static_cast<int64_t>(blocks_.size()) >= options_.capacity_blocks) {
-    RemoveLocked(blocks_.find(lru_.back()));
-    ++stats_.evictions;
+  std::vector<std::pair<BlockKey, Entry>> evicted;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = blocks_.find(b.key); it != blocks_.end()) RemoveLocked(it);
+    while (static_cast<int64_t>(blocks_.size()) >= options_.capacity_blocks) {
+      auto victim = blocks_.find(lru_.back());
+      resident_bytes_ -= static_cast<int64_t>(victim->second.bytes.size());
+      lru_.pop_back();
+      if (spill_) evicted.emplace_back(victim->first, std::move(victim->second));
+      blocks_.erase(victim);
+      ++stats_.evictions;
+    }
+    lru_.push_front(b.key);
+    fresh.lru = lru_.begin();
+    resident_bytes_ += static_cast<int64_t>(fresh.bytes.size());
+    blocks_.emplace(b.key, std::move(fresh));
+    ++stats_.puts;
+    stats_.bytes_written += n * static_cast<int64_t>(sizeof(float));
   }
-  lru_.push_front(b.key);
-  fresh.lru = lru_.begin();
-  resident_bytes_ += static_cast<int64_t>(fresh.bytes.size());
-  blocks_.emplace(b.key, std::move(fresh));
-  ++stats_.puts;
-  stats_.bytes_written += n * static_cast<int64_t>(sizeof(float));
+  KvBlock out;
+  for (const auto& [key, e] : evicted) {
+    out.key = key;
+    out.data.resize(e.n_floats);
+    DecodeFrom(e, out.data.data());
+    spill_(out);
+  }
+}
+
+void HostTier::SetSpill(SpillFn fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  spill_ = std::move(fn);
+}
+
+void HostTier::SpillAll() {
+  if (!spill_) return;
+  // Most recent first; each block is decoded under the lock, spilled outside it.
+  std::vector<BlockKey> keys;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    keys.assign(lru_.begin(), lru_.end());
+  }
+  KvBlock out;
+  for (BlockKey key : keys) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = blocks_.find(key);
+      if (it == blocks_.end()) continue;
+      out.key = key;
+      out.data.resize(it->second.n_floats);
+      DecodeFrom(it->second, out.data.data());
+    }
+    spill_(out);
+  }
 }
 
 bool HostTier::Get(BlockKey key, KvBlock* out) {

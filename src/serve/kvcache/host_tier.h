@@ -1,5 +1,6 @@
 // T1: KV blocks in host memory, a fixed number of blocks, least recently
-// used evicted first. Blocks may be stored compressed (fp16, or int8 with a
+// used evicted first (and handed to the spill function, if one is set, so the
+// engine can move them down to disk and the remote store). Blocks may be stored compressed (fp16, or int8 with a
 // scale per [layer][k|v][token] row); Get always returns fp32.
 //
 // Thread-safe: every method takes one mutex. Never throws for a cache
@@ -52,6 +53,9 @@ class HostTier : public KvTier {
   // same measure in every tier); resident_bytes() is what storage holds.
   TierStats stats() override;
   int64_t resident_bytes();
+  bool CanSpill() const override { return true; }
+  void SetSpill(SpillFn fn) override;  // call before use
+  void SpillAll() override;
 
  private:
   struct Entry {
@@ -69,6 +73,7 @@ class HostTier : public KvTier {
   std::unordered_map<BlockKey, Entry> blocks_;
   int64_t resident_bytes_ = 0;
   TierStats stats_;
+  SpillFn spill_;
 };
 
 }  // namespace myriad::serve

@@ -203,17 +203,21 @@ void RedisTier::FailLocked(const std::string& what) {
   LogTierError("redis", stats_.errors, what);
 }
 
-std::unique_ptr<RedisTier::Reply> RedisTier::CommandLocked(int argc, const char** argv, const size_t* lens) {
-  if (!ctx_) {
-    if (Env::Default()->NowMicros() < retry_after_us_) {
-      ++stats_.errors;  // failing fast while the server is believed down
-      return nullptr;
-    }
-    if (Status s = ConnectLocked(); !s.ok()) {
-      FailLocked(s.message());
-      return nullptr;
-    }
+bool RedisTier::ConnectedLocked() {
+  if (ctx_) return true;
+  if (Env::Default()->NowMicros() < retry_after_us_) {
+    ++stats_.errors;  // failing fast while the server is believed down
+    return false;
   }
+  if (Status s = ConnectLocked(); !s.ok()) {
+    FailLocked(s.message());
+    return false;
+  }
+  return true;
+}
+
+std::unique_ptr<RedisTier::Reply> RedisTier::CommandLocked(int argc, const char** argv, const size_t* lens) {
+  if (!ConnectedLocked()) return nullptr;
   auto reply = std::make_unique<Reply>();
   {
     ScopedSigpipeBlock guard;
@@ -288,6 +292,38 @@ bool RedisTier::Contains(BlockKey key) {
   std::lock_guard<std::mutex> lock(mu_);
   auto reply = CommandLocked(2, argv, lens);
   return reply && reply->r->type == REDIS_REPLY_INTEGER && reply->r->integer > 0;
+}
+
+std::vector<bool> RedisTier::ContainsMany(const std::vector<BlockKey>& keys) {
+  std::vector<bool> out(keys.size(), false);
+  if (keys.empty()) return out;
+  std::vector<std::string> ks;
+  ks.reserve(keys.size());
+  for (BlockKey k : keys) ks.push_back(KeyOf(k));
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!ConnectedLocked()) return out;
+  ScopedSigpipeBlock guard;
+  // All the EXISTS go out in one write; the replies come back in order.
+  for (const std::string& k : ks) {
+    const char* argv[2] = {"EXISTS", k.data()};
+    const size_t lens[2] = {6, k.size()};
+    if (redisAppendCommandArgv(ctx_, 2, argv, lens) != REDIS_OK) {
+      FailLocked(std::string("EXISTS (pipelined) failed: ") + ctx_->errstr);
+      return std::vector<bool>(keys.size(), false);
+    }
+  }
+  for (size_t i = 0; i < ks.size(); ++i) {
+    void* raw = nullptr;
+    if (redisGetReply(ctx_, &raw) != REDIS_OK || raw == nullptr) {
+      FailLocked(std::string("EXISTS (pipelined) failed: ") + ctx_->errstr);
+      return std::vector<bool>(keys.size(), false);
+    }
+    auto* r = static_cast<redisReply*>(raw);
+    out[i] = r->type == REDIS_REPLY_INTEGER && r->integer > 0;
+    if (r->type == REDIS_REPLY_ERROR) ++stats_.errors;
+    freeReplyObject(r);
+  }
+  return out;
 }
 
 void RedisTier::Evict(BlockKey key) {

@@ -59,6 +59,7 @@ class RedisTier : public KvTier {
   void Put(const KvBlock& b) override;
   bool Get(BlockKey key, KvBlock* out) override;
   bool Contains(BlockKey key) override;
+  std::vector<bool> ContainsMany(const std::vector<BlockKey>& keys) override;  // pipelined EXISTS
   void Evict(BlockKey key) override;
   // Counts this model's keys with SCAN MATCH: O(keys in the database); for
   // stats pages, not for every request. 0 when the server is unreachable.
@@ -75,6 +76,7 @@ class RedisTier : public KvTier {
   struct Reply;
   // Runs one command; null on any failure (counted, connection dropped).
   std::unique_ptr<Reply> CommandLocked(int argc, const char** argv, const size_t* lens);
+  bool ConnectedLocked();  // connects if needed (not while failing fast)
   Status ConnectLocked();
   void DisconnectLocked();
   void FailLocked(const std::string& what);

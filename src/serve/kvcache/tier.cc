@@ -26,4 +26,10 @@ int64_t BlockFloats(const ModelConfig& cfg) {
   return cfg.n_layers * 2 * kBlockTokens * cfg.n_kv_heads * cfg.head_dim();
 }
 
+std::vector<bool> KvTier::ContainsMany(const std::vector<BlockKey>& keys) {
+  std::vector<bool> out(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) out[i] = Contains(keys[i]);
+  return out;
+}
+
 }  // namespace myriad::serve

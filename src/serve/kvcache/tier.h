@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -57,9 +58,21 @@ class KvTier {
   // corrupt/foreign block (which is then removed and counted in errors).
   virtual bool Get(BlockKey key, KvBlock* out) = 0;
   virtual bool Contains(BlockKey key) = 0;
+  // Contains for each key; a remote tier answers them in one round trip.
+  virtual std::vector<bool> ContainsMany(const std::vector<BlockKey>& keys);
   virtual void Evict(BlockKey key) = 0;
   virtual int64_t size_blocks() = 0;
   virtual TierStats stats() = 0;
+
+  // Spilling (the engine's write-back hierarchy, docs/serving.md): a tier
+  // that spills hands each block it evicts for room -- not one removed by
+  // Evict or found corrupt -- to `fn`, as fp32, outside its lock, on the
+  // thread that called Put; SpillAll hands over every block it holds (at
+  // shutdown). A tier that does not spill simply drops what it evicts.
+  using SpillFn = std::function<void(const KvBlock&)>;
+  virtual bool CanSpill() const { return false; }
+  virtual void SetSpill(SpillFn /*fn*/) {}
+  virtual void SpillAll() {}
 };
 
 }  // namespace myriad::serve

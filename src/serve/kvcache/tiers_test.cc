@@ -172,6 +172,7 @@ TEST(HostTier, EvictsLeastRecentlyUsed) {
   t.Put(MakeBlock(4));          // evicts 2
   EXPECT_FALSE(t.Contains(2));
   EXPECT_TRUE(t.Contains(1) && t.Contains(3) && t.Contains(4));
+  EXPECT_EQ(t.ContainsMany({1, 2, 3}), (std::vector<bool>{true, false, true}));
   t.Put(MakeBlock(3));          // overwrite: refreshes 3, no eviction; order 3 4 1
   EXPECT_EQ(t.size_blocks(), 3);
   t.Put(MakeBlock(5));          // evicts 1
@@ -181,6 +182,38 @@ TEST(HostTier, EvictsLeastRecentlyUsed) {
   EXPECT_FALSE(t.Contains(4));
   EXPECT_EQ(t.size_blocks(), 2);
   EXPECT_EQ(t.stats().evictions, 2);
+}
+
+TEST(HostTier, SpillsWhatItEvictsForRoomOnly) {
+  for (KvStorageFormat f : {KvStorageFormat::kFp32, KvStorageFormat::kFp16}) {
+    HostTierOptions o;
+    o.capacity_blocks = 2;
+    o.format = f;
+    HostTier t(o);
+    std::vector<KvBlock> spilled;
+    t.SetSpill([&](const KvBlock& b) { spilled.push_back(b); });
+    t.Put(MakeBlock(1));
+    t.Put(MakeBlock(2));
+    EXPECT_TRUE(spilled.empty());
+    t.Put(MakeBlock(3));  // evicts 1 for room: spilled, decoded to fp32
+    ASSERT_EQ(spilled.size(), 1u);
+    EXPECT_EQ(spilled[0].key, 1u);
+    KvBlock want = MakeBlock(1);
+    ASSERT_EQ(spilled[0].data.size(), want.data.size());
+    for (size_t i = 0; i < want.data.size(); ++i)
+      EXPECT_NEAR(spilled[0].data[i], want.data[i], f == KvStorageFormat::kFp32 ? 0.0 : std::fabs(want.data[i]) * 1e-3);
+    t.Evict(2);  // removed on request: not spilled
+    EXPECT_EQ(spilled.size(), 1u);
+    t.Put(MakeBlock(4));
+    t.SpillAll();  // everything held, most recent first; still held afterwards
+    ASSERT_EQ(spilled.size(), 3u);
+    EXPECT_EQ(spilled[1].key, 4u);
+    EXPECT_EQ(spilled[2].key, 3u);
+    EXPECT_TRUE(t.Contains(3) && t.Contains(4));
+    t.SetSpill(nullptr);
+    t.Put(MakeBlock(5));  // evicts without a spill function
+    EXPECT_EQ(spilled.size(), 3u);
+  }
 }
 
 TEST(HostTier, ConcurrentPutsAndGets) {
@@ -480,6 +513,9 @@ TEST_F(RedisTierTest, RoundTripContainsEvictAndTtl) {
   EXPECT_GT(ttl, 0);
   EXPECT_LE(ttl, 300);
   EXPECT_EQ(t->size_blocks(), 2);
+  // One pipelined round trip answers each key, in order.
+  EXPECT_EQ(t->ContainsMany({51, 50, 52, 51, 54}), (std::vector<bool>{true, false, true, true, false}));
+  EXPECT_TRUE(t->ContainsMany({}).empty());
   t->Evict(51);
   EXPECT_FALSE(t->Contains(51));
   EXPECT_EQ(t->size_blocks(), 1);
@@ -545,12 +581,13 @@ TEST_F(RedisTierTest, DeadServerFailsSoftThenReconnects) {
     t->Put(MakeBlock(82));
     EXPECT_FALSE(t->Get(81, &out));
     EXPECT_FALSE(t->Contains(81));
+    EXPECT_EQ(t->ContainsMany({81, 82}), (std::vector<bool>{false, false}));
     t->Evict(81);
     EXPECT_EQ(t->size_blocks(), 0);
   }
   EXPECT_FALSE(t->Ping().ok());
   TierStats s = t->stats();
-  EXPECT_GE(s.errors, 15);
+  EXPECT_GE(s.errors, 18);
   EXPECT_EQ(s.puts, 1);
   EXPECT_EQ(s.misses, 3);
   // A new server on the same port (empty: no persistence): the tier reconnects.
@@ -560,6 +597,7 @@ TEST_F(RedisTierTest, DeadServerFailsSoftThenReconnects) {
   t->Put(MakeBlock(83));
   ASSERT_TRUE(t->Get(83, &out));
   EXPECT_EQ(out.data, MakeBlock(83).data);
+  EXPECT_EQ(t->ContainsMany({83, 81}), (std::vector<bool>{true, false}));  // the pipeline reconnects too
   EXPECT_EQ(t->stats().puts, 2);
 }
 
