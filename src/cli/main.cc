@@ -16,6 +16,8 @@ struct Verb {
 const Verb kVerbs[] = {
     {"prepare", myriad::cli::RunPrepare, "train a tokenizer and write token shards"},
     {"train", myriad::cli::RunTrain, "train a model from a TOML config"},
+    {"launch", myriad::cli::RunLaunch, "run training under the supervisor: checks, restarts, hang detection"},
+    {"preflight", myriad::cli::RunPreflight, "check a training job before it starts"},
     {"eval", myriad::cli::RunEval, "validation loss and perplexity of a checkpoint"},
     {"generate", myriad::cli::RunGenerate, "generate text from a prompt"},
     {"doctor", myriad::cli::RunDoctor, "report ISA, BLAS kernel, cores and memory"},
@@ -38,7 +40,7 @@ int main(int argc, char** argv) {
   for (const auto& v : kVerbs) {
     if (!std::strcmp(argv[1], v.name)) return v.run(argc - 1, argv + 1);
   }
-  std::fprintf(stderr, "myriad: unknown verb '%s' (hint: one of prepare, train, eval, generate, doctor, inspect, serve)\n",
+  std::fprintf(stderr, "myriad: unknown verb '%s' (hint: one of prepare, train, launch, preflight, eval, generate, doctor, inspect, serve)\n",
                argv[1]);
   return 2;
 }

@@ -7,6 +7,7 @@
 
 #include "cli/verbs.h"
 #include "train/comm/world.h"
+#include "train/supervise/heartbeat.h"
 #include "train/trainer.h"
 
 namespace myriad::cli {
@@ -30,8 +31,12 @@ int RunTrain(int argc, char** argv) {
   // (or --set parallel.dp=2 ...), and must multiply to the rank count.
   std::unique_ptr<comm::Comm> world = comm::InitWorld(nullptr, nullptr);
   spec.world = world.get();
+  int exit_code = 1;
+  spec.exit_code = &exit_code;
   Status s = RunTraining(spec);
   if (!s.ok()) {
+    // The supervisor (if any) learns why; the exit code says what kind of failure it was.
+    supervise::Heartbeat::Global().Event("exit", {{"ok", false}, {"code", exit_code}, {"message", s.message()}});
     if (world->size() > 1)
       std::fprintf(stderr, "myriad train [rank %d/%d]: %s\n", world->rank(), world->size(), s.message().c_str());
     else
@@ -39,7 +44,7 @@ int RunTrain(int argc, char** argv) {
     // A failed rank must not leave the others waiting in a collective:
     // exiting without MPI_Finalize makes mpirun stop the whole job.
     std::fflush(stderr);
-    std::_Exit(1);
+    std::_Exit(exit_code);
   }
   world.reset();
   comm::FinalizeWorld();

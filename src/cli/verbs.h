@@ -3,6 +3,8 @@
 namespace myriad::cli {
 int RunPrepare(int argc, char** argv);
 int RunTrain(int argc, char** argv);
+int RunLaunch(int argc, char** argv);
+int RunPreflight(int argc, char** argv);
 int RunEval(int argc, char** argv);
 int RunGenerate(int argc, char** argv);
 int RunDoctor(int argc, char** argv);

@@ -1,5 +1,7 @@
 #include "train/dist_train.h"
 
+#include "train/checkpoint/async_writer.h"
+
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -354,8 +356,7 @@ EvalResult DistTrainer::Evaluate(DataLoader& val, int B, int T, int64_t batches)
   return r;
 }
 
-Status DistTrainer::Save(Env* env, const std::string& root, int64_t step, const nlohmann::json& meta,
-                         int keep_last) {
+std::unique_ptr<CheckpointSnapshot> DistTrainer::Snapshot(int64_t step, const nlohmann::json& meta) {
   Mesh& m = *mesh_;
   zero_->GatherAll();
   const ParamLayout& lay = model_->layout();
@@ -394,8 +395,6 @@ Status DistTrainer::Save(Env* env, const std::string& root, int64_t step, const 
     m.world().Send(lm.data(), lay.total(), DType::kF32, 0, kTag + 1);
     m.world().Send(lv.data(), lay.total(), DType::kF32, 0, kTag + 2);
   }
-  int32_t ok = 1;
-  std::string error;
   if (is_root()) {
     // Whole tensors in the single-device layout.
     ParamLayout whole(mc_);
@@ -423,38 +422,24 @@ Status DistTrainer::Save(Env* env, const std::string& root, int64_t step, const 
         CopySlice(p, Vo.data() + o, const_cast<float*>(pv) + p.offset, false);
       }
     }
-    CheckpointData data;
-    data.meta = meta;
-    std::vector<std::string> names;
+    auto snap = std::make_unique<CheckpointSnapshot>();
+    snap->step = step;
+    snap->meta = meta;
     for (const auto& p : whole.params()) {
       if (mc_.tie_embeddings && p.name == "lm_head.weight") continue;
-      data.model.push_back({p.name, "F32", p.shape, P.data() + p.offset, static_cast<size_t>(p.numel) * 4});
+      snap->AddModel(p.name, p.shape, P.data() + p.offset, p.numel);
     }
     const auto& bn = whole.bias_names();
     for (size_t i = 0; i < bn.size(); ++i)
-      data.model.push_back({bn[i], "F32", {mc_.n_routed_experts}, model_->biases()[i].data(),
-                            static_cast<size_t>(mc_.n_routed_experts) * 4});
-    names.reserve(2 * whole.params().size());
+      snap->AddModel(bn[i], {mc_.n_routed_experts}, model_->biases()[i].data(), mc_.n_routed_experts);
     for (const auto& p : whole.params()) {
       if (mc_.tie_embeddings && p.name == "lm_head.weight") continue;
-      names.push_back(p.name + ".exp_avg");
-      data.optimizer.push_back({names.back(), "F32", p.shape, Mo.data() + p.offset, static_cast<size_t>(p.numel) * 4});
-      names.push_back(p.name + ".exp_avg_sq");
-      data.optimizer.push_back({names.back(), "F32", p.shape, Vo.data() + p.offset, static_cast<size_t>(p.numel) * 4});
+      snap->AddOptimizer(p.name + ".exp_avg", p.shape, Mo.data() + p.offset, p.numel);
+      snap->AddOptimizer(p.name + ".exp_avg_sq", p.shape, Vo.data() + p.offset, p.numel);
     }
-    auto t0 = std::chrono::steady_clock::now();
-    auto dir = SaveCheckpoint(env, root, step, data, keep_last);
-    if (!dir.ok()) {
-      ok = 0;
-      error = dir.status().message();
-    } else {
-      LOG_INFO("checkpoint %s (%.2fs, whole tensors gathered from %zu ranks)", dir->c_str(),
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), reps.size());
-    }
+    return snap;
   }
-  m.world().Broadcast(&ok, 1, DType::kI32, 0);
-  if (!ok) return Status::Error(is_root() ? error : "checkpoint failed on rank 0 (see its log)");
-  return Status::Ok();
+  return nullptr;
 }
 
 Status DistTrainer::Restore(const LoadedCheckpoint& ck, bool with_optimizer) {

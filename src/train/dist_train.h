@@ -12,6 +12,7 @@
 #include "core/status.h"
 #include "data/loader.h"
 #include "model/model.h"
+#include "train/checkpoint/async_writer.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/comm/comm.h"
 #include "train/comm/hierarchical.h"
@@ -40,9 +41,11 @@ class DistTrainer {
   // Mean main loss over `batches` validation batches (every rank the same
   // batches). Without a pipeline this is trainer.h's Evaluate on the model.
   EvalResult Evaluate(DataLoader& val, int B, int T, int64_t batches);
-  // Rank 0 writes a checkpoint in the single-device format (whole tensors,
-  // Hugging Face names), so it loads under any layout.
-  Status Save(Env* env, const std::string& root, int64_t step, const nlohmann::json& meta, int keep_last);
+  // Collective: the state in the single-device checkpoint format (whole
+  // tensors, Hugging Face names, whole optimizer moments) gathered into an
+  // in-memory snapshot on rank 0, so it loads under any layout; nullptr on
+  // the other ranks. Writing it is the caller's (AsyncCheckpointWriter).
+  std::unique_ptr<CheckpointSnapshot> Snapshot(int64_t step, const nlohmann::json& meta);
   // Every rank copies its shard (and its optimizer slices) out of the
   // checkpoint's whole tensors: resharding onto this layout.
   Status Restore(const LoadedCheckpoint& ckpt, bool with_optimizer);

@@ -27,6 +27,10 @@ TrainConfig TrainConfig::Read(ConfigDoc* doc) {
   c.out_dir = doc->GetString("train.out_dir", c.out_dir);
   c.metrics_file = doc->GetString("train.metrics_file", c.metrics_file);
   c.precision = doc->GetString("train.precision", c.precision);
+  c.async_checkpoint = doc->GetBool("train.async_checkpoint", c.async_checkpoint);
+  c.snapshot_dir = doc->GetString("train.snapshot_dir", c.snapshot_dir);
+  c.health_check = doc->GetBool("train.health_check", c.health_check);
+  c.loss_spike_factor = doc->GetFloat("train.loss_spike_factor", c.loss_spike_factor);
   c.data_dir = doc->GetString("data.dir", c.data_dir);
   auto& pc = c.parallel;
   pc.dp = static_cast<int>(doc->GetInt("parallel.dp", pc.dp));
@@ -59,6 +63,8 @@ Status TrainConfig::Validate() const {
   if (precision != "fp32" && precision != "bf16" && precision != "auto")
     return bad("train.precision=\"" + precision + "\" is not known (hint: \"auto\", \"fp32\" or \"bf16\")");
   if (log_every < 1) return bad("train.log_every must be at least 1");
+  if (loss_spike_factor != 0 && !(loss_spike_factor > 1))
+    return bad("train.loss_spike_factor must be 0 (off) or above 1 (hint: 3)");
   if (parallel.zero < 0 || parallel.zero > 3)
     return bad("parallel.zero=" + std::to_string(parallel.zero) + " is not a ZeRO stage (hint: 0, 1, 2 or 3)");
   if (parallel.compression != "none" && parallel.compression != "bf16" && parallel.compression != "int8")

@@ -41,6 +41,11 @@ struct TrainConfig {
   std::string data_dir = "data/default";
   std::string metrics_file;    // default: out_dir/metrics.jsonl
   std::string precision = "auto";  // "auto" | "fp32" | "bf16" (docs/precision.md)
+  // Steady running (docs/supervisor.md).
+  bool async_checkpoint = true;    // snapshot to memory, persist in the background
+  std::string snapshot_dir = "auto";  // shared-memory copy of each checkpoint ("auto": /dev/shm/myriad-<hash of out_dir>; "none": off)
+  bool health_check = true;        // device self-test at start (every rank)
+  double loss_spike_factor = 0;    // > 1: a loss above factor x its moving average is a fault (0: off)
   ParallelConfig parallel;
 
   static TrainConfig Read(ConfigDoc* doc);

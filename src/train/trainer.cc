@@ -1,19 +1,28 @@
 #include "train/trainer.h"
 
 #include <omp.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 
+#include "core/checksum.h"
 #include "core/env.h"
 #include "core/log.h"
 #include "core/timing.h"
+#include "train/checkpoint/async_writer.h"
 #include "train/checkpoint/checkpoint.h"
+#include "core/fault_env.h"
+#include "train/supervise/faults.h"
+#include "train/supervise/health.h"
+#include "train/supervise/heartbeat.h"
 #include "ops/ops.h"
 #include "backend/cpu/kernel_bench.h"
 #include "train/dist_train.h"
@@ -22,6 +31,45 @@
 
 namespace myriad {
 namespace {
+
+std::atomic<int> g_stop_signal{0};
+void OnStopSignal(int sig) { g_stop_signal.store(sig); }
+
+// SIGTERM/SIGINT: finish the step, write a checkpoint, exit. Restored on scope exit.
+class StopSignals {
+ public:
+  StopSignals() {
+    struct sigaction sa {};
+    sa.sa_handler = OnStopSignal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, &old_term_);
+    sigaction(SIGINT, &sa, &old_int_);
+  }
+  ~StopSignals() {
+    sigaction(SIGTERM, &old_term_, nullptr);
+    sigaction(SIGINT, &old_int_, nullptr);
+  }
+
+ private:
+  struct sigaction old_term_ {}, old_int_ {};
+};
+
+// train.snapshot_dir resolved: "" when off, or when the ranks span machines
+// (every rank must see the same checkpoints).
+std::string ResolveSnapshotDir(const TrainConfig& tc, comm::Comm* world) {
+  if (tc.snapshot_dir.empty() || tc.snapshot_dir == "none") return "";
+  if (world && world->size() > 1) {
+    std::unique_ptr<comm::Comm> node = world->SplitShared();
+    int32_t all_here = node->size() == world->size();
+    world->AllReduce(&all_here, 1, comm::DType::kI32, comm::ReduceOp::kMin);
+    if (!all_here) return "";
+  }
+  if (tc.snapshot_dir != "auto") return tc.snapshot_dir;
+  std::error_code ec;
+  if (!std::filesystem::is_directory("/dev/shm", ec) || access("/dev/shm", W_OK) != 0) return "";
+  const std::string abs = std::filesystem::absolute(tc.out_dir, ec).lexically_normal().string();
+  return "/dev/shm/myriad-" + ChecksumHex(Checksum64(abs));
+}
 
 std::string FormatDuration(double s) {
   char buf[32];
@@ -169,9 +217,52 @@ Status RunTraining(const RunSpec& spec) {
   bool precision_from_checkpoint = false;
   // Loaded (and verified) once; restored into the model further down.
   std::optional<LoadedCheckpoint> resume;
-  if (!spec.fresh && env->FileExists(tc.out_dir + "/latest")) {
-    ASSIGN_OR_RETURN(LoadedCheckpoint ck, LoadCheckpoint(env, tc.out_dir));
-    resume = std::move(ck);
+  std::vector<std::string> skipped_checkpoints;
+  // The shared-memory copy of the checkpoints (all ranks on this machine only).
+  std::string snap_dir = ResolveSnapshotDir(tc, spec.world);
+  const bool is_root_rank = !spec.world || spec.world->rank() == 0;
+  if (!snap_dir.empty()) {
+    // The copy belongs to this run only while out_dir is the same run: a run
+    // id in out_dir (new with --fresh or a new out_dir) must match the copy's.
+    if (is_root_rank) {
+      std::string id;
+      if (auto r = env->ReadFile(tc.out_dir + "/run_id"); r.ok() && !spec.fresh) id = *r;
+      if (id.empty()) {
+        id = ChecksumHex(Checksum64(tc.out_dir + std::to_string(env->NowMicros()) + std::to_string(getpid())));
+        RETURN_IF_ERROR(env->CreateDirs(tc.out_dir));
+        RETURN_IF_ERROR(WriteFileAtomic(env, tc.out_dir + "/run_id", id));
+      }
+      auto have = env->ReadFile(snap_dir + "/run_id");
+      if (!have.ok() || *have != id) {
+        (void)env->RemoveAll(snap_dir);
+        if (!env->CreateDirs(snap_dir).ok() || !WriteFileAtomic(env, snap_dir + "/run_id", id).ok()) {
+          LOG_WARN("cannot use %s for checkpoint copies in shared memory; disk only", snap_dir.c_str());
+          (void)env->RemoveAll(snap_dir);
+        }
+      }
+    }
+    if (spec.world && spec.world->size() > 1) spec.world->Barrier();
+    if (!env->FileExists(snap_dir + "/run_id")) snap_dir.clear();
+  }
+  if (!spec.fresh) {
+    // The newest one that verifies, on disk or in shared memory: a torn or
+    // corrupt latest falls back to the one before (and says so).
+    for (const std::string& root : {tc.out_dir, snap_dir}) {
+      if (root.empty()) continue;
+      ASSIGN_OR_RETURN(std::vector<std::string> found, ListCheckpoints(env, root));
+      if (found.empty() && !env->FileExists(root + "/latest")) continue;
+      std::vector<std::string> skipped;
+      auto ck = LoadNewestValidCheckpoint(env, root, &skipped);
+      for (auto& sk : skipped) skipped_checkpoints.push_back(sk);
+      if (!ck.ok()) {
+        if (root == tc.out_dir && snap_dir.empty()) return ck.status();
+        LOG_WARN("%s", ck.status().message().c_str());
+        continue;
+      }
+      if (!resume || ck->step > resume->step) resume = std::move(ck).value();
+    }
+    if (!resume && !skipped_checkpoints.empty())
+      return Status::Error(tc.out_dir + ": no checkpoint loads (hint: --fresh to start over)");
   }
   if (resume && tc.precision == "auto") {
     if (resume->manifest.contains("precision")) {
@@ -196,6 +287,32 @@ Status RunTraining(const RunSpec& spec) {
   if (root) LOG_INFO("precision: %s%s", precision.reason.c_str(),
            precision_from_checkpoint ? " (kept from the run's checkpoint)" : "");
   const char* precision_used = precision.precision == ops::GemmPrecision::kBf16 ? "bf16" : "fp32";
+
+  // Supervision: heartbeats to `myriad launch` (no-op without one), planned
+  // faults, the device health check.
+  const int rank = spec.world ? spec.world->rank() : 0;
+  const int world_size = spec.world ? spec.world->size() : 1;
+  supervise::Heartbeat& hb = supervise::Heartbeat::Global();
+  hb.Start(rank, world_size);
+  auto fail = [&](int code, const std::string& event, nlohmann::json fields, const std::string& message) {
+    if (spec.exit_code) *spec.exit_code = code;
+    fields["message"] = message;
+    hb.Event(event, std::move(fields));
+    return Status::Error(message);
+  };
+  ASSIGN_OR_RETURN(supervise::FaultInjector faults, supervise::FaultInjector::FromEnv(rank, hb.host()));
+  if (tc.health_check) {
+    hb.SetPhase("health");
+    supervise::HealthOptions ho;
+    ho.inject_failure = faults.HealthFailure();
+    const supervise::HealthReport hr = supervise::RunHealthCheck(ho);
+    hb.Event("health", {{"ok", hr.ok}, {"report", hr.ToJson()}});
+    if (!hr.ok)
+      return fail(kExitHealth, "exit", {{"ok", false}, {"reason", "health"}},
+                  "health check failed on rank " + std::to_string(rank) + " (host " + hb.host() + "): " + hr.failure);
+    if (root) LOG_INFO("health check: ok (GEMM %.0f GFLOP/s, %.2fs)", hr.gemm_gflops, hr.seconds);
+  }
+  hb.SetPhase("init");
 
   // One process: the model and optimizer here. Distributed: DistTrainer
   // holds this rank's shard of both.
@@ -226,11 +343,16 @@ Status RunTraining(const RunSpec& spec) {
     RETURN_IF_ERROR(train_data->Seek(cur));
     step = ck.step;
     if (root) LOG_INFO("resumed from %s at step %lld", ck.dir.c_str(), static_cast<long long>(step));
+    for (const std::string& sk : skipped_checkpoints)
+      if (root) LOG_WARN("skipped a damaged checkpoint: %s", sk.c_str());
     resume.reset();  // unmap: everything needed was copied
   }
+  hb.Event("start", {{"resumed_step", step}, {"skipped_checkpoints", skipped_checkpoints}, {"steps", tc.steps}});
   if (step >= tc.steps) {
     LOG_INFO("already at step %lld of %lld: nothing to do", static_cast<long long>(step),
              static_cast<long long>(tc.steps));
+    hb.Event("exit", {{"ok", true}, {"completed", true}, {"final_step", step}, {"reason", "done"}});
+    hb.Stop();
     return Status::Ok();
   }
   if (root) RETURN_IF_ERROR(env->CreateDirs(tc.out_dir));
@@ -249,31 +371,103 @@ Status RunTraining(const RunSpec& spec) {
   if (root) LOG_INFO("model: %lld parameters (%s), %s; peak GEMM %.0f GFLOP/s", static_cast<long long>(ParamLayout(mc).total()),
            mc.n_routed_experts > 0 ? "MoE" : "dense", ops::Active()->name().c_str(), peak / 1e9);
 
-  auto save = [&](int64_t s) -> Status {
-    std::vector<std::string> opt_names;
-    CheckpointData data;
-    data.meta = {{"step", s}, {"model_config", mc.ToJson()}, {"train_config", tc.ToJson()},
-                 {"data_cursor", train_data->cursor().ToJson()}, {"rng", {{"seed", tc.seed}}},
-                 {"parallel", dist ? dtr->mesh().dims().ToJson() : ParallelDims{}.ToJson()},
-                 {"tokenizer", tc.data_dir + "/tokenizer.model"}, {"precision", precision_used}};
-    if (dist) return dtr->Save(env, tc.out_dir, s, data.meta, static_cast<int>(tc.keep_last));
-    data.model = ModelTensors(model);
-    data.optimizer = OptimizerTensors(model, *single_opt, &opt_names);
-    auto t0 = std::chrono::steady_clock::now();
-    auto dir = SaveCheckpoint(env, tc.out_dir, s, data, static_cast<int>(tc.keep_last));
-    if (!dir.ok()) return dir.status();
-    LOG_INFO("checkpoint %s (%.2fs)", dir->c_str(),
-             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  // Checkpoints: a snapshot in memory (training blocks only for the copy;
+  // collective in a distributed run), written by rank 0's background writer.
+  // A write that fails (full disk, I/O error) leaves the previous checkpoint
+  // intact and is retried with a fresh snapshot at the next step.
+  FaultEnv fault_env(env);
+  std::unique_ptr<AsyncCheckpointWriter> writer;
+  if (root) writer = std::make_unique<AsyncCheckpointWriter>(&fault_env, tc.out_dir, static_cast<int>(tc.keep_last));
+  size_t records_seen = 0;
+  int failed_saves = 0;
+  bool retry_save = false;
+  std::vector<double> blocked_s, persist_s;
+  auto save = [&](int64_t s, bool wait) -> Status {
+    hb.SetPhase("checkpoint");
+    const auto t0 = std::chrono::steady_clock::now();
+    nlohmann::json meta = {{"step", s}, {"model_config", mc.ToJson()}, {"train_config", tc.ToJson()},
+                           {"data_cursor", train_data->cursor().ToJson()}, {"rng", {{"seed", tc.seed}}},
+                           {"parallel", dist ? dtr->mesh().dims().ToJson() : ParallelDims{}.ToJson()},
+                           {"tokenizer", tc.data_dir + "/tokenizer.model"}, {"precision", precision_used}};
+    std::unique_ptr<CheckpointSnapshot> snap;
+    if (dist) {
+      snap = dtr->Snapshot(s, meta);
+    } else {
+      snap = std::make_unique<CheckpointSnapshot>();
+      snap->step = s;
+      snap->meta = meta;
+      for (const TensorView& t : ModelTensors(model)) snap->AddModel(t);
+      std::vector<std::string> opt_names;
+      for (const TensorView& t : OptimizerTensors(model, *single_opt, &opt_names)) snap->AddOptimizer(t);
+    }
+    Status st;
+    if (root && !snap_dir.empty()) {
+      // The shared-memory copy first (tmpfs: no disk latency): from here on a
+      // crash of this process loses nothing before step s.
+      auto r = SaveCheckpoint(env, snap_dir, s, snap->View(), /*keep_last=*/2);
+      if (!r.ok()) {
+        LOG_WARN("shared-memory checkpoint copy off: %s", r.status().message().c_str());
+        (void)env->RemoveAll(snap_dir);
+        snap_dir.clear();
+      }
+    }
+    const double shm_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (root) {
+      if (faults.DiskFullAt(s)) {
+        // The disk "fills" half-way through this checkpoint's files.
+        (void)fault_env.Arm("enospc:bytes=" + std::to_string(snap->bytes() / 2) + ",path=" + CheckpointDirName(s));
+      }
+      // Write errors (this one's or an earlier one's) are poll_writer's to
+      // report and retry; they never stop training here.
+      (void)writer->Submit(std::move(snap), shm_s);
+      if (wait || !tc.async_checkpoint || faults.DamageAt(s)) (void)writer->Wait();
+      // Drill: a crash that leaves this checkpoint torn or corrupt.
+      if (faults.DamageAt(s)) faults.AfterCheckpoint(s, tc.out_dir + "/" + CheckpointDirName(s));
+    }
+    hb.SetPhase("step");
+    return st;
+  };
+  // Rank 0: reports finished writes; a failed one is retried next step.
+  auto poll_writer = [&]() -> Status {
+    if (!writer) return Status::Ok();
+    const std::vector<SaveRecord> recs = writer->records();
+    for (; records_seen < recs.size(); ++records_seen) {
+      const SaveRecord& r = recs[records_seen];
+      if (!r.done) break;  // still being written
+      // Training waited for the snapshot (copy + shared-memory write) and
+      // for the hand-over (which includes waiting for the previous write).
+      const double blocked = r.snapshot_s + r.blocked_s + (tc.async_checkpoint ? 0.0 : r.persist_s);
+      hb.Event("checkpoint", {{"step", r.step}, {"ok", r.ok}, {"snapshot_s", r.snapshot_s},
+                              {"blocked_s", blocked}, {"persist_s", r.persist_s}, {"error", r.error}});
+      if (r.ok) {
+        failed_saves = 0;
+        blocked_s.push_back(blocked);
+        persist_s.push_back(r.persist_s);
+        LOG_INFO("checkpoint step %lld written (training blocked %.3fs, written in the background in %.2fs)",
+                 static_cast<long long>(r.step), blocked, r.persist_s);
+      } else {
+        fault_env.Disarm();
+        LOG_WARN("checkpoint step %lld failed: %s (the previous checkpoint is intact; retrying)",
+                 static_cast<long long>(r.step), r.error.c_str());
+        if (++failed_saves >= 3)
+          return fail(kExitCheckpoint, "exit", {{"ok", false}, {"reason", "checkpoint"}},
+                      "checkpoint failed 3 times in a row, last: " + r.error);
+        retry_save = true;
+      }
+    }
     return Status::Ok();
   };
 
+  StopSignals signals;
   const bool quiet = spec.quiet || !root;
   const bool tty = !quiet && isatty(STDERR_FILENO);
   std::vector<int32_t> batches(static_cast<size_t>(A) * B * (T + 1));
   const auto run_start = std::chrono::steady_clock::now();
   const int64_t first_step = step;
-  double tokens_done = 0;
+  double tokens_done = 0, loss_ema = 0;
   int64_t steps_this_run = 0;
+  bool stopped_by_signal = false;
+  hb.SetPhase("step");
   while (step < tc.steps) {
     ++step;
     auto t0 = std::chrono::steady_clock::now();
@@ -285,9 +479,18 @@ Status RunTraining(const RunSpec& spec) {
     }
     StepStats st = dist ? dtr->Step(batches.data(), A, B, T, step) : TrainOneStep(model, *single_opt, micro, B, T, step);
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (faults.NanAt(step)) st.loss = std::nan("");
     if (!std::isfinite(st.loss))
-      return Status::Error("step " + std::to_string(step) + ": loss is " + std::to_string(st.loss) +
-                           " (hint: lower train.lr or raise train.warmup_steps)");
+      return fail(kExitNumerical, "numerical", {{"loss", std::to_string(st.loss)}},
+                  "step " + std::to_string(step) + ": loss is " + std::to_string(st.loss) +
+                      " (hint: lower train.lr or raise train.warmup_steps)");
+    if (tc.loss_spike_factor > 1 && steps_this_run >= 20 && st.loss > tc.loss_spike_factor * loss_ema)
+      return fail(kExitNumerical, "numerical", {{"loss", st.loss}, {"average", loss_ema}},
+                  "step " + std::to_string(step) + ": loss spike " + std::to_string(st.loss) + " > " +
+                      std::to_string(tc.loss_spike_factor) + " x its moving average " + std::to_string(loss_ema) +
+                      " (train.loss_spike_factor)");
+    loss_ema = steps_this_run == 0 ? st.loss : 0.9 * loss_ema + 0.1 * st.loss;
+    hb.StepDone(step, dt);
     const double tok = static_cast<double>(A) * B * T;
     tokens_done += tok;
     const double tps = tok / dt;
@@ -315,8 +518,10 @@ Status RunTraining(const RunSpec& spec) {
     }
     const bool do_eval = val_data && ((tc.eval_every > 0 && step % tc.eval_every == 0) || step == tc.steps);
     if (do_eval) {
+      hb.SetPhase("eval");
       EvalResult ev = dist ? dtr->Evaluate(*val_data, B, T, tc.eval_batches)
                            : Evaluate(model, *val_data, B, T, tc.eval_batches);
+      hb.SetPhase("step");
       rec["val_loss"] = ev.loss;
       rec["val_ppl"] = ev.perplexity;
     }
@@ -331,17 +536,54 @@ Status RunTraining(const RunSpec& spec) {
       else std::fprintf(stderr, "%s\n", line);
     }
     ++steps_this_run;
-    const bool stop = spec.stop_after > 0 && steps_this_run >= spec.stop_after;
-    if ((tc.ckpt_every > 0 && step % tc.ckpt_every == 0) || step == tc.steps || stop) {
+    faults.AfterStep(step);  // planned kill / hang (drills)
+    RETURN_IF_ERROR(poll_writer());
+    // A stop request (SIGTERM/SIGINT) or a failed write to redo: every rank
+    // must agree, so the flags travel in one tiny all-reduce.
+    int32_t flags[2] = {g_stop_signal.load() != 0, retry_save};
+    if (dist) spec.world->AllReduce(flags, 2, comm::DType::kI32, comm::ReduceOp::kMax);
+    stopped_by_signal = flags[0] != 0;
+    retry_save = false;
+    const bool stop = (spec.stop_after > 0 && steps_this_run >= spec.stop_after) || stopped_by_signal;
+    if ((tc.ckpt_every > 0 && step % tc.ckpt_every == 0) || step == tc.steps || stop || flags[1]) {
       if (tty) std::fputc('\n', stderr);
-      RETURN_IF_ERROR(save(step));
+      // The last one (end, stop) is waited for; the others are written while training goes on.
+      RETURN_IF_ERROR(save(step, step == tc.steps || stop));
+      RETURN_IF_ERROR(poll_writer());
     }
     if (stop) break;
+  }
+  // The last write must land: redo it while it fails (poll_writer gives up
+  // after three in a row). Every rank takes part (the snapshot is collective).
+  for (;;) {
+    if (writer) {
+      (void)writer->Wait();
+      RETURN_IF_ERROR(poll_writer());
+    }
+    int32_t again = retry_save;
+    if (dist) spec.world->AllReduce(&again, 1, comm::DType::kI32, comm::ReduceOp::kMax);
+    retry_save = false;
+    if (!again) break;
+    RETURN_IF_ERROR(save(step, true));
   }
   if (tty) std::fputc('\n', stderr);
   double total = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
   if (root) LOG_INFO("done: %lld steps, %.0f tokens in %s (%.0f tok/s)", static_cast<long long>(steps_this_run), tokens_done,
            FormatDuration(total).c_str(), tokens_done / total);
+  if (root && !blocked_s.empty()) {
+    double b = 0, p = 0;
+    for (size_t i = 0; i < blocked_s.size(); ++i) b += blocked_s[i], p += persist_s[i];
+    LOG_INFO("checkpoints: %zu written; training blocked %.3fs per save on average, %.1f%% of the %.2fs a save took",
+             blocked_s.size(), b / blocked_s.size(), p > 0 ? 100 * b / (b + p) : 0.0, (b + p) / blocked_s.size());
+  }
+  // Done and on disk: the shared-memory copy is no longer needed.
+  if (root && !snap_dir.empty() && step >= tc.steps && failed_saves == 0) (void)env->RemoveAll(snap_dir);
+  if (stopped_by_signal && root)
+    LOG_WARN("stopped by signal %d at step %lld; checkpoint written (run again to resume)", g_stop_signal.load(),
+             static_cast<long long>(step));
+  hb.Event("exit", {{"ok", true}, {"completed", step >= tc.steps}, {"final_step", step},
+                    {"reason", stopped_by_signal ? "signal" : (step >= tc.steps ? "done" : "stop_after")}});
+  hb.Stop();
   return Status::Ok();
 }
 

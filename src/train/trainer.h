@@ -18,6 +18,12 @@
 
 namespace myriad {
 
+// Exit codes of `myriad train` that tell the supervisor what failed (any
+// other non-zero code, or a signal, is a crash).
+inline constexpr int kExitNumerical = 3;   // NaN/Inf loss or a loss spike
+inline constexpr int kExitHealth = 4;      // the device health check failed
+inline constexpr int kExitCheckpoint = 5;  // checkpoints keep failing to be written
+
 struct RunSpec {
   std::string config_path;
   std::vector<std::string> overrides;  // --set key=value
@@ -25,6 +31,7 @@ struct RunSpec {
   int64_t stop_after = 0;              // stop (and save) after this many steps in this run
   bool quiet = false;                  // no progress line
   comm::Comm* world = nullptr;         // ranks of a distributed run (null or size 1: one process)
+  int* exit_code = nullptr;            // set to a kExit* code when RunTraining fails for that reason
 };
 
 // Reads, checks and cross-checks a config file (+ overrides).

@@ -32,9 +32,23 @@ cp -r "$WORK/run" "$WORK/corrupt"
 f="$WORK/corrupt/step_00000004/model.safetensors"
 printf '\xff\xfe' | dd of="$f" bs=1 seek=4000 conv=notrunc 2>/dev/null
 expect_error "corrupt checkpoint" "model.safetensors.*checksum mismatch" "$MYRIAD" eval --ckpt "$WORK/corrupt"
-# Resuming from a corrupt latest must not touch the earlier checkpoint.
-expect_error "resume from corrupt" "checksum mismatch" "$MYRIAD" train --config "$CFG" "${D[@]}" \
-  --set train.steps=6 --set train.out_dir="$WORK/corrupt"
+# Resuming from a corrupt latest falls back to the earlier checkpoint (and
+# says so), and never touches it.
+cp -r "$WORK/corrupt" "$WORK/corrupt-all"
+if "$MYRIAD" train --config "$CFG" "${D[@]}" --set train.steps=6 --set train.out_dir="$WORK/corrupt" \
+     >/dev/null 2>"$WORK/corrupt.log" \
+   && grep -q "skipped a damaged checkpoint: .*step_00000004.*checksum mismatch" "$WORK/corrupt.log" \
+   && grep -q "resumed from .*step_00000002 at step 2" "$WORK/corrupt.log"; then
+  pass "resume from a corrupt latest -> fell back to step 2: $(grep -o 'skipped a damaged checkpoint.*' "$WORK/corrupt.log" | cut -c1-120)"
+else
+  fail "resume from a corrupt latest: $(tail -3 "$WORK/corrupt.log")"
+fi
+# With every checkpoint damaged there is nothing to resume: a clear error.
+f2="$WORK/corrupt-all/step_00000002/model.safetensors"
+printf '\xff\xfe' | dd of="$f2" bs=1 seek=4000 conv=notrunc 2>/dev/null
+expect_error "resume with every checkpoint corrupt" "no checkpoint loads.*step_00000004.*step_00000002" \
+  "$MYRIAD" train --config "$CFG" "${D[@]}" --set train.steps=6 --set train.out_dir="$WORK/corrupt-all" \
+  --set train.snapshot_dir=none
 [ -f "$WORK/corrupt/step_00000002/model.safetensors" ] && cmp -s "$WORK/corrupt/step_00000002/model.safetensors" \
   "$WORK/run/step_00000002/model.safetensors" && pass "earlier checkpoint intact" || fail "earlier checkpoint damaged"
 

@@ -281,4 +281,78 @@ Result<LoadedCheckpoint> LoadCheckpoint(Env* env, const std::string& path,
                           std::move(optimizer)};
 }
 
+namespace {
+
+// `message` without a trailing " (hint: ...)": the fallback is the remedy
+// such hints suggest, so repeating them would only mislead.
+std::string WithoutHint(const std::string& message) {
+  const size_t hint = message.rfind(" (hint: ");
+  if (hint == std::string::npos || message.empty() || message.back() != ')') return message;
+  return message.substr(0, hint);
+}
+
+}  // namespace
+
+Result<LoadedCheckpoint> LoadNewestValidCheckpoint(Env* env, const std::string& root_in,
+                                                   std::vector<std::string>* skipped) {
+  const std::string root = StripTrailingSlashes(root_in);
+  // A step directory: the caller chose that one.
+  if (!root.empty() && (env->FileExists(JoinPath(root, kCheckpointManifest)) ||
+                        ParseCheckpointDirName(BaseName(root)) >= 0)) {
+    return LoadCheckpoint(env, root);
+  }
+  std::vector<std::string> skips;
+  auto skip = [&](const std::string& what, const std::string& reason) {
+    std::string entry = what + ": " + reason;
+    LOG_WARN("checkpoint: skipping %s", entry.c_str());
+    if (skipped) skipped->push_back(entry);
+    skips.push_back(std::move(entry));
+  };
+
+  std::vector<std::string> candidates;
+  const std::string latest_path = JoinPath(root, kCheckpointLatest);
+  if (!root.empty() && env->FileExists(latest_path)) {
+    auto text = env->ReadFile(latest_path);
+    if (!text.ok()) {
+      skip(latest_path, WithoutHint(text.status().message()));
+    } else {
+      const std::string name = Trim(*text);
+      const std::string dir = JoinPath(root, name);
+      if (ParseCheckpointDirName(name) < 0) {
+        skip(latest_path, "holds \"" + name.substr(0, 64) + "\", not a checkpoint directory name");
+      } else if (!env->FileExists(dir)) {
+        skip(dir, "named by " + latest_path + " but does not exist");
+      } else {
+        candidates.push_back(dir);
+      }
+    }
+  }
+  if (!root.empty() && env->FileExists(root)) {
+    ASSIGN_OR_RETURN(std::vector<std::string> all, ListCheckpoints(env, root));
+    const std::string from_latest = candidates.empty() ? std::string() : candidates.front();
+    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+      if (*it != from_latest) candidates.push_back(*it);
+    }
+  }
+  if (candidates.empty() && skips.empty()) return LoadCheckpoint(env, root);  // its "not found"
+
+  for (const std::string& dir : candidates) {
+    auto loaded = LoadCheckpoint(env, dir);
+    if (loaded.ok()) {
+      if (!skips.empty()) {
+        LOG_WARN("checkpoint: loaded %s after skipping %zu newer or named one(s)", dir.c_str(),
+                 skips.size());
+      }
+      return loaded;
+    }
+    skip(dir, WithoutHint(loaded.status().message()));
+  }
+  std::string list;
+  for (const std::string& s : skips) list += (list.empty() ? "" : "; ") + s;
+  return Status::Error(root + ": no checkpoint loads; skipped " + std::to_string(skips.size()) +
+                       ": " + list +
+                       " (hint: restore a checkpoint from a backup, or start afresh in another "
+                       "directory; nothing under " + root + " was changed)");
+}
+
 }  // namespace myriad

@@ -98,6 +98,21 @@ struct LoadedCheckpoint {
 Result<LoadedCheckpoint> LoadCheckpoint(Env* env, const std::string& path,
                                         bool verify_checksums = true);
 
+// Loads the newest checkpoint under `root` that verifies (checksums
+// included): `latest` first, then every complete checkpoint by descending
+// step (the one `latest` named is not tried twice). Each one skipped is
+// appended to *skipped as "<dir>: <reason>" (skipped may be null) and logged
+// with LOG_WARN; a `latest` that names a missing directory is skipped the same
+// way, and one that holds no checkpoint name as "<root>/latest: <reason>".
+// The reason is LoadCheckpoint's error without its "(hint: ...)" tail. Fails,
+// naming every skipped one, only when none loads (or with LoadCheckpoint's
+// "no checkpoint found" when there is none at all). Never modifies or deletes
+// anything: a damaged checkpoint stays on disk for inspection.
+// If `root` is itself a step directory (it has a manifest.json or is named
+// step_NNNNNNNN), that one is loaded with no fallback: the caller chose it.
+Result<LoadedCheckpoint> LoadNewestValidCheckpoint(Env* env, const std::string& root,
+                                                   std::vector<std::string>* skipped);
+
 // The step directory that LoadCheckpoint(path) would load (without reading it).
 Result<std::string> ResolveCheckpointDir(Env* env, const std::string& path);
 

@@ -3,87 +3,21 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "core/checksum.h"
+#include "core/fault_env.h"
 
 namespace myriad {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Wraps the real Env and fails on command: the Nth Append (1-based), once a
-// byte budget is spent (ENOSPC; the failing Append writes what still fits),
-// or a rename/SyncDir whose path ends with a given suffix.
-class FaultyEnv : public Env {
- public:
-  int fail_append_at = 0;          // 0: never
-  int64_t enospc_after_bytes = -1;  // -1: never
-  std::string fail_rename_to;      // suffix of the rename target; empty: never
-  std::string fail_syncdir;        // suffix of the directory; empty: never
-
-  int appends = 0;
-  int64_t bytes = 0;
-
-  Result<std::unique_ptr<WritableFile>> NewWritableFile(const std::string& path) override {
-    ASSIGN_OR_RETURN(std::unique_ptr<WritableFile> f, base_->NewWritableFile(path));
-    return std::unique_ptr<WritableFile>(new File(this, path, std::move(f)));
-  }
-  Result<std::string> ReadFile(const std::string& p) override { return base_->ReadFile(p); }
-  Status RenameFile(const std::string& from, const std::string& to) override {
-    if (!fail_rename_to.empty() && to.ends_with(fail_rename_to)) {
-      return Status::Error(from + ": rename to " + to + " failed: injected fault");
-    }
-    return base_->RenameFile(from, to);
-  }
-  Status RemoveAll(const std::string& p) override { return base_->RemoveAll(p); }
-  Status CreateDirs(const std::string& p) override { return base_->CreateDirs(p); }
-  Status SyncDir(const std::string& p) override {
-    if (!fail_syncdir.empty() && p.ends_with(fail_syncdir)) {
-      return Status::Error(p + ": fsync directory failed: injected fault");
-    }
-    return base_->SyncDir(p);
-  }
-  bool FileExists(const std::string& p) override { return base_->FileExists(p); }
-  Result<std::vector<std::string>> ListDir(const std::string& p) override {
-    return base_->ListDir(p);
-  }
-  uint64_t NowMicros() override { return base_->NowMicros(); }
-
- private:
-  class File : public WritableFile {
-   public:
-    File(FaultyEnv* env, std::string path, std::unique_ptr<WritableFile> f)
-        : env_(env), path_(std::move(path)), f_(std::move(f)) {}
-    Status Append(std::string_view data) override {
-      ++env_->appends;
-      if (env_->fail_append_at > 0 && env_->appends == env_->fail_append_at) {
-        return Status::Error(path_ + ": write failed: injected fault");
-      }
-      if (env_->enospc_after_bytes >= 0 &&
-          env_->bytes + static_cast<int64_t>(data.size()) > env_->enospc_after_bytes) {
-        const size_t fits = static_cast<size_t>(env_->enospc_after_bytes - env_->bytes);
-        env_->bytes += fits;
-        (void)f_->Append(data.substr(0, fits));  // a torn write
-        return Status::Error(path_ + ": write failed: No space left on device");
-      }
-      env_->bytes += static_cast<int64_t>(data.size());
-      return f_->Append(data);
-    }
-    Status Sync() override { return f_->Sync(); }
-    Status Close() override { return f_->Close(); }
-
-   private:
-    FaultyEnv* env_;
-    std::string path_;
-    std::unique_ptr<WritableFile> f_;
-  };
-  Env* base_ = Env::Default();
-};
 
 // Test model: values derived from the step so checkpoints differ.
 struct Fixture {
@@ -371,10 +305,10 @@ TEST_F(CheckpointTest, MissingPath) {
 
 // Counts the writes of one save so every failure point can be tried.
 int CountAppends(const std::string& root, int64_t step) {
-  FaultyEnv counting;
+  FaultEnv counting;
   Fixture f(step);
   EXPECT_TRUE(SaveCheckpoint(&counting, root, step, f.data).ok());
-  return counting.appends;
+  return static_cast<int>(counting.appends());
 }
 
 TEST_F(CheckpointTest, FailedSaveLeavesPreviousCheckpointAndLatest) {
@@ -397,7 +331,7 @@ TEST_F(CheckpointTest, FailedSaveLeavesPreviousCheckpointAndLatest) {
     EXPECT_FALSE(fs::exists(Dir(20) + ".tmp")) << "partial save not cleaned up";
     ExpectCheckpoint(root_, 10);
   };
-  auto expect_failure = [&](FaultyEnv& env, const std::string& what) {
+  auto expect_failure = [&](FaultEnv& env, const std::string& what) {
     Fixture f(20);
     auto r = SaveCheckpoint(&env, root_, 20, f.data);
     ASSERT_FALSE(r.ok()) << what;
@@ -411,25 +345,25 @@ TEST_F(CheckpointTest, FailedSaveLeavesPreviousCheckpointAndLatest) {
   // The last write is `latest` itself (tested below); all before it come
   // before the step directory is renamed into place.
   for (int n = 1; n < total_appends; ++n) {
-    FaultyEnv env;
-    env.fail_append_at = n;
+    FaultEnv env;
+    env.SetFailAppend(n);
     expect_failure(env, "append #" + std::to_string(n));
   }
   for (int64_t b : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{8}, int64_t{300},
                     total_bytes / 2, total_bytes - 1}) {
-    FaultyEnv env;
-    env.enospc_after_bytes = b;
+    FaultEnv env;
+    env.SetEnospcAfterBytes(b);
     expect_failure(env, "ENOSPC after " + std::to_string(b) + " bytes");
   }
   for (const char* target : {"/model.safetensors", "/optimizer.safetensors", "/manifest.json",
                              "/step_00000020"}) {
-    FaultyEnv env;
-    env.fail_rename_to = target;
+    FaultEnv env;
+    env.SetFailRename(target);
     expect_failure(env, std::string("rename to ") + target);
   }
   {
-    FaultyEnv env;
-    env.fail_syncdir = "step_00000020.tmp";
+    FaultEnv env;
+    env.SetFailSyncDir("step_00000020.tmp");
     expect_failure(env, "fsync of the tmp dir");
   }
 
@@ -437,9 +371,9 @@ TEST_F(CheckpointTest, FailedSaveLeavesPreviousCheckpointAndLatest) {
   // write or its rename) leaves `latest` as it was; the new checkpoint is
   // complete, and the error says so.
   for (int mode = 0; mode < 2; ++mode) {
-    FaultyEnv env;
-    if (mode == 0) env.fail_append_at = total_appends;
-    if (mode == 1) env.fail_rename_to = "/latest";
+    FaultEnv env;
+    if (mode == 0) env.SetFailAppend(total_appends);
+    if (mode == 1) env.SetFailRename("/latest");
     Fixture f(20);
     auto r = SaveCheckpoint(&env, root_, 20, f.data);
     ASSERT_FALSE(r.ok());
@@ -515,6 +449,175 @@ TEST_F(CheckpointTest, InspectReportsManifestFilesAndTensorStats) {
   EXPECT_NE(out2.str().find("FAILED"), std::string::npos) << out2.str();
   EXPECT_NE(out2.str().find("checksum mismatch"), std::string::npos) << out2.str();
   EXPECT_NE(out2.str().find("model.norm.weight "), std::string::npos);
+}
+
+// Every file and directory under `dir` with its bytes ("<dir>" for
+// directories): to prove that loading changed nothing.
+std::map<std::string, std::string> TreeOf(const std::string& dir) {
+  std::map<std::string, std::string> tree;
+  for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.is_directory()) {
+      tree[e.path().string()] = "<dir>";
+    } else {
+      std::ifstream in(e.path(), std::ios::binary);
+      std::stringstream ss;
+      ss << in.rdbuf();
+      tree[e.path().string()] = ss.str();
+    }
+  }
+  return tree;
+}
+
+class FallbackLoadTest : public CheckpointTest {
+ protected:
+  // LoadNewestValidCheckpoint(root_), checking that nothing under base_
+  // changed and that the loaded checkpoint equals Fixture(want_step).
+  std::vector<std::string> LoadExpecting(int64_t want_step) {
+    const auto before = TreeOf(base_);
+    std::vector<std::string> skipped;
+    auto r = LoadNewestValidCheckpoint(env_, root_, &skipped);
+    EXPECT_EQ(TreeOf(base_), before) << "loading modified the checkpoint root";
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    if (!r.ok()) return skipped;
+    EXPECT_EQ(r->step, want_step);
+    EXPECT_EQ(r->dir, Dir(want_step));
+    Fixture f(want_step);
+    for (const TensorView& want : f.data.model) {
+      const TensorView* got = r->model.Find(want.name);
+      EXPECT_NE(got, nullptr) << want.name;
+      if (got == nullptr) continue;
+      EXPECT_EQ(got->nbytes, want.nbytes);
+      EXPECT_EQ(std::memcmp(got->data, want.data, std::min(got->nbytes, want.nbytes)), 0) << want.name;
+    }
+    EXPECT_EQ(r->manifest["data_cursor"], f.data.meta["data_cursor"]);
+    return skipped;
+  }
+  std::string LoadFailing(std::vector<std::string>* skipped) {
+    const auto before = TreeOf(base_);
+    auto r = LoadNewestValidCheckpoint(env_, root_, skipped);
+    EXPECT_EQ(TreeOf(base_), before) << "loading modified the checkpoint root";
+    EXPECT_FALSE(r.ok()) << "loaded " << r->dir << " unexpectedly";
+    return r.ok() ? std::string() : r.status().message();
+  }
+};
+
+TEST_F(FallbackLoadTest, HealthyLoadsLatestAndSkipsNothing) {
+  Save(10);
+  Save(20);
+  EXPECT_TRUE(LoadExpecting(20).empty());
+  // A null `skipped` is allowed.
+  auto r = LoadNewestValidCheckpoint(env_, root_ + "/", nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->step, 20);
+}
+
+TEST_F(FallbackLoadTest, TornLatestFallsBackToThePreviousStep) {
+  Save(10);
+  Save(20);
+  Save(30);
+  const std::string file = Dir(30) + "/model.safetensors";
+  fs::resize_file(file, fs::file_size(file) / 2);
+  const auto skipped = LoadExpecting(20);
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0].rfind(Dir(30) + ": " + file + ": size is ", 0), 0u) << skipped[0];
+  EXPECT_NE(skipped[0].find("the file is truncated"), std::string::npos) << skipped[0];
+  EXPECT_EQ(skipped[0].find("(hint: "), std::string::npos) << skipped[0];
+}
+
+TEST_F(FallbackLoadTest, FlippedByteFallsBackToThePreviousStep) {
+  Save(10);
+  Save(20);
+  const std::string file = Dir(20) + "/optimizer.safetensors";
+  std::string bytes = Slurp(file);
+  bytes[bytes.size() - 5] ^= 0x10;
+  Spit(file, bytes);
+  const auto skipped = LoadExpecting(10);
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0].rfind(Dir(20) + ": " + file + ": checksum mismatch", 0), 0u) << skipped[0];
+}
+
+TEST_F(FallbackLoadTest, AllCorruptFailsNamingEveryOne) {
+  Save(10);
+  Save(20);
+  Save(30);
+  fs::resize_file(Dir(30) + "/model.safetensors", 10);
+  std::string bytes = Slurp(Dir(20) + "/model.safetensors");
+  bytes.back() ^= 1;
+  Spit(Dir(20) + "/model.safetensors", bytes);
+  fs::remove(Dir(10) + "/optimizer.safetensors");
+  std::vector<std::string> skipped;
+  const std::string m = LoadFailing(&skipped);
+  ASSERT_EQ(skipped.size(), 3u);
+  EXPECT_EQ(skipped[0].rfind(Dir(30) + ": ", 0), 0u) << skipped[0];
+  EXPECT_EQ(skipped[1].rfind(Dir(20) + ": ", 0), 0u) << skipped[1];
+  EXPECT_EQ(skipped[2].rfind(Dir(10) + ": ", 0), 0u) << skipped[2];
+  EXPECT_NE(skipped[2].find("listed in manifest.json but missing"), std::string::npos) << skipped[2];
+  EXPECT_EQ(m.rfind(root_ + ": no checkpoint loads; skipped 3: ", 0), 0u) << m;
+  for (const std::string& s : skipped) EXPECT_NE(m.find(s), std::string::npos) << m;
+  EXPECT_NE(m.find("(hint: "), std::string::npos) << m;
+}
+
+TEST_F(FallbackLoadTest, LatestNamingADeletedDirIsSkipped) {
+  Save(10);
+  Save(20);
+  fs::remove_all(Dir(20));
+  const auto skipped = LoadExpecting(10);
+  ASSERT_EQ(skipped.size(), 1u);
+  EXPECT_EQ(skipped[0], Dir(20) + ": named by " + root_ + "/latest but does not exist");
+
+  // A `latest` holding no checkpoint name is skipped too.
+  Spit(root_ + "/latest", "../../elsewhere\n");
+  const auto skipped2 = LoadExpecting(10);
+  ASSERT_EQ(skipped2.size(), 1u);
+  EXPECT_EQ(skipped2[0], root_ + "/latest: holds \"../../elsewhere\", not a checkpoint directory name");
+
+  // And no `latest` at all: the highest complete step, nothing skipped.
+  fs::remove(root_ + "/latest");
+  EXPECT_TRUE(LoadExpecting(10).empty());
+}
+
+TEST_F(FallbackLoadTest, LatestIsTriedFirstThenDescendingSteps) {
+  Save(10);
+  Save(20);
+  Save(5, /*keep_last=*/0);  // resumed from an older checkpoint: latest = step 5
+  EXPECT_EQ(Slurp(root_ + "/latest"), "step_00000005\n");
+  EXPECT_TRUE(LoadExpecting(5).empty());
+  fs::resize_file(Dir(5) + "/model.safetensors", 100);
+  auto skipped = LoadExpecting(20);
+  ASSERT_EQ(skipped.size(), 1u);  // step 5 is not tried twice
+  EXPECT_EQ(skipped[0].rfind(Dir(5) + ": ", 0), 0u) << skipped[0];
+  // Incomplete directories (no manifest) and leftovers are never candidates.
+  fs::create_directories(Dir(40) + ".tmp");
+  fs::create_directories(Dir(50));
+  Spit(Dir(50) + "/model.safetensors", "partial");
+  skipped = LoadExpecting(20);
+  EXPECT_EQ(skipped.size(), 1u);
+}
+
+TEST_F(FallbackLoadTest, NothingToLoad) {
+  std::vector<std::string> skipped;
+  auto r = LoadNewestValidCheckpoint(env_, base_ + "/runs/nope", &skipped);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message().rfind(base_ + "/runs/nope: no checkpoint found (hint: ", 0), 0u)
+      << r.status().message();
+  EXPECT_TRUE(skipped.empty());
+  fs::create_directories(root_);
+  const std::string m = LoadFailing(&skipped);
+  EXPECT_EQ(m.rfind(root_ + ": no checkpoint found (hint: ", 0), 0u) << m;
+}
+
+TEST_F(FallbackLoadTest, AStepDirectoryIsLoadedWithoutFallback) {
+  Save(10);
+  Save(20);
+  auto r = LoadNewestValidCheckpoint(env_, Dir(10), nullptr);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->step, 10);
+  fs::resize_file(Dir(10) + "/model.safetensors", 100);
+  std::vector<std::string> skipped;
+  auto bad = LoadNewestValidCheckpoint(env_, Dir(10), &skipped);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("truncated"), std::string::npos) << bad.status().message();
+  EXPECT_TRUE(skipped.empty());
 }
 
 }  // namespace

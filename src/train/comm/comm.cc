@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "core/check.h"
+#include "train/comm/trace.h"
 
 namespace myriad::comm {
 
@@ -86,6 +87,7 @@ void RequestState::MarkDone(std::exception_ptr error) {
 void Request::Wait() {
   if (!s_) return;
   ScopedTimer timer(s_->stats);
+  TraceScope trace("Wait", "");
   s_->WaitDone();
 }
 
@@ -167,6 +169,7 @@ void QueuedComm::AllReduce(void* buf, int64_t count, DType t, ReduceOp op) {
   Count(sent_bytes::AllReduce(count * static_cast<int64_t>(DTypeSize(t)), size()));
   DrainQueue();
   ScopedTimer timer(&stats_);
+  TraceScope trace("AllReduce", name());
   DoAllReduce(buf, count, t, op);
 }
 
@@ -174,6 +177,7 @@ void QueuedComm::ReduceScatter(const void* send, void* recv, int64_t count, DTyp
   Count(sent_bytes::ReduceScatter(count * static_cast<int64_t>(DTypeSize(t)), size()));
   DrainQueue();
   ScopedTimer timer(&stats_);
+  TraceScope trace("ReduceScatter", name());
   DoReduceScatter(send, recv, count, t, op);
 }
 
@@ -181,6 +185,7 @@ void QueuedComm::AllGather(const void* send, void* recv, int64_t count, DType t)
   Count(sent_bytes::AllGather(count * static_cast<int64_t>(DTypeSize(t)), size()));
   DrainQueue();
   ScopedTimer timer(&stats_);
+  TraceScope trace("AllGather", name());
   DoAllGather(send, recv, count, t);
 }
 
@@ -194,6 +199,7 @@ void QueuedComm::AllToAllV(const void* send, const int64_t* send_counts, const i
   Count(elements * static_cast<int64_t>(DTypeSize(t)));
   DrainQueue();
   ScopedTimer timer(&stats_);
+  TraceScope trace("AllToAllV", name());
   DoAllToAllV(send, send_counts, send_displs, recv, recv_counts, recv_displs, t);
 }
 
@@ -202,6 +208,7 @@ void QueuedComm::Broadcast(void* buf, int64_t count, DType t, int root) {
   Count(sent_bytes::Broadcast(count * static_cast<int64_t>(DTypeSize(t)), size(), rank(), root));
   DrainQueue();
   ScopedTimer timer(&stats_);
+  TraceScope trace("Broadcast", name());
   DoBroadcast(buf, count, t, root);
 }
 
@@ -209,6 +216,7 @@ void QueuedComm::Barrier() {
   Count(0);
   DrainQueue();
   ScopedTimer timer(&stats_);
+  TraceScope trace("Barrier", name());
   DoBarrier();
 }
 
@@ -222,6 +230,7 @@ void QueuedComm::Send(const void* buf, int64_t count, DType t, int dst, int tag)
   CHECK_MSG(dst >= 0 && dst < size(), "[comm] Send to rank %d outside [0, %d)", dst, size());
   Count(count * static_cast<int64_t>(DTypeSize(t)));
   ScopedTimer timer(&stats_);
+  TraceScope trace("Send", name());
   DoISend(buf, count, t, dst, tag)->WaitDone();
 }
 
@@ -229,6 +238,7 @@ void QueuedComm::Recv(void* buf, int64_t count, DType t, int src, int tag) {
   CHECK_MSG(src >= 0 && src < size(), "[comm] Recv from rank %d outside [0, %d)", src, size());
   Count(0);
   ScopedTimer timer(&stats_);
+  TraceScope trace("Recv", name());
   DoIRecv(buf, count, t, src, tag)->WaitDone();
 }
 
@@ -250,17 +260,17 @@ Request QueuedComm::IRecv(void* buf, int64_t count, DType t, int src, int tag) {
 
 Request QueuedComm::IAllReduce(void* buf, int64_t count, DType t, ReduceOp op) {
   return Async(sent_bytes::AllReduce(count * static_cast<int64_t>(DTypeSize(t)), size()),
-               [=, this] { DoAllReduce(buf, count, t, op); });
+               [=, this] { TraceScope trace("IAllReduce", name()); DoAllReduce(buf, count, t, op); });
 }
 
 Request QueuedComm::IReduceScatter(const void* send, void* recv, int64_t count, DType t, ReduceOp op) {
   return Async(sent_bytes::ReduceScatter(count * static_cast<int64_t>(DTypeSize(t)), size()),
-               [=, this] { DoReduceScatter(send, recv, count, t, op); });
+               [=, this] { TraceScope trace("IReduceScatter", name()); DoReduceScatter(send, recv, count, t, op); });
 }
 
 Request QueuedComm::IAllGather(const void* send, void* recv, int64_t count, DType t) {
   return Async(sent_bytes::AllGather(count * static_cast<int64_t>(DTypeSize(t)), size()),
-               [=, this] { DoAllGather(send, recv, count, t); });
+               [=, this] { TraceScope trace("IAllGather", name()); DoAllGather(send, recv, count, t); });
 }
 
 }  // namespace myriad::comm

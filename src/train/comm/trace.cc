@@ -1,0 +1,54 @@
+#include "train/comm/trace.h"
+
+#include <chrono>
+#include <mutex>
+
+namespace myriad::comm {
+namespace {
+
+struct State {
+  std::mutex mu;
+  OpTrace t;
+  std::chrono::steady_clock::time_point entered;
+};
+
+State& Global() {
+  static State* s = new State();  // never destroyed: ops may run during exit
+  return *s;
+}
+
+}  // namespace
+
+void TraceEnter(const char* op, const std::string& comm_name) {
+  State& s = Global();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!comm_name.empty()) {
+    s.t.op.assign(op);
+    s.t.comm.assign(comm_name);
+  } else if (s.t.in_progress == 0 && s.t.op.rfind("Wait(", 0) != 0) {
+    // A wait on a request (no communicator at hand): it waits for the last
+    // op issued, which keeps its name.
+    s.t.op = std::string(op) + "(" + s.t.op + ")";
+  }
+  ++s.t.seq;
+  ++s.t.in_progress;
+  s.entered = std::chrono::steady_clock::now();
+}
+
+void TraceLeave() {
+  State& s = Global();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (s.t.in_progress > 0) --s.t.in_progress;
+}
+
+OpTrace CurrentTrace() {
+  State& s = Global();
+  std::lock_guard<std::mutex> lock(s.mu);
+  OpTrace t = s.t;
+  t.seconds_in = t.in_progress > 0
+                     ? std::chrono::duration<double>(std::chrono::steady_clock::now() - s.entered).count()
+                     : 0.0;
+  return t;
+}
+
+}  // namespace myriad::comm

@@ -1,0 +1,78 @@
+// The supervisor behind `myriad launch`: starts a training job (one
+// `myriad train` process, or `mpirun ... myriad train` for several ranks),
+// watches its heartbeats (heartbeat.h), and keeps it going until it
+// completes:
+//
+//   - pre-flight checks first (preflight.h), every problem in one report;
+//   - every rank runs the device health check at start (health.h), so after
+//     every restart too; a failing rank exits with code 4 and names its host;
+//   - hang detection: when no rank makes progress (step, phase, or the
+//     sequence number of its communication ops) for hang_timeout_s, the job
+//     is ended and the report names each rank's host, step, phase and the
+//     collective it is in (and for how long);
+//   - restart policy: on a crash, a hang, a numerical fault (NaN, loss
+//     spike), a failed health check or failing checkpoints the job restarts
+//     from its newest valid checkpoint (the trainer falls back past a torn
+//     one), after an exponential backoff, within a restart budget;
+//   - host history: failures are counted per host in
+//     <state_dir>/hosts.json (kept across launches); a host at
+//     exclude_after failures is excluded and the job continues on the other
+//     hosts, data parallelism shrunk to fit (the checkpoint reshards);
+//   - stragglers: a rank whose step time exceeds straggler_factor x the
+//     median over ranks (over a window of steps) is reported with its host;
+//   - a report at the end (also <state_dir>/report.json): attempts and their
+//     outcomes, effective training time ratio (ETTR = productive step time /
+//     wall time), time lost per fault, checkpoint blocking time per save.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+
+namespace myriad::supervise {
+
+struct HostSlots {
+  std::string name;
+  int slots = 1;
+};
+// "a:2,b:2" (":N" optional, default 1).
+Result<std::vector<HostSlots>> ParseHosts(const std::string& s);
+
+struct LaunchOptions {
+  std::string config_path;
+  std::vector<std::string> overrides;  // --set key=value for every attempt
+  std::string myriad_bin;              // the myriad executable ("": this process's own)
+  int np = 1;                          // ranks (when no hosts are given)
+  std::vector<HostSlots> hosts;        // ranks per host; empty: np ranks on this machine
+  bool emulate_hosts = false;          // hosts are names only, all ranks run here (tests, drills)
+  std::string launcher = "mpirun";
+  std::vector<std::string> launcher_args;  // extra arguments to mpirun (e.g. --oversubscribe)
+  bool always_mpirun = false;          // use mpirun even for one rank
+  double hang_timeout_s = 120;
+  double startup_timeout_s = 300;      // from start to the first heartbeat of every rank
+  double heartbeat_s = 0.5;
+  int max_restarts = 10;
+  double backoff_s = 1, backoff_max_s = 60;
+  int exclude_after = 2;               // failures of one host before it is excluded
+  double straggler_factor = 1.5;
+  int straggler_window = 8;
+  std::string faults;                  // fault plan (faults.h), for drills and tests
+  std::string state_dir;               // "": <train.out_dir>/supervisor
+  bool preflight = true;
+  bool reset_hosts = false;            // forget the persisted host history
+  std::vector<std::string> train_args; // extra arguments to `myriad train` (e.g. -q)
+};
+
+// Runs the job to completion (or until the restart budget is spent, or the
+// supervisor is asked to stop with SIGINT/SIGTERM, which it forwards so the
+// job writes a final checkpoint). *report gets the report either way.
+Status RunLaunch(const LaunchOptions& options, nlohmann::json* report);
+
+// The human form of a report (also printed by RunLaunch).
+std::string FormatReport(const nlohmann::json& report);
+
+}  // namespace myriad::supervise
