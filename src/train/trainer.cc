@@ -20,6 +20,7 @@
 #include "train/checkpoint/async_writer.h"
 #include "train/checkpoint/checkpoint.h"
 #include "core/fault_env.h"
+#include "train/comm/trace.h"
 #include "train/supervise/faults.h"
 #include "train/supervise/health.h"
 #include "train/supervise/heartbeat.h"
@@ -477,8 +478,11 @@ Status RunTraining(const RunSpec& spec) {
       train_data->NextBatch(B, dst);
       micro.push_back(dst);
     }
+    const double blocked0 = comm::ThreadBlockedSeconds();
+    faults.SlowDown(step);  // drill: a straggler
     StepStats st = dist ? dtr->Step(batches.data(), A, B, T, step) : TrainOneStep(model, *single_opt, micro, B, T, step);
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double compute_s = std::max(0.0, dt - (comm::ThreadBlockedSeconds() - blocked0));
     if (faults.NanAt(step)) st.loss = std::nan("");
     if (!std::isfinite(st.loss))
       return fail(kExitNumerical, "numerical", {{"loss", std::to_string(st.loss)}},
@@ -490,7 +494,7 @@ Status RunTraining(const RunSpec& spec) {
                       std::to_string(tc.loss_spike_factor) + " x its moving average " + std::to_string(loss_ema) +
                       " (train.loss_spike_factor)");
     loss_ema = steps_this_run == 0 ? st.loss : 0.9 * loss_ema + 0.1 * st.loss;
-    hb.StepDone(step, dt);
+    hb.StepDone(step, dt, compute_s);
     const double tok = static_cast<double>(A) * B * T;
     tokens_done += tok;
     const double tps = tok / dt;

@@ -12,6 +12,10 @@ struct State {
   std::chrono::steady_clock::time_point entered;
 };
 
+thread_local int t_depth = 0;
+thread_local double t_blocked = 0;
+thread_local std::chrono::steady_clock::time_point t_entered;
+
 State& Global() {
   static State* s = new State();  // never destroyed: ops may run during exit
   return *s;
@@ -20,6 +24,7 @@ State& Global() {
 }  // namespace
 
 void TraceEnter(const char* op, const std::string& comm_name) {
+  if (t_depth++ == 0) t_entered = std::chrono::steady_clock::now();
   State& s = Global();
   std::lock_guard<std::mutex> lock(s.mu);
   if (!comm_name.empty()) {
@@ -36,10 +41,14 @@ void TraceEnter(const char* op, const std::string& comm_name) {
 }
 
 void TraceLeave() {
+  if (t_depth > 0 && --t_depth == 0)
+    t_blocked += std::chrono::duration<double>(std::chrono::steady_clock::now() - t_entered).count();
   State& s = Global();
   std::lock_guard<std::mutex> lock(s.mu);
   if (s.t.in_progress > 0) --s.t.in_progress;
 }
+
+double ThreadBlockedSeconds() { return t_blocked; }
 
 OpTrace CurrentTrace() {
   State& s = Global();

@@ -27,6 +27,10 @@ struct OpTrace {
 void TraceEnter(const char* op, const std::string& comm_name);
 void TraceLeave();
 OpTrace CurrentTrace();
+// Seconds the calling thread has spent inside traced ops (outermost scopes
+// only) since it started: a rank's time blocked in communication, which a
+// step's time minus it turns into the rank's own compute time.
+double ThreadBlockedSeconds();
 
 class TraceScope {
  public:

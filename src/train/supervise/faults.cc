@@ -52,6 +52,7 @@ const char* FaultKindName(FaultKind k) {
     case FaultKind::kCorrupt: return "corrupt";
     case FaultKind::kHealth: return "health";
     case FaultKind::kDiskFull: return "diskfull";
+    case FaultKind::kSlow: return "slow";
   }
   return "?";
 }
@@ -59,6 +60,7 @@ const char* FaultKindName(FaultKind k) {
 std::string Fault::ToSpec() const {
   std::string s = std::string(FaultKindName(kind)) + ":id=" + std::to_string(id);
   if (kind == FaultKind::kHealth) return s + ",host=" + host + (once ? ",once=1" : "");
+  if (kind == FaultKind::kSlow) return s + ",rank=" + std::to_string(rank) + ",ms=" + std::to_string(ms) + ",step=" + std::to_string(step);
   if (kind == FaultKind::kKill || kind == FaultKind::kHang || kind == FaultKind::kNan)
     s += ",rank=" + std::to_string(rank);
   return s + ",step=" + std::to_string(step);
@@ -88,9 +90,10 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
     else if (kind == "corrupt") f.kind = FaultKind::kCorrupt;
     else if (kind == "health") f.kind = FaultKind::kHealth;
     else if (kind == "diskfull") f.kind = FaultKind::kDiskFull;
+    else if (kind == "slow") f.kind = FaultKind::kSlow;
     else
       return Status::Error(where + ": unknown kind \"" + kind +
-                           "\" (hint: kill, hang, nan, tear, corrupt, health, diskfull)");
+                           "\" (hint: kill, hang, nan, tear, corrupt, health, diskfull, slow)");
     bool has_step = false;
     if (colon != std::string::npos) {
       for (const std::string& kv : Split(item.substr(colon + 1), ',')) {
@@ -104,19 +107,25 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
         } else if (k == "once") {
           if (v != "0" && v != "1") return Status::Error(where + ": once=\"" + v + "\" must be 0 or 1");
           f.once = v == "1";
+        } else if (k == "ms") {
+          if (!ParseInt(v, &n) || n < 1) return Status::Error(where + ": ms=\"" + v + "\" must be a number >= 1");
+          f.ms = n;
         } else if (k == "rank" || k == "step" || k == "id") {
           if (!ParseInt(v, &n)) return Status::Error(where + ": " + k + "=\"" + v + "\" is not a number >= 0");
           if (k == "rank") f.rank = static_cast<int>(n);
           else if (k == "step") { f.step = n; has_step = true; }
           else f.id = static_cast<int>(n);
         } else {
-          return Status::Error(where + ": unknown key \"" + k + "\" (hint: rank, step, host, once, id)");
+          return Status::Error(where + ": unknown key \"" + k + "\" (hint: rank, step, host, once, ms, id)");
         }
       }
     }
     if (f.kind == FaultKind::kHealth && f.host.empty())
       return Status::Error(where + ": health needs host=NAME");
-    if (f.kind != FaultKind::kHealth && (!has_step || f.step < 1))
+    if (f.kind == FaultKind::kSlow) {
+      if (f.ms < 1) return Status::Error(where + ": slow needs ms=N");
+      if (!has_step) f.step = 1;
+    } else if (f.kind != FaultKind::kHealth && (!has_step || f.step < 1))
       return Status::Error(where + ": needs step=S (S >= 1)");
     out.push_back(f);
   }
@@ -156,6 +165,14 @@ std::string FaultInjector::HealthFailure() {
       return "injected fault (" + f.ToSpec() + ")";
     }
   return "";
+}
+
+void FaultInjector::SlowDown(int64_t step) {
+  for (const Fault& f : faults_)
+    if (f.kind == FaultKind::kSlow && f.rank == rank_ && step >= f.step) {
+      if (step == f.step) MarkFired(f);
+      std::this_thread::sleep_for(std::chrono::milliseconds(f.ms));
+    }
 }
 
 bool FaultInjector::NanAt(int64_t step) {

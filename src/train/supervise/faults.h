@@ -9,6 +9,8 @@
 //   tear:step=S             after checkpoint S is written, its model file is
 //                           truncated to half, then the process dies (SIGKILL)
 //   corrupt:step=S          same with one byte of the model file flipped
+//   slow:rank=R,ms=N        rank R computes N ms longer in every step from
+//                           step S on (step=S, default 1): a straggler
 //   health:host=H           the health check of every rank on host H fails
 //                           (at every start: a host that keeps failing;
 //                           with once=1 only at the next start)
@@ -28,7 +30,7 @@
 
 namespace myriad::supervise {
 
-enum class FaultKind { kKill, kHang, kNan, kTear, kCorrupt, kHealth, kDiskFull };
+enum class FaultKind { kKill, kHang, kNan, kTear, kCorrupt, kHealth, kDiskFull, kSlow };
 const char* FaultKindName(FaultKind k);
 
 struct Fault {
@@ -38,7 +40,8 @@ struct Fault {
   int64_t step = 0;
   std::string host;   // health
   bool once = false;  // health: fire at one start only
-  bool one_shot() const { return kind != FaultKind::kHealth || once; }
+  int64_t ms = 0;     // slow
+  bool one_shot() const { return (kind != FaultKind::kHealth || once) && kind != FaultKind::kSlow; }
   std::string ToSpec() const;  // one fault, parseable again (with its id)
 };
 
@@ -56,6 +59,8 @@ class FaultInjector {
   bool empty() const { return faults_.empty(); }
   // A health fault for this host: the reason to fail with, else "".
   std::string HealthFailure();
+  // Sleeps inside the step when this rank is planned to be slow from `step` on.
+  void SlowDown(int64_t step);
   // True when step's loss must be replaced by NaN on this rank.
   bool NanAt(int64_t step);
   // Kill or hang after `step` (never returns when one fires).

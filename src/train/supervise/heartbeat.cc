@@ -113,11 +113,12 @@ void Heartbeat::Send(const nlohmann::json& j) {
                static_cast<socklen_t>(addr_.size()));
 }
 
-void Heartbeat::StepDone(int64_t step, double step_s) {
+void Heartbeat::StepDone(int64_t step, double step_s, double compute_s) {
   step_.store(step, std::memory_order_relaxed);
   if (fd_ < 0) return;
   nlohmann::json j = Base("step");
   j["step_s"] = step_s;
+  if (compute_s >= 0) j["compute_s"] = compute_s;
   Send(j);
 }
 

@@ -51,7 +51,8 @@ class Heartbeat {
   bool enabled() const { return fd_ >= 0; }
 
   void SetPhase(const char* phase);  // a string literal: "init", "step", "checkpoint", "eval", ...
-  void StepDone(int64_t step, double step_s);
+  // compute_s: the step's time less the time blocked in communication (< 0: unknown).
+  void StepDone(int64_t step, double step_s, double compute_s = -1);
   // Sends an event now (from the calling thread).
   void Event(const std::string& name, nlohmann::json fields = nlohmann::json::object());
 

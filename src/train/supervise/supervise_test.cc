@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <string>
+#include <thread>
 
 #include "train/comm/trace.h"
 #include "train/supervise/faults.h"
@@ -15,9 +16,12 @@ namespace {
 
 TEST(FaultSpec, ParsesEveryKindAndRoundTrips) {
   auto f = ParseFaults("kill:rank=1,step=7;hang:step=9;nan:rank=2,step=3;tear:step=8;corrupt:step=12;"
-                       "health:host=node1;health:host=n2,once=1;diskfull:step=4");
+                       "health:host=node1;health:host=n2,once=1;diskfull:step=4;slow:rank=1,ms=30");
   ASSERT_TRUE(f.ok()) << f.status().message();
-  ASSERT_EQ(f->size(), 8u);
+  ASSERT_EQ(f->size(), 9u);
+  EXPECT_EQ((*f)[8].ms, 30);
+  EXPECT_EQ((*f)[8].step, 1);       // from the start
+  EXPECT_FALSE((*f)[8].one_shot());  // every step
   EXPECT_EQ((*f)[0].kind, FaultKind::kKill);
   EXPECT_EQ((*f)[0].rank, 1);
   EXPECT_EQ((*f)[0].step, 7);
@@ -41,6 +45,7 @@ TEST(FaultSpec, BadSpecsNameTheirProblem) {
       {"kill:step", "\"step\" is not key=value"},
       {"health:step=2", "health needs host=NAME"},
       {"health:host=a,once=2", "once=\"2\" must be 0 or 1"},
+      {"slow:rank=1", "slow needs ms=N"},
   };
   for (const auto& [spec, want] : cases) {
     auto f = ParseFaults(spec);
@@ -143,6 +148,21 @@ TEST(CommTrace, RecordsTheOpInProgressAndWaits) {
     comm::TraceScope w("Wait", "");
     EXPECT_EQ(comm::CurrentTrace().op, "Wait(AllReduce)");  // not Wait(Wait(...))
   }
+}
+
+TEST(CommTrace, CountsThisThreadsBlockedTimeOnce) {
+  const double b0 = comm::ThreadBlockedSeconds();
+  {
+    comm::TraceScope outer("AllReduce", "w");
+    comm::TraceScope inner("Wait", "");  // nested: not counted twice
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  }
+  const double b1 = comm::ThreadBlockedSeconds();
+  EXPECT_GE(b1 - b0, 0.029);
+  EXPECT_LT(b1 - b0, 0.059);
+  double other = -1;
+  std::thread([&] { other = comm::ThreadBlockedSeconds(); }).join();
+  EXPECT_EQ(other, 0.0);  // per thread
 }
 
 TEST(Hosts, ParseAndRejectWithReasons) {

@@ -366,7 +366,9 @@ Status RunLaunch(const LaunchOptions& opt, nlohmann::json* report_out) {
       s.phase = phase;
       s.op_seq = op_seq;
       if (kind == "step") {
-        s.step_s.push_back(m.value("step_s", 0.0));
+        // A rank's own compute time: in a synchronous step every rank's wall
+        // time is the slowest one's, the others waiting in collectives.
+        s.step_s.push_back(m.contains("compute_s") ? m.value("compute_s", 0.0) : m.value("step_s", 0.0));
         while (static_cast<int>(s.step_s.size()) > opt.straggler_window) s.step_s.pop_front();
         if (r == 0) {
           at.steps[step] = {Since(launch_start), m.value("step_s", 0.0)};
@@ -382,7 +384,7 @@ Status RunLaunch(const LaunchOptions& opt, nlohmann::json* report_out) {
               known = known || (k["attempt"] == index && k["rank"] == sg.rank);
             if (known) continue;
             const std::string host = rs[sg.rank].host;
-            LOG_WARN("launch: rank %d on host %s is a straggler: its steps take %.3f s, %.2fx the median %.3f s",
+            LOG_WARN("launch: rank %d on host %s is a straggler: its steps compute %.3f s, %.2fx the median %.3f s",
                      sg.rank, host.c_str(), sg.rank_median_s, sg.ratio, sg.all_median_s);
             stragglers.push_back({{"attempt", index}, {"rank", sg.rank}, {"host", host},
                                   {"step_s", sg.rank_median_s}, {"median_s", sg.all_median_s}, {"ratio", sg.ratio}});
