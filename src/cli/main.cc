@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cli/verbs.h"
+#include "lab/lab.h"
 
 namespace {
 
@@ -23,6 +24,7 @@ const Verb kVerbs[] = {
     {"doctor", myriad::cli::RunDoctor, "report ISA, BLAS kernel, cores and memory"},
     {"inspect", myriad::cli::RunInspect, "show a checkpoint's manifest and tensors"},
     {"serve", myriad::cli::RunServe, "serve a checkpoint over an OpenAI-compatible HTTP API"},
+    {"tune", myriad::lab::RunTuneCli, "kernel lab: verify, time and tune kernels into a tuned table"},
 };
 
 void Usage(FILE* f) {
@@ -40,7 +42,7 @@ int main(int argc, char** argv) {
   for (const auto& v : kVerbs) {
     if (!std::strcmp(argv[1], v.name)) return v.run(argc - 1, argv + 1);
   }
-  std::fprintf(stderr, "myriad: unknown verb '%s' (hint: one of prepare, train, launch, preflight, eval, generate, doctor, inspect, serve)\n",
+  std::fprintf(stderr, "myriad: unknown verb '%s' (hint: one of prepare, train, launch, preflight, eval, generate, doctor, inspect, serve, tune)\n",
                argv[1]);
   return 2;
 }

@@ -1,9 +1,11 @@
 #include "model/block.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "core/check.h"
+#include "ops/dsa.h"
 #include "ops/ops.h"
 
 namespace myriad {
@@ -36,6 +38,77 @@ AttentionParams MakeAttention(const BlockContext& ctx, BlockActs* a) {
   p.q = a->q.data(); p.k = a->k.data(); p.v = a->v.data();
   p.out = a->att.data(); p.lse = a->lse.data();
   return p;
+}
+
+// DSA index parameters over this block's acts.
+ops::dsa::IndexerParams MakeIndexer(const ModelConfig& cfg, BlockActs* a, int K) {
+  const int Hi = static_cast<int>(cfg.dsa_index_heads), Di = static_cast<int>(cfg.dsa_index_dim);
+  const int64_t IA = static_cast<int64_t>(Hi) * Di + Di + Hi;
+  ops::dsa::IndexerParams p;
+  p.B = a->B; p.Tq = a->T; p.Tk = a->T; p.Hi = Hi; p.Di = Di; p.K = K;
+  // qi, ki, wi live interleaved in the rows of ia: strides per token of IA.
+  // The ops take contiguous arrays, so they are split into the tail of ia.
+  const int64_t N = static_cast<int64_t>(a->B) * a->T;
+  float* base = a->ia.data() + N * IA;  // [N*Hi*Di | N*Di | N*Hi] after the rows
+  p.qi = base;
+  p.ki = base + N * Hi * Di;
+  p.wi = base + N * (Hi * Di + Di);
+  p.qi_batch_stride = static_cast<int64_t>(a->T) * Hi * Di;
+  p.ki_batch_stride = static_cast<int64_t>(a->T) * Di;
+  p.wi_batch_stride = static_cast<int64_t>(a->T) * Hi;
+  p.idx_batch_stride = static_cast<int64_t>(a->T) * K;
+  p.idx = a->idx.data();
+  return p;
+}
+
+ops::dsa::SparseAttentionParams MakeSparse(const AttentionParams& d, const int32_t* idx, int K) {
+  ops::dsa::SparseAttentionParams p;
+  p.B = d.B; p.Tq = d.Tq; p.Tk = d.Tk; p.H = d.H; p.Hkv = d.Hkv; p.D = d.D; p.K = K;
+  p.scale = d.scale;
+  p.q_batch_stride = d.q_batch_stride; p.kv_batch_stride = d.kv_batch_stride;
+  p.out_batch_stride = d.out_batch_stride; p.idx_batch_stride = static_cast<int64_t>(d.Tq) * K;
+  p.q = d.q; p.k = d.k; p.v = d.v; p.idx = idx; p.out = d.out; p.lse = d.lse;
+  return p;
+}
+
+// The indexer of the first layer of a sharing group: projections, then the
+// selection (or, dense, every causal key).
+void DsaSelect(const BlockContext& ctx, const BlockWeights<float*>& w, const float* a_in, BlockActs* a) {
+  const ModelConfig& cfg = *ctx.cfg;
+  const int B = a->B, T = a->T;
+  const int64_t N = static_cast<int64_t>(B) * T, C = cfg.d_model;
+  const int64_t Hi = cfg.dsa_index_heads, Di = cfg.dsa_index_dim, IA = Hi * Di + Di + Hi;
+  const int K = static_cast<int>(std::min<int64_t>(cfg.dsa_topk, T));
+  a->sparse = !ctx.dsa_dense && K < T;
+  a->K = a->sparse ? K : T;
+  Fit(&a->ia, 2 * N * IA);
+  Fit(&a->idx, static_cast<size_t>(N) * a->K);
+  // One GEMM for qi | ki | wi (adjacent weights), then split into arrays.
+  ops::Linear(a_in, w.iq, N, C, IA, a->ia.data());
+  float* qi = a->ia.data() + N * IA;
+  float* ki = qi + N * Hi * Di;
+  float* wi = ki + N * Di;
+  const float* rows = a->ia.data();
+  // Per-head weights scaled by 1/sqrt(Hi*Di) keep the scores O(1) at init.
+  const float ws = 1.f / std::sqrt(static_cast<float>(Hi * Di));
+#pragma omp parallel for schedule(static)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* r = rows + n * IA;
+    std::memcpy(qi + n * Hi * Di, r, Hi * Di * sizeof(float));
+    std::memcpy(ki + n * Di, r + Hi * Di, Di * sizeof(float));
+    for (int64_t j = 0; j < Hi; ++j) wi[n * Hi + j] = ws * r[Hi * Di + Di + j];
+  }
+  if (a->sparse) {
+    ops::dsa::IndexerTopK(MakeIndexer(cfg, a, a->K));
+  } else {
+    // Every key s <= t (ascending), -1 after: dense attention, and the
+    // indexer learns the dense distribution.
+    int32_t* idx = a->idx.data();
+    for (int64_t n = 0; n < N; ++n) {
+      const int t = static_cast<int>(n % T);
+      for (int s = 0; s < T; ++s) idx[n * T + s] = s <= t ? s : -1;
+    }
+  }
 }
 
 }  // namespace
@@ -96,7 +169,19 @@ void BlockForward(const BlockContext& ctx, const BlockWeights<float*>& w, const 
   ops::Rope(a->q.data(), N, H, D, ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), false);
   ops::Rope(a->k.data(), N, Hkv, D, ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), false);
   const AttentionParams ap = MakeAttention(ctx, a);
-  if (!ctx.hooks || !ctx.hooks->AttentionForward(ctx.block, ap)) ops::Attention(ap);
+  if (ctx.dsa_group) {
+    // DSA: the group's first layer selects; every layer of the group attends
+    // to those keys (dense when every key is selected).
+    if (w.indexer) DsaSelect(ctx, w, a_in, a);
+    BlockActs* g = ctx.dsa_group;
+    a->idx_used = g->idx.data();
+    a->K = g->K;
+    a->sparse = g->sparse;
+    if (a->sparse) ops::dsa::SparseAttention(MakeSparse(ap, a->idx_used, a->K));
+    else ops::Attention(ap);
+  } else if (!ctx.hooks || !ctx.hooks->AttentionForward(ctx.block, ap)) {
+    ops::Attention(ap);
+  }
   // x_mid = x_in + att @ Wo^T (summed over tp ranks' heads).
   if (!sp) {
     std::memcpy(a->x_mid.data(), x_in, N * C * sizeof(float));
@@ -182,7 +267,42 @@ void BlockBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
   bp.fwd = MakeAttention(ctx, a);
   bp.dout = s->d_att.data();
   bp.dq = s->d_q.data(); bp.dk = s->d_k.data(); bp.dv = s->d_v.data();
-  if (!ctx.hooks || !ctx.hooks->AttentionBackward(ctx.block, bp)) ops::AttentionBackward(bp);
+  if (ctx.dsa_group && a->sparse) {
+    ops::dsa::SparseAttentionBackwardParams sb;
+    sb.fwd = MakeSparse(bp.fwd, a->idx_used, a->K);
+    sb.dout = bp.dout;
+    sb.dq = bp.dq; sb.dk = bp.dk; sb.dv = bp.dv;
+    ops::dsa::SparseAttentionBackward(sb);
+  } else if (ctx.dsa_group || !ctx.hooks || !ctx.hooks->AttentionBackward(ctx.block, bp)) {
+    ops::AttentionBackward(bp);
+  }
+  if (ctx.dsa_group && w.indexer) {
+    // The indexer learns this layer's attention distribution (KL); its
+    // gradient reaches only its own weights (the input is detached).
+    const int64_t Hi = cfg.dsa_index_heads, Di = cfg.dsa_index_dim, IA = Hi * Di + Di + Hi;
+    ops::dsa::IndexerLossParams lp;
+    lp.indexer = MakeIndexer(cfg, a, a->K);
+    lp.attn = MakeSparse(bp.fwd, a->idx.data(), a->K);
+    Buf<float>& dia = s->d_qkv;  // free until below
+    Fit(&dia, 2 * N * IA);
+    float* dqi = dia.data() + N * IA;
+    float* dki = dqi + N * Hi * Di;
+    float* dwi = dki + N * Di;
+    lp.dqi = dqi; lp.dki = dki; lp.dwi = dwi;
+    lp.grad_scale = loss_scale;
+    a->indexer_loss = ops::dsa::IndexerLoss(lp);
+    const float ws = 1.f / std::sqrt(static_cast<float>(Hi * Di));
+    float* rows = dia.data();
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < N; ++n) {
+      float* r = rows + n * IA;
+      std::memcpy(r, dqi + n * Hi * Di, Hi * Di * sizeof(float));
+      std::memcpy(r + Hi * Di, dki + n * Di, Di * sizeof(float));
+      for (int64_t j = 0; j < Hi; ++j) r[Hi * Di + Di + j] = ws * dwi[n * Hi + j];
+    }
+    const float* a_in_i = sp ? a->a_full.data() : a->a.data();
+    ops::LinearBackward(rows, a_in_i, w.iq, N, C, IA, nullptr, false, gw.iq);
+  }
   ops::Rope(s->d_q.data(), N, H, D, ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), true);
   ops::Rope(s->d_k.data(), N, Hkv, D, ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), true);
   const int64_t QKV = static_cast<int64_t>(H + 2 * Hkv) * D;

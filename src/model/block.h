@@ -46,6 +46,14 @@ struct BlockActs {
   Buf<float> gu, h;               // dense FFN: [N, 2F] (gate|up), [N, F]
   Buf<float> ffn_out;             // [N, C]
   MoeActs moe;
+  // DSA (docs/sparse-attention.md): the indexer's projections (its first
+  // layer of a sharing group only) and the keys each query attends to.
+  Buf<float> ia;                  // [N, Hi*Di + Di + Hi]: qi | ki | wi
+  Buf<int32_t> idx;               // [B, T, K] selected keys (first layer of the group)
+  const int32_t* idx_used = nullptr;  // the group's idx this layer attended with
+  int K = 0;                      // keys per query of idx_used
+  bool sparse = false;            // sparse attention (else dense, idx covers every key)
+  double indexer_loss = 0;        // KL of the indexer (set by backward)
 };
 
 // Scratch space for backward, shared by all blocks of a model.
@@ -65,6 +73,10 @@ struct BlockContext {
   ParallelHooks* hooks = nullptr;  // null: single device
   int moe_block = -1;     // index among MoE blocks (for hooks), -1 if dense
   int block = -1;         // layer index, or n_layers + j for MTP module j
+  // DSA: the acts of the layer that selects keys for this one (this layer's
+  // own when it is the first of its group); null: dense attention.
+  BlockActs* dsa_group = nullptr;
+  bool dsa_dense = false;  // dense warm-up: attend to every key, train the indexer on it
 };
 
 // x_out[N,C] = Block(x_in). Saves what backward needs in `acts`.

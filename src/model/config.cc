@@ -28,6 +28,12 @@ ModelConfig ModelConfig::Read(ConfigDoc* doc) {
   MODEL_FLOAT(norm_eps);
   MODEL_INT(max_seq_len);
   MODEL_FLOAT(init_std);
+  c.attention = doc->GetString("model.attention", c.attention);
+  MODEL_INT(dsa_topk);
+  MODEL_INT(dsa_index_heads);
+  MODEL_INT(dsa_index_dim);
+  MODEL_INT(dsa_index_share);
+  MODEL_INT(dsa_warmup_steps);
   return c;
 }
 
@@ -78,11 +84,20 @@ Status ModelConfig::Validate() const {
   if (norm_eps <= 0) return bad("model.norm_eps must be positive");
   if (rope_theta <= 1) return bad("model.rope_theta must be > 1");
   if (init_std <= 0) return bad("model.init_std must be positive");
+  if (attention != "dense" && attention != "dsa")
+    return bad("model.attention=\"" + attention + "\" is not known (hint: \"dense\" or \"dsa\")");
+  if (dsa()) {
+    RETURN_IF_ERROR(positive("dsa_topk", dsa_topk));
+    RETURN_IF_ERROR(positive("dsa_index_heads", dsa_index_heads));
+    RETURN_IF_ERROR(positive("dsa_index_dim", dsa_index_dim));
+    RETURN_IF_ERROR(positive("dsa_index_share", dsa_index_share));
+    if (dsa_warmup_steps < 0) return bad("model.dsa_warmup_steps must be >= 0");
+  }
   return Status::Ok();
 }
 
 nlohmann::json ModelConfig::ToJson() const {
-  return {{"vocab_size", vocab_size}, {"d_model", d_model}, {"n_layers", n_layers},
+  nlohmann::json j = {{"vocab_size", vocab_size}, {"d_model", d_model}, {"n_layers", n_layers},
           {"n_heads", n_heads}, {"n_kv_heads", n_kv_heads}, {"d_ff", d_ff},
           {"n_dense_layers", n_dense_layers}, {"n_routed_experts", n_routed_experts},
           {"n_shared_experts", n_shared_experts}, {"top_k", top_k}, {"d_expert", d_expert},
@@ -91,6 +106,12 @@ nlohmann::json ModelConfig::ToJson() const {
           {"mtp_loss_weight", mtp_loss_weight}, {"tie_embeddings", tie_embeddings},
           {"rope_theta", rope_theta}, {"norm_eps", norm_eps}, {"max_seq_len", max_seq_len},
           {"init_std", init_std}};
+  // Only when on, so that dense configs keep their JSON (and old checkpoints match).
+  if (dsa())
+    j.update({{"attention", attention}, {"dsa_topk", dsa_topk}, {"dsa_index_heads", dsa_index_heads},
+              {"dsa_index_dim", dsa_index_dim}, {"dsa_index_share", dsa_index_share},
+              {"dsa_warmup_steps", dsa_warmup_steps}});
+  return j;
 }
 
 Result<ModelConfig> ModelConfig::FromJson(const nlohmann::json& j) {
@@ -102,6 +123,8 @@ Result<ModelConfig> ModelConfig::FromJson(const nlohmann::json& j) {
     FROM(score_func); FROM(aux_loss_weight); FROM(bias_update_rate); FROM(mtp_depth);
     FROM(mtp_loss_weight); FROM(tie_embeddings); FROM(rope_theta); FROM(norm_eps);
     FROM(max_seq_len); FROM(init_std);
+    FROM(attention); FROM(dsa_topk); FROM(dsa_index_heads); FROM(dsa_index_dim); FROM(dsa_index_share);
+    FROM(dsa_warmup_steps);
 #undef FROM
   } catch (const std::exception& e) {
     return Status::Error(std::string("model config: ") + e.what());

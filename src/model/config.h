@@ -34,12 +34,24 @@ struct ModelConfig {
   double norm_eps = 1e-5;
   int64_t max_seq_len = 1024;
   double init_std = 0.02;
+  // Attention: "dense" (causal flash attention) or "dsa" (DeepSeek-style
+  // sparse attention: a lightning indexer picks each query's top-k keys;
+  // docs/sparse-attention.md).
+  std::string attention = "dense";
+  int64_t dsa_topk = 2048;          // keys per query (clamped to the length)
+  int64_t dsa_index_heads = 4;      // indexer heads
+  int64_t dsa_index_dim = 32;       // indexer head dim
+  int64_t dsa_index_share = 1;      // each group of N layers selects once, in its first layer
+  int64_t dsa_warmup_steps = 0;     // training: dense attention + indexer KL to it for these steps
 
   int64_t head_dim() const { return d_model / n_heads; }
   bool is_moe_layer(int64_t l) const { return n_routed_experts > 0 && l >= n_dense_layers; }
   // The MTP block is an MoE block when the main model has any MoE block.
   bool mtp_block_is_moe() const { return n_routed_experts > 0 && n_layers > n_dense_layers; }
   bool sigmoid_scores() const { return score_func == "sigmoid"; }
+  bool dsa() const { return attention == "dsa"; }
+  // Main layer l computes top-k indices (the first of its sharing group).
+  bool dsa_indexer_layer(int64_t l) const { return dsa() && l < n_layers && l % dsa_index_share == 0; }
 
   // Reads [model] from `doc` (defaults above for missing keys); problems are
   // recorded in the doc and reported by doc->Finish() and Validate().

@@ -101,6 +101,15 @@ BlockContext Model::Context(int block_index, const int32_t* pos) {
   return ctx;
 }
 
+BlockContext Model::MainContext(int l, Slot& S) {
+  BlockContext ctx = Context(l, S.pos.data());
+  if (cfg_.dsa()) {
+    ctx.dsa_group = &S.acts[l - l % cfg_.dsa_index_share];
+    ctx.dsa_dense = dsa_dense_;
+  }
+  return ctx;
+}
+
 void Model::set_slots(int n) {
   slots_.resize(n);
   for (Slot& s : slots_) {
@@ -124,6 +133,14 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
   LossParts out;
   StageForward(0, tokens, B, T, nullptr, backward, loss_scale, &out);
   if (backward) StageBackward(0, nullptr, loss_scale);
+  if (backward && cfg_.dsa()) {
+    // The indexers' KL (computed in backward; not part of total: its
+    // gradient reaches the indexers only).
+    int n = 0;
+    for (int64_t l = 0; l < cfg_.n_layers; ++l)
+      if (cfg_.dsa_indexer_layer(l)) out.indexer += slots_[0].acts[l].indexer_loss, ++n;
+    if (n) out.indexer /= n;
+  }
   return out;
 }
 
@@ -174,8 +191,7 @@ const float* Model::StageForward(int slot, const int32_t* tokens, int B, int T, 
   }
   for (int l = l0_; l < l1_; ++l) {
     if (hooks_) hooks_->BeforeBlockForward(l);
-    BlockForward(Context(l, S.pos.data()), W.layers[l], S.resid[l].data(), B, Tl, &S.acts[l],
-                 S.resid[l + 1].data());
+    BlockForward(MainContext(l, S), W.layers[l], S.resid[l].data(), B, Tl, &S.acts[l], S.resid[l + 1].data());
     if (hooks_) hooks_->AfterBlockForward(l);
   }
   if (!plan.last_stage) {
@@ -381,8 +397,7 @@ const float* Model::StageBackward(int slot, const float* d_out_stage, float loss
   float* d_prev = d_resid_b_.data();
   for (int l = l1_ - 1; l >= l0_; --l) {
     if (hooks_) hooks_->BeforeBlockBackward(l);
-    BlockBackward(Context(l, S.pos.data()), W.layers[l], G.layers[l], &S.acts[l], d_cur, loss_scale,
-                  &scratch_, d_prev);
+    BlockBackward(MainContext(l, S), W.layers[l], G.layers[l], &S.acts[l], d_cur, loss_scale, &scratch_, d_prev);
     if (hooks_) hooks_->AfterBlockBackward(l);
     std::swap(d_cur, d_prev);
   }

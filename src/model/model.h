@@ -18,6 +18,7 @@ struct LossParts {
   double main = 0;    // next-token cross-entropy (nats/token)
   double mtp = 0;     // lambda/D * sum_k L_k
   double aux = 0;     // sum over MoE blocks of the balance loss
+  double indexer = 0; // DSA: mean over indexer layers of their KL (not in total; backward only)
 };
 
 class Model {
@@ -26,6 +27,9 @@ class Model {
   explicit Model(const ModelConfig& cfg, const ShardPlan& plan = {});
   // Parallel transforms plug in here (null: single device). Not owned.
   void set_hooks(ParallelHooks* h) { hooks_ = h; }
+  // DSA: attend densely (and train the indexers on the dense distribution),
+  // the warm-up stage; otherwise each query attends to its top-k keys.
+  void set_dsa_dense(bool dense) { dsa_dense_ = dense; }
 
   const ModelConfig& config() const { return cfg_; }
   const ParamLayout& layout() const { return layout_; }
@@ -104,6 +108,8 @@ class Model {
     std::vector<std::vector<int32_t>> mtp_pos;            // RoPE positions of each MTP module's rows
   };
   BlockContext Context(int block_index, const int32_t* pos);
+  BlockContext MainContext(int layer, Slot& slot);  // + the DSA group of a main layer
+  bool dsa_dense_ = false;
 
   ModelConfig cfg_;
   ParamLayout layout_;

@@ -40,7 +40,7 @@ int64_t ParamLayout::Add(const std::string& name, std::vector<int64_t> shape, bo
   return p.offset;
 }
 
-BlockWeights<int64_t> ParamLayout::AddBlock(const std::string& prefix, bool moe) {
+BlockWeights<int64_t> ParamLayout::AddBlock(const std::string& prefix, bool moe, bool indexer) {
   const int64_t C = cfg_.d_model, D = cfg_.head_dim();
   const int64_t HD = cfg_.n_heads * D, KVD = cfg_.n_kv_heads * D;
   BlockWeights<int64_t> b;
@@ -55,6 +55,16 @@ BlockWeights<int64_t> ParamLayout::AddBlock(const std::string& prefix, bool moe)
   b.ffn_norm = Add(prefix + "post_attention_layernorm.weight", {C}, false);
   // The kernels rely on q|k|v and gate|up being adjacent (one GEMM each).
   CHECK(b.wk == b.wq + dims_.H * D * C && b.wv == b.wk + dims_.Hkv * D * C);
+  if (indexer) {
+    // DSA's lightning indexer: queries, one key and the per-head weights,
+    // adjacent (one GEMM computes all three).
+    const int64_t Hi = cfg_.dsa_index_heads, Di = cfg_.dsa_index_dim;
+    b.indexer = true;
+    b.iq = Add(prefix + "self_attn.indexer.wq.weight", {Hi * Di, C}, true);
+    b.ik = Add(prefix + "self_attn.indexer.wk.weight", {Di, C}, true);
+    b.iw = Add(prefix + "self_attn.indexer.weights_proj.weight", {Hi, C}, true);
+    CHECK(b.ik == b.iq + Hi * Di * C && b.iw == b.ik + Di * C);
+  }
   if (!moe) {
     const int64_t F = cfg_.d_ff;
     b.w_gate = Add(prefix + "mlp.gate_proj.weight", {F, C}, true, 0);
@@ -96,7 +106,8 @@ ParamLayout::ParamLayout(const ModelConfig& cfg, const ShardPlan& plan)
   offsets_.layers.resize(cfg.n_layers);  // entries outside [l0, l1) stay empty
   for (int64_t l = l0; l < l1; ++l) {
     block_ = static_cast<int>(l);
-    offsets_.layers[l] = AddBlock("model.layers." + std::to_string(l) + ".", cfg.is_moe_layer(l));
+    offsets_.layers[l] = AddBlock("model.layers." + std::to_string(l) + ".", cfg.is_moe_layer(l),
+                                  cfg.dsa_indexer_layer(l));
     block_ = -1;
   }
   if (!plan.last_stage) return;
@@ -123,6 +134,10 @@ BlockWeights<float*> BindBlock(const BlockWeights<int64_t>& o, float* base) {
   b.moe = o.moe;
   b.attn_norm = at(o.attn_norm); b.wq = at(o.wq); b.wk = at(o.wk); b.wv = at(o.wv); b.wo = at(o.wo);
   b.ffn_norm = at(o.ffn_norm);
+  if (o.indexer) {
+    b.indexer = true;
+    b.iq = at(o.iq); b.ik = at(o.ik); b.iw = at(o.iw);
+  }
   if (!o.moe) {
     b.w_gate = at(o.w_gate); b.w_up = at(o.w_up); b.w_down = at(o.w_down);
     return b;

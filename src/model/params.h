@@ -35,6 +35,8 @@ struct BlockWeights {
   P router{};                                    // MoE [E, C]
   std::vector<P> e_gate, e_up, e_down;           // per routed expert
   P s_gate{}, s_up{}, s_down{};                  // shared experts (absent: 0/null)
+  bool indexer = false;                          // DSA lightning indexer (first layer of a sharing group)
+  P iq{}, ik{}, iw{};                            // [Hi*Di, C], [Di, C], [Hi, C]
 };
 
 template <typename P>
@@ -70,7 +72,7 @@ class ParamLayout {
   // tp_dim/tp_parts: split of the global `shape` across tensor-parallel ranks.
   int64_t Add(const std::string& name, std::vector<int64_t> shape, bool decay, int tp_dim = -1,
               bool expert = false);
-  BlockWeights<int64_t> AddBlock(const std::string& prefix, bool moe);
+  BlockWeights<int64_t> AddBlock(const std::string& prefix, bool moe, bool indexer = false);
   const ModelConfig cfg_;
   const ShardPlan plan_;
   const LocalDims dims_;

@@ -91,6 +91,10 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(comm::Comm* world, cons
   const int64_t global_batch = tc.batch_size * tc.grad_accum;
   const int64_t micro = pc.microbatches > 0 ? pc.microbatches : 2 * pc.pp;
   RETURN_IF_ERROR(dims.Validate(world->size(), mc, global_batch, tc.seq_len, micro));
+  if (mc.dsa() && (pc.tp > 1 || pc.pp > 1 || pc.cp > 1))
+    return Status::Error("model.attention=\"dsa\" runs with data and expert parallelism only (tp=" +
+                         std::to_string(pc.tp) + ", pp=" + std::to_string(pc.pp) + ", cp=" + std::to_string(pc.cp) +
+                         ") (hint: set parallel.tp, pp and cp to 1)");
   std::unique_ptr<DistTrainer> t(new DistTrainer());
   t->mc_ = mc;
   t->tc_ = tc;
@@ -168,6 +172,7 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(comm::Comm* world, cons
 StepStats DistTrainer::Step(const int32_t* global, int A, int B, int T, int64_t step) {
   Mesh& m = *mesh_;
   StepStats st;
+  if (mc_.dsa()) model_->set_dsa_dense(step <= mc_.dsa_warmup_steps);
   const int64_t D = m.data_size(), S = static_cast<int64_t>(A) * B / D, mb = S / micro_;
   const int32_t* mine = global + m.data_rank() * S * (T + 1);
   const float scale = static_cast<float>(static_cast<double>(mb) / (static_cast<double>(A) * B));

@@ -11,12 +11,15 @@ StepStats TrainOneStep(Model& model, AdamWOptimizer& opt,
   const int A = static_cast<int>(micro_batches.size());
   model.ZeroGrads();
   model.ClearExpertLoad();
+  // DSA: dense warm-up for the first dsa_warmup_steps steps.
+  if (model.config().dsa()) model.set_dsa_dense(step <= model.config().dsa_warmup_steps);
   for (const int32_t* tokens : micro_batches) {
     LossParts lp = model.Step(tokens, B, T, /*backward=*/true, 1.f / static_cast<float>(A));
     st.loss += lp.total / A;
     st.loss_main += lp.main / A;
     st.loss_mtp += lp.mtp / A;
     st.loss_aux += lp.aux / A;
+    st.loss_indexer += lp.indexer / A;
   }
   st.expert_load = model.expert_load();
   for (const auto& load : st.expert_load) {

@@ -15,6 +15,7 @@ namespace myriad {
 struct StepStats {
   double loss = 0;        // mean over micro-batches of the total loss
   double loss_main = 0, loss_mtp = 0, loss_aux = 0;
+  double loss_indexer = 0;  // DSA indexers' KL (their own gradient; not in loss)
   double grad_norm = 0;   // before clipping
   double lr = 0;
   std::vector<std::vector<int64_t>> expert_load;  // per MoE block, this step

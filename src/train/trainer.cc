@@ -503,7 +503,8 @@ Status RunTraining(const RunSpec& spec) {
     double eta = elapsed / static_cast<double>(step - first_step) * static_cast<double>(tc.steps - step);
 
     nlohmann::json rec = {{"step", step}, {"loss", st.loss}, {"loss_main", st.loss_main},
-                          {"loss_mtp", st.loss_mtp}, {"loss_aux", st.loss_aux}, {"grad_norm", st.grad_norm},
+                          {"loss_mtp", st.loss_mtp}, {"loss_aux", st.loss_aux}, {"loss_indexer", st.loss_indexer},
+                          {"grad_norm", st.grad_norm},
                           {"lr", st.lr}, {"tokens_per_s", tps}, {"mfu", mfu}, {"step_s", dt},
                           {"elapsed_s", elapsed}, {"expert_load", st.expert_load},
                           {"expert_imbalance", st.max_imbalance}};

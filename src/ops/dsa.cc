@@ -1,0 +1,814 @@
+// DSA kernels (see dsa.h for the math and the layouts).
+//
+// Every kernel is OpenMP-parallel over independent outputs, so results do
+// not depend on the thread count or the schedule (bit for bit):
+//   IndexerTopK             one task per query row (b, t): the row's scores
+//                           into a per-thread buffer (keys transposed once
+//                           per call, scored 64 at a time), then a
+//                           branch-free bitwise threshold search and one scan.
+//   SparseAttention         one task per (b, t) (per (b, t, kv head) when
+//                           rows are too few, e.g. decode): the selected keys
+//                           in blocks of 16, each block's k/v rows gathered
+//                           once per kv head and used by the H/Hkv query
+//                           heads that share it; online softmax per head.
+//   SparseAttentionBackward dq per (b, t) as above; dk/dv per (b, key) from
+//                           an inverse index (the entries that selected the
+//                           key, in ascending order), recomputing P and dS,
+//                           so nothing is scattered and nothing is atomic.
+//   IndexerLoss             per query row: p, q, KL, dI, dqi, dwi; dki per
+//                           (b, key) through the same inverse index; the
+//                           loss is summed over rows in a fixed order.
+// The inner products work on blocks of 16 rows (16 dot products reduced by
+// a shuffle tree; weighted sums of 16 rows), written with GCC vector
+// extensions so that target_clones compiles them for AVX-512, AVX2 and
+// baseline x86-64 (picked at load time): this module is built without -m
+// flags. Helpers are always_inline so they take the clone's ISA.
+#include "ops/dsa.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "backend/cpu/impl/common.h"  // ExpF, ThreadWorkspace
+#include "core/check.h"
+
+#define DSA_CHECK(op, cond) CHECK_MSG(cond, "[%s] invalid arguments", op)
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define DSA_MULTIVERSION \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), noinline))
+#else
+#define DSA_MULTIVERSION
+#endif
+#define DSA_INLINE [[gnu::always_inline]] inline
+
+// 64-byte vectors live in always_inline helpers only (passed by reference),
+// never across an ABI boundary.
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace myriad::ops::dsa {
+namespace {
+
+using cpu::ExpF;
+using cpu::ThreadWorkspace;
+
+constexpr int kLanes = 16;  // keys (or inverse-index entries) per block: one vector of scores
+constexpr int kTile = 64;   // keys per indexer score tile
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// Below this many multiply-adds an op runs on the calling thread: a
+// fork/join would cost more than it saves (decode, small tests).
+constexpr int64_t kMinParallelWork = int64_t{1} << 20;
+
+// Thread workspace slots (grow-only, per thread; see backend/cpu/impl/common.h).
+enum Slot { kSlotScores = 0, kSlotKeysU32, kSlotWork, kSlotKeys, kSlotU };
+
+// 16 floats. GCC vector extensions rather than intrinsics: the same code
+// compiles in every target_clones clone (zmm, 2 ymm, 4 xmm).
+typedef float V16 __attribute__((vector_size(64)));
+typedef int32_t I16 __attribute__((vector_size(64)));
+
+DSA_INLINE V16 LoadV(const float* p) {
+  V16 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+DSA_INLINE void StoreV(float* p, const V16& v) { std::memcpy(p, &v, sizeof v); }
+DSA_INLINE V16 SplatV(float x) { return V16{} + x; }
+DSA_INLINE V16 Relu(const V16& x) { return x > V16{} ? x : V16{}; }
+// Lanes >= n replaced by `fill`.
+DSA_INLINE V16 Masked(const V16& x, int n, float fill) {
+  const I16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  return lane < n ? x : SplatV(fill);
+}
+DSA_INLINE float HSum(const V16& x) {
+  V16 v = x;
+  v += __builtin_shuffle(v, I16{8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
+  v += __builtin_shuffle(v, I16{4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
+  v += __builtin_shuffle(v, I16{2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
+  v += __builtin_shuffle(v, I16{1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14});
+  return v[0];
+}
+DSA_INLINE V16 MaxV(const V16& a, const V16& b) { return a > b ? a : b; }
+DSA_INLINE float HMax(const V16& x) {
+  V16 v = x;
+  v = MaxV(v, __builtin_shuffle(v, I16{8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7}));
+  v = MaxV(v, __builtin_shuffle(v, I16{4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11}));
+  v = MaxV(v, __builtin_shuffle(v, I16{2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13}));
+  v = MaxV(v, __builtin_shuffle(v, I16{1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14}));
+  return v[0];
+}
+// backend/cpu's ExpF (same steps, same constants) on 16 lanes.
+DSA_INLINE V16 ExpV(const V16& x) {
+  const V16 hi = SplatV(88.7f), lo = SplatV(-87.3f);
+  V16 xc = x > hi ? hi : x;
+  xc = xc < lo ? lo : xc;
+  const V16 t = xc * 1.44269504088896341f;
+  const V16 r = t + 12582912.f;
+  const V16 n = r - 12582912.f;
+  const I16 ni = (I16)r - 0x4B400000;
+  V16 f = xc - n * 0.693145751953125f;
+  f = f - n * 1.42860682030941723212e-6f;
+  V16 p = SplatV(1.f / 5040.f);
+  p = p * f + 1.f / 720.f;
+  p = p * f + 1.f / 120.f;
+  p = p * f + 1.f / 24.f;
+  p = p * f + 1.f / 6.f;
+  p = p * f + 0.5f;
+  p = p * f + 1.f;
+  p = p * f + 1.f;
+  const V16 y = p * (V16)((ni + 127) << 23);
+  return x < lo ? V16{} : y;
+}
+
+// r[j] = the sum of the lanes of a[j]: a transpose-and-add tree (unpack,
+// shuffle within 128-bit lanes, then across them), 15 adds for 16 sums.
+DSA_INLINE V16 Reduce16(const V16* a) {
+  const I16 lo = {0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29};
+  const I16 hi = {2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31};
+  const I16 pa = {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29};
+  const I16 pb = {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31};
+  const I16 qa = {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27};
+  const I16 qb = {4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31};
+  V16 w[8], x[4], z[2];
+#pragma GCC unroll 8
+  for (int i = 0; i < 8; ++i)
+    w[i] = __builtin_shuffle(a[2 * i], a[2 * i + 1], lo) +
+           __builtin_shuffle(a[2 * i], a[2 * i + 1], hi);
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i)
+    x[i] = __builtin_shuffle(w[2 * i], w[2 * i + 1], pa) +
+           __builtin_shuffle(w[2 * i], w[2 * i + 1], pb);
+#pragma GCC unroll 2
+  for (int i = 0; i < 2; ++i)
+    z[i] = __builtin_shuffle(x[2 * i], x[2 * i + 1], qa) +
+           __builtin_shuffle(x[2 * i], x[2 * i + 1], qb);
+  return __builtin_shuffle(z[0], z[1], qa) + __builtin_shuffle(z[0], z[1], qb);
+}
+
+// s[j] = x . rows[j] over n floats, j < 16.
+DSA_INLINE void Dots16(const float* x, const float* const* rows, int n, float* s) {
+  V16 acc[kLanes] = {};
+  int c = 0;
+  for (; c + kLanes <= n; c += kLanes) {
+    const V16 xv = LoadV(x + c);
+#pragma GCC unroll 16
+    for (int j = 0; j < kLanes; ++j) acc[j] += xv * LoadV(rows[j] + c);
+  }
+  StoreV(s, Reduce16(acc));
+  if (c < n) {
+    for (int j = 0; j < kLanes; ++j) {
+      float t = 0.f;
+      for (int d = c; d < n; ++d) t += x[d] * rows[j][d];
+      s[j] += t;
+    }
+  }
+}
+
+// acc[0..n) += sum_j w[j] rows[j][0..n), j < 16 (four independent chains).
+DSA_INLINE void AccumRows16(float* acc, const float* const* rows, const float* w, int n) {
+  int c = 0;
+  for (; c + kLanes <= n; c += kLanes) {
+    V16 o0 = LoadV(acc + c), o1 = {}, o2 = {}, o3 = {};
+#pragma GCC unroll 4
+    for (int j = 0; j < kLanes; j += 4) {
+      o0 += SplatV(w[j]) * LoadV(rows[j] + c);
+      o1 += SplatV(w[j + 1]) * LoadV(rows[j + 1] + c);
+      o2 += SplatV(w[j + 2]) * LoadV(rows[j + 2] + c);
+      o3 += SplatV(w[j + 3]) * LoadV(rows[j + 3] + c);
+    }
+    StoreV(acc + c, (o0 + o1) + (o2 + o3));
+  }
+  for (; c < n; ++c) {
+    float t = acc[c];
+    for (int j = 0; j < kLanes; ++j) t += w[j] * rows[j][c];
+    acc[c] = t;
+  }
+}
+
+DSA_INLINE void ScaleRow(float* y, float a, int n) {
+#pragma omp simd
+  for (int i = 0; i < n; ++i) y[i] *= a;
+}
+DSA_INLINE void Zero(float* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = 0.f;
+}
+DSA_INLINE float DotN(const float* a, const float* b, int n) {
+  float s = 0.f;
+#pragma omp simd reduction(+ : s)
+  for (int i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+// Row pointers of a block: rows[j] = base + keys[min(j, bk - 1)] * ld, so
+// the lanes past bk repeat a valid row (their weights are set to 0).
+DSA_INLINE void BlockRows(const float* base, int64_t ld, const int32_t* keys, int bk,
+                          const float** rows) {
+  for (int j = 0; j < kLanes; ++j) rows[j] = base + keys[j < bk ? j : bk - 1] * ld;
+}
+
+inline int VisibleKeys(int Tq, int Tk, int t) { return std::max(0, std::min(Tk, Tk - Tq + t + 1)); }
+
+// The valid (>= 0) entries of a selection row: keys[i] = sel[slot[i]].
+inline int Compact(const int32_t* sel, int K, int32_t* keys, int32_t* slot) {
+  int n = 0;
+  for (int j = 0; j < K; ++j)
+    if (sel[j] >= 0) {
+      keys[n] = sel[j];
+      if (slot) slot[n] = j;
+      ++n;
+    }
+  return n;
+}
+
+// ---------------------------------------------------------------- indexer top-k
+
+// sc[s] = sum_j w[j] relu(qi[j] . ki[s]) for s < n, from kiT, the keys in
+// tiles of kTile transposed ([tile][Di][kTile], zero past Tk); writes sc up
+// to the next multiple of kTile.
+DSA_MULTIVERSION void IndexerScoresRow(const float* qi, const float* w, const float* kiT, int Hi,
+                                       int Di, int n, float* sc) {
+  for (int s0 = 0; s0 < n; s0 += kTile) {
+    const float* tile = kiT + (int64_t)s0 * Di;
+    V16 t0 = {}, t1 = {}, t2 = {}, t3 = {};
+    for (int j = 0; j < Hi; ++j) {
+      const float* qj = qi + (int64_t)j * Di;
+      V16 a0 = {}, a1 = {}, a2 = {}, a3 = {};
+      for (int d = 0; d < Di; ++d) {
+        const V16 x = SplatV(qj[d]);
+        const float* kr = tile + d * kTile;
+        a0 += x * LoadV(kr);
+        a1 += x * LoadV(kr + 16);
+        a2 += x * LoadV(kr + 32);
+        a3 += x * LoadV(kr + 48);
+      }
+      const V16 wj = SplatV(w[j]);
+      t0 += wj * Relu(a0);
+      t1 += wj * Relu(a1);
+      t2 += wj * Relu(a2);
+      t3 += wj * Relu(a3);
+    }
+    StoreV(sc + s0, t0);
+    StoreV(sc + s0 + 16, t1);
+    StoreV(sc + s0 + 32, t2);
+    StoreV(sc + s0 + 48, t3);
+  }
+}
+
+// A uint32 that orders like the float (-0 canonicalised to +0).
+DSA_INLINE uint32_t OrderedKey(float f) {
+  const uint32_t u = __builtin_bit_cast(uint32_t, f + 0.f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// The K largest of sc[0..n) (n > K), ties to the lower s, ascending, into
+// out[0..K). The K-th largest key is found bit by bit (32 vectorised
+// counting passes, no branches on the data), then one scan takes every s
+// above it and the first ones equal to it.
+DSA_MULTIVERSION void SelectTopK(const float* sc, int n, int K, uint32_t* key, int32_t* out) {
+#pragma omp simd
+  for (int i = 0; i < n; ++i) key[i] = OrderedKey(sc[i]);
+  uint32_t thr = 0;
+  for (int bit = 31; bit >= 0; --bit) {
+    const uint32_t cand = thr | (1u << bit);
+    int cnt = 0;
+#pragma omp simd reduction(+ : cnt)
+    for (int i = 0; i < n; ++i) cnt += key[i] >= cand ? 1 : 0;
+    if (cnt >= K) thr = cand;
+  }
+  int above = 0;
+#pragma omp simd reduction(+ : above)
+  for (int i = 0; i < n; ++i) above += key[i] > thr ? 1 : 0;
+  int equal_left = K - above, c = 0;
+  for (int s = 0; s < n && c < K; ++s) {
+    if (key[s] > thr) {
+      out[c++] = s;
+    } else if (key[s] == thr && equal_left > 0) {
+      out[c++] = s;
+      --equal_left;
+    }
+  }
+}
+
+void CheckIndexer(const char* op, const IndexerParams& p) {
+  DSA_CHECK(op, p.B > 0 && p.Tq > 0 && p.Tk >= p.Tq && p.Hi > 0 && p.Di > 0 && p.K > 0);
+  DSA_CHECK(op, p.qi && p.ki && p.wi && p.idx);
+}
+
+void CheckAttn(const char* op, const SparseAttentionParams& p) {
+  DSA_CHECK(op, p.B > 0 && p.Tq > 0 && p.Tk >= p.Tq && p.H > 0 && p.Hkv > 0 && p.H % p.Hkv == 0 &&
+                    p.D > 0 && p.K > 0);
+  DSA_CHECK(op, p.q && p.k && p.idx);
+}
+
+// ---------------------------------------------------------------- attention
+
+// One batch element of the attention tensors.
+struct AttnView {
+  const float *q, *k, *v, *dout, *lse, *drow;  // lse [H, Tq], drow [Tq, H]
+  int Tq, H, Hkv, D, g;
+  int64_t ldq, ldkv;
+  float scale;
+};
+
+AttnView ViewOf(const SparseAttentionParams& p, int b) {
+  AttnView a;
+  a.q = p.q + b * p.q_batch_stride;
+  a.k = p.k + b * p.kv_batch_stride;
+  a.v = p.v ? p.v + b * p.kv_batch_stride : nullptr;
+  a.dout = nullptr;
+  a.lse = p.lse ? p.lse + (int64_t)b * p.H * p.Tq : nullptr;
+  a.drow = nullptr;
+  a.Tq = p.Tq, a.H = p.H, a.Hkv = p.Hkv, a.D = p.D, a.g = p.H / p.Hkv;
+  a.ldq = (int64_t)p.H * p.D, a.ldkv = (int64_t)p.Hkv * p.D;
+  a.scale = p.scale;
+  return a;
+}
+
+// Rows and kv-head chunks of the attention tasks: one task per (b, t) and
+// chunk; several chunks (one kv head each) only when rows alone would not
+// keep the threads busy (decode). Per-head results do not depend on it.
+int KvChunks(int64_t rows, int Hkv) { return rows >= 4 * (int64_t)omp_get_max_threads() ? 1 : Hkv; }
+
+// Online-softmax update of one head with a block's scores s (lanes >= bk
+// ignored): s becomes the block's weights exp(s - m_new), m and l are
+// updated; returns the factor the accumulator is rescaled by.
+DSA_INLINE float OnlineSoftmax(float* s, int bk, float* m, float* l) {
+  const V16 sv = Masked(LoadV(s), bk, kNegInf);
+  const float mx = std::max(*m, HMax(sv));
+  const V16 e = ExpV(sv - mx);  // 0 in the masked lanes
+  StoreV(s, e);
+  const float alpha = ExpF(*m - mx);  // 0 while m = -inf
+  *m = mx;
+  *l = *l * alpha + HSum(e);
+  return alpha;
+}
+
+// Forward of row t, kv heads [hk0, hk1): keys[0..n) the valid selection.
+// Each block of 16 keys is gathered once per kv head (row pointers) and
+// used by the g query heads of its group.
+DSA_MULTIVERSION void AttnFwdTask(const AttnView& a, int t, const int32_t* keys, int n, int hk0,
+                                  int hk1, float* ws, float* out_row, float* lse_t) {
+  const int D = a.D, g = a.g, h0 = hk0 * g, nh = (hk1 - hk0) * g;
+  float* qs = ws;
+  float* acc = qs + (int64_t)nh * D;
+  float* m = acc + (int64_t)nh * D;
+  float* l = m + nh;
+  const float* q = a.q + t * a.ldq + (int64_t)h0 * D;
+  for (int64_t x = 0; x < (int64_t)nh * D; ++x) qs[x] = q[x] * a.scale, acc[x] = 0.f;
+  for (int h = 0; h < nh; ++h) m[h] = kNegInf, l[h] = 0.f;
+  const float* kr[kLanes];
+  const float* vr[kLanes];
+  alignas(64) float s[kLanes];
+  for (int j0 = 0; j0 < n; j0 += kLanes) {
+    const int bk = std::min(kLanes, n - j0);
+    for (int hk = hk0; hk < hk1; ++hk) {
+      BlockRows(a.k + (int64_t)hk * D, a.ldkv, keys + j0, bk, kr);
+      BlockRows(a.v + (int64_t)hk * D, a.ldkv, keys + j0, bk, vr);
+      for (int h = (hk - hk0) * g; h < (hk - hk0 + 1) * g; ++h) {
+        Dots16(qs + (int64_t)h * D, kr, D, s);
+        const float alpha = OnlineSoftmax(s, bk, m + h, l + h);
+        float* ah = acc + (int64_t)h * D;
+        if (alpha != 1.f) ScaleRow(ah, alpha, D);
+        AccumRows16(ah, vr, s, D);
+      }
+    }
+  }
+  for (int h = 0; h < nh; ++h) {
+    const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
+    const float* ah = acc + (int64_t)h * D;
+    float* o = out_row + (int64_t)(h0 + h) * D;
+#pragma omp simd
+    for (int d = 0; d < D; ++d) o[d] = ah[d] * inv;
+    if (lse_t) lse_t[(int64_t)(h0 + h) * a.Tq] = l[h] > 0.f ? m[h] + std::log(l[h]) : kNegInf;
+  }
+}
+
+// Backward, dq of row t for kv heads [hk0, hk1): P from the saved lse,
+// dS = P (dout . v - drow), dq = scale sum dS k.
+DSA_MULTIVERSION void AttnBwdDqTask(const AttnView& a, int t, const int32_t* keys, int n, int hk0,
+                                    int hk1, float* ws, float* dq_row) {
+  const int D = a.D, g = a.g, h0 = hk0 * g, nh = (hk1 - hk0) * g;
+  float* qs = ws;
+  float* acc = qs + (int64_t)nh * D;
+  const float* q = a.q + t * a.ldq + (int64_t)h0 * D;
+  for (int64_t x = 0; x < (int64_t)nh * D; ++x) qs[x] = q[x] * a.scale, acc[x] = 0.f;
+  const float* kr[kLanes];
+  const float* vr[kLanes];
+  alignas(64) float s[kLanes];
+  alignas(64) float dp[kLanes];
+  for (int j0 = 0; j0 < n; j0 += kLanes) {
+    const int bk = std::min(kLanes, n - j0);
+    for (int hk = hk0; hk < hk1; ++hk) {
+      BlockRows(a.k + (int64_t)hk * D, a.ldkv, keys + j0, bk, kr);
+      BlockRows(a.v + (int64_t)hk * D, a.ldkv, keys + j0, bk, vr);
+      for (int h = (hk - hk0) * g; h < (hk - hk0 + 1) * g; ++h) {
+        const int hh = h0 + h;
+        const float lse = a.lse[(int64_t)hh * a.Tq + t], dr = a.drow[(int64_t)t * a.H + hh];
+        Dots16(qs + (int64_t)h * D, kr, D, s);
+        Dots16(a.dout + t * a.ldq + (int64_t)hh * D, vr, D, dp);
+        const V16 pr = Masked(ExpV(LoadV(s) - lse), bk, 0.f);
+        StoreV(s, pr * (LoadV(dp) - dr));
+        AccumRows16(acc + (int64_t)h * D, kr, s, D);
+      }
+    }
+  }
+  for (int64_t x = 0; x < (int64_t)nh * D; ++x) dq_row[(int64_t)h0 * D + x] = acc[x] * a.scale;
+}
+
+// drow[h] = dout[h] . out[h] for the H heads of one row.
+DSA_MULTIVERSION void RowDots(const float* x, const float* y, int H, int D, float* r) {
+  for (int h = 0; h < H; ++h) r[h] = DotN(x + (int64_t)h * D, y + (int64_t)h * D, D);
+}
+
+// Backward, dk and dv of key s (all kv heads): ents[0..n) are the entries
+// t*K + slot that selected it (ascending). Per block of 16 entries and
+// query head, P and dS are recomputed from q, dout, lse and drow; the
+// gathered q and dout rows are weighted into dk and dv. Writes the rows.
+DSA_MULTIVERSION void AttnBwdKvTask(const AttnView& a, int s, const int32_t* ents, int n, int K,
+                                    float* dk_row, float* dv_row) {
+  const int D = a.D, g = a.g, H = a.H;
+  Zero(dk_row, (int64_t)a.Hkv * D);
+  Zero(dv_row, (int64_t)a.Hkv * D);
+  const float* krow = a.k + s * a.ldkv;
+  const float* vrow = a.v + s * a.ldkv;
+  const float* qr[kLanes];
+  const float* dr[kLanes];
+  int32_t ts[kLanes];
+  alignas(64) float sc[kLanes];
+  alignas(64) float dp[kLanes];
+  alignas(64) float lse[kLanes];
+  alignas(64) float drw[kLanes];
+  for (int e0 = 0; e0 < n; e0 += kLanes) {
+    const int bk = std::min(kLanes, n - e0);
+    for (int j = 0; j < kLanes; ++j) ts[j] = ents[e0 + (j < bk ? j : bk - 1)] / K;
+    for (int h = 0; h < H; ++h) {
+      const int hk = h / g;
+      for (int j = 0; j < kLanes; ++j) {
+        qr[j] = a.q + ts[j] * a.ldq + (int64_t)h * D;
+        dr[j] = a.dout + ts[j] * a.ldq + (int64_t)h * D;
+        lse[j] = a.lse[(int64_t)h * a.Tq + ts[j]];
+        drw[j] = a.drow[(int64_t)ts[j] * H + h];
+      }
+      Dots16(krow + (int64_t)hk * D, qr, D, sc);
+      Dots16(vrow + (int64_t)hk * D, dr, D, dp);
+      const V16 pr = Masked(ExpV(LoadV(sc) * a.scale - LoadV(lse)), bk, 0.f);
+      StoreV(sc, pr);
+      StoreV(dp, pr * (LoadV(dp) - LoadV(drw)));
+      AccumRows16(dv_row + (int64_t)hk * D, dr, sc, D);
+      AccumRows16(dk_row + (int64_t)hk * D, qr, dp, D);
+    }
+  }
+  ScaleRow(dk_row, a.scale, a.Hkv * D);
+}
+
+// Inverse index of a selection, per batch element: the entries
+// e = t*K + slot (ascending) whose idx is key s are
+// ents[base[b] + off[b*(Tk+1) + s] .. base[b] + off[b*(Tk+1) + s + 1]).
+struct InverseIndex {
+  std::vector<int64_t> off, base;
+  std::vector<int32_t> ents;
+  const int32_t* Entries(int b, int Tk, int s, int* n) const {
+    const int64_t* o = off.data() + (int64_t)b * (Tk + 1);
+    *n = (int)(o[s + 1] - o[s]);
+    return ents.data() + base[b] + o[s];
+  }
+};
+
+InverseIndex BuildInverse(const int32_t* idx, int64_t idx_stride, int B, int Tq, int Tk, int K,
+                          bool parallel) {
+  InverseIndex inv;
+  inv.off.assign((size_t)B * (Tk + 1), 0);
+  inv.base.assign(B, 0);
+  const int64_t E = (int64_t)Tq * K;
+#pragma omp parallel for schedule(static) if (parallel && B > 1)
+  for (int b = 0; b < B; ++b) {
+    int64_t* o = inv.off.data() + (int64_t)b * (Tk + 1);
+    const int32_t* ib = idx + b * idx_stride;
+    for (int64_t e = 0; e < E; ++e) {
+      const int32_t s = ib[e];
+      if (s >= 0 && s < Tk) ++o[s + 1];
+    }
+    for (int s = 0; s < Tk; ++s) o[s + 1] += o[s];
+  }
+  int64_t total = 0;
+  for (int b = 0; b < B; ++b) {
+    inv.base[b] = total;
+    total += inv.off[(size_t)b * (Tk + 1) + Tk];
+  }
+  inv.ents.resize((size_t)std::max<int64_t>(total, 1));
+#pragma omp parallel for schedule(static) if (parallel && B > 1)
+  for (int b = 0; b < B; ++b) {
+    const int64_t* o = inv.off.data() + (int64_t)b * (Tk + 1);
+    std::vector<int64_t> fill(o, o + Tk);
+    int32_t* eb = inv.ents.data() + inv.base[b];
+    const int32_t* ib = idx + b * idx_stride;
+    for (int64_t e = 0; e < E; ++e) {
+      const int32_t s = ib[e];
+      if (s >= 0 && s < Tk) eb[fill[s]++] = (int32_t)e;
+    }
+  }
+  return inv;
+}
+
+// ---------------------------------------------------------------- indexer loss
+
+// p[i] = (1/H) sum_h exp(scale q[t,h] . k[keys[i], h/g] - lse[h, t]).
+DSA_MULTIVERSION void MainProbsRow(const AttnView& a, int t, const int32_t* keys, int n, float* p) {
+  const int D = a.D, g = a.g;
+  const float* kr[kLanes];
+  alignas(64) float s[kLanes];
+  Zero(p, n);
+  for (int j0 = 0; j0 < n; j0 += kLanes) {
+    const int bk = std::min(kLanes, n - j0);
+    for (int hk = 0; hk < a.Hkv; ++hk) {
+      BlockRows(a.k + (int64_t)hk * D, a.ldkv, keys + j0, bk, kr);
+      for (int h = hk * g; h < (hk + 1) * g; ++h) {
+        Dots16(a.q + t * a.ldq + (int64_t)h * D, kr, D, s);
+        const float lse = a.lse[(int64_t)h * a.Tq + t];
+        StoreV(s, ExpV(LoadV(s) * a.scale - lse));
+        for (int j = 0; j < bk; ++j) p[j0 + j] += s[j];
+      }
+    }
+  }
+  ScaleRow(p, 1.f / a.H, n);
+}
+
+// u[j*n + i] = qi[j] . ki[keys[i]]; I[i] = sum_j w[j] relu(u). u and I
+// hold n rounded up to 16 floats.
+DSA_MULTIVERSION void IndexerScoresSel(const float* qi, const float* w, const float* ki,
+                                       const int32_t* keys, int n, int Hi, int Di, float* u,
+                                       float* I) {
+  const int ldu = (n + kLanes - 1) / kLanes * kLanes;
+  const float* kr[kLanes];
+  for (int j0 = 0; j0 < n; j0 += kLanes) {
+    const int bk = std::min(kLanes, n - j0);
+    BlockRows(ki, Di, keys + j0, bk, kr);
+    V16 acc = {};
+    for (int j = 0; j < Hi; ++j) {
+      float* uj = u + (int64_t)j * ldu + j0;
+      Dots16(qi + (int64_t)j * Di, kr, Di, uj);
+      acc += w[j] * Relu(LoadV(uj));
+    }
+    StoreV(I + j0, acc);
+  }
+}
+
+// dwi[j] = sum_i dI[i] relu(u_ji); dqi[j] = sum_i dI[i] w_j [u_ji > 0] ki[keys[i]]
+// (writes; either may be null). dI is zero past n (16-rounded like u).
+DSA_MULTIVERSION void IndexerRowGrads(const float* w, const float* ki, const int32_t* keys, int n,
+                                      int Hi, int Di, const float* u, const float* dI, float* dqi,
+                                      float* dwi, float* dw) {
+  const int ldu = (n + kLanes - 1) / kLanes * kLanes;
+  const float* kr[kLanes];
+  alignas(64) float c[kLanes];
+  if (dqi) Zero(dqi, (int64_t)Hi * Di);
+  Zero(dw, Hi);
+  for (int j0 = 0; j0 < n; j0 += kLanes) {
+    const int bk = std::min(kLanes, n - j0);
+    BlockRows(ki, Di, keys + j0, bk, kr);
+    const V16 g = LoadV(dI + j0);
+    for (int j = 0; j < Hi; ++j) {
+      const V16 uj = LoadV(u + (int64_t)j * ldu + j0);
+      dw[j] += HSum(g * Relu(uj));
+      if (!dqi) continue;
+      StoreV(c, uj > V16{} ? g * w[j] : V16{});
+      AccumRows16(dqi + (int64_t)j * Di, kr, c, Di);
+    }
+  }
+  if (dwi)
+    for (int j = 0; j < Hi; ++j) dwi[j] = dw[j];
+}
+
+// dki[s] = sum over entries e = t*K + slot that selected s of
+// sum_j dI[e] w[t,j] [qi[t,j] . ki[s] > 0] qi[t,j] (writes). qi, wi and dI
+// at batch b's row 0.
+DSA_MULTIVERSION void IndexerKeyGrad(const float* qi, const float* wi, const float* kis,
+                                     const int32_t* ents, int n, int K, int Hi, int Di,
+                                     const float* dI, float* dki) {
+  Zero(dki, Di);
+  const float* qr[kLanes];
+  int32_t ts[kLanes];
+  alignas(64) float gr[kLanes];
+  alignas(64) float u[kLanes];
+  for (int e0 = 0; e0 < n; e0 += kLanes) {
+    const int bk = std::min(kLanes, n - e0);
+    for (int i = 0; i < kLanes; ++i) {
+      const int32_t e = ents[e0 + (i < bk ? i : bk - 1)];
+      ts[i] = e / K;
+      gr[i] = i < bk ? dI[e] : 0.f;
+    }
+    for (int j = 0; j < Hi; ++j) {
+      for (int i = 0; i < kLanes; ++i) qr[i] = qi + ((int64_t)ts[i] * Hi + j) * Di;
+      Dots16(kis, qr, Di, u);
+      for (int i = 0; i < kLanes; ++i)
+        u[i] = u[i] > 0.f ? gr[i] * wi[(int64_t)ts[i] * Hi + j] : 0.f;
+      AccumRows16(dki, qr, u, Di);
+    }
+  }
+}
+
+}  // namespace
+
+// ================================================================ IndexerTopK
+
+void IndexerTopK(const IndexerParams& p) {
+  CheckIndexer("dsa_indexer_topk", p);
+  const int B = p.B, Tq = p.Tq, Tk = p.Tk, Hi = p.Hi, Di = p.Di, K = p.K;
+  const int64_t ldT = ((int64_t)Tk + kTile - 1) / kTile * kTile;
+  // Keys transposed by tiles of kTile, [B][tile][Di][kTile], zero past Tk,
+  // so the score loop runs over keys, kTile at a time, reading each tile
+  // contiguously. Only rows that see more than K keys score anything.
+  const bool any_select = VisibleKeys(Tq, Tk, Tq - 1) > K;
+  const bool par = (int64_t)B * Tq * (Tk - Tq / 2) * Hi * Di >= kMinParallelWork;
+  std::vector<float> kiT(any_select ? (size_t)B * Di * ldT : 0);
+  if (any_select) {
+    const int64_t tiles = ldT / kTile;
+#pragma omp parallel for schedule(static) if (par)
+    for (int64_t task = 0; task < (int64_t)B * tiles; ++task) {
+      const int b = (int)(task / tiles);
+      const int s0 = (int)(task % tiles) * kTile;
+      const float* src = p.ki + b * p.ki_batch_stride;
+      float* dst = kiT.data() + (int64_t)b * Di * ldT;
+      for (int d = 0; d < Di; ++d)
+        for (int s = s0; s < s0 + kTile; ++s)
+          dst[(int64_t)s0 * Di + d * kTile + (s - s0)] = s < Tk ? src[(int64_t)s * Di + d] : 0.f;
+    }
+  }
+  const int64_t rows = (int64_t)B * Tq;
+#pragma omp parallel for schedule(dynamic, 4) if (par)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int b = (int)(r / Tq), t = (int)(r % Tq);
+    const int n = VisibleKeys(Tq, Tk, t);
+    int32_t* out = p.idx + b * p.idx_batch_stride + (int64_t)t * K;
+    if (n <= K) {
+      for (int i = 0; i < K; ++i) out[i] = i < n ? i : -1;
+      continue;
+    }
+    float* sc = ThreadWorkspace(kSlotScores, ldT);
+    uint32_t* key = reinterpret_cast<uint32_t*>(ThreadWorkspace(kSlotKeysU32, ldT));
+    IndexerScoresRow(p.qi + b * p.qi_batch_stride + (int64_t)t * Hi * Di,
+                     p.wi + b * p.wi_batch_stride + (int64_t)t * Hi,
+                     kiT.data() + (int64_t)b * Di * ldT, Hi, Di, n, sc);
+    SelectTopK(sc, n, K, key, out);
+  }
+}
+
+// ================================================================ SparseAttention
+
+void SparseAttention(const SparseAttentionParams& p) {
+  CheckAttn("dsa_sparse_attention", p);
+  DSA_CHECK("dsa_sparse_attention", p.v && p.out);
+  const int Tq = p.Tq, H = p.H, Hkv = p.Hkv, D = p.D, K = p.K;
+  const int64_t rows = (int64_t)p.B * Tq;
+  const bool par = rows * K * H * D >= kMinParallelWork;
+  const int chunks = KvChunks(rows, Hkv), per = Hkv / chunks;
+#pragma omp parallel for schedule(dynamic, 2) if (par)
+  for (int64_t task = 0; task < rows * chunks; ++task) {
+    const int64_t r = task / chunks;
+    const int b = (int)(r / Tq), t = (int)(r % Tq), hk0 = (int)(task % chunks) * per;
+    const int nh = per * (H / Hkv);
+    int32_t* keys = reinterpret_cast<int32_t*>(ThreadWorkspace(kSlotKeys, K));
+    const int n = Compact(p.idx + b * p.idx_batch_stride + (int64_t)t * K, K, keys, nullptr);
+    float* ws = ThreadWorkspace(kSlotWork, 2 * (int64_t)nh * D + 2 * nh);
+    AttnFwdTask(ViewOf(p, b), t, keys, n, hk0, hk0 + per, ws,
+                p.out + b * p.out_batch_stride + (int64_t)t * H * D,
+                p.lse ? p.lse + (int64_t)b * H * Tq + t : nullptr);
+  }
+}
+
+// ================================================================ backward
+
+void SparseAttentionBackward(const SparseAttentionBackwardParams& bp) {
+  const SparseAttentionParams& p = bp.fwd;
+  CheckAttn("dsa_sparse_attention_backward", p);
+  DSA_CHECK("dsa_sparse_attention_backward",
+            p.v && p.out && p.lse && bp.dout && bp.dq && bp.dk && bp.dv);
+  const int B = p.B, Tq = p.Tq, Tk = p.Tk, H = p.H, Hkv = p.Hkv, D = p.D, K = p.K;
+  const int64_t ldq = (int64_t)H * D, ldkv = (int64_t)Hkv * D, rows = (int64_t)B * Tq;
+  const bool par = rows * K * H * D >= kMinParallelWork;
+
+  // drow [B, Tq, H] = rowsum(dout * out).
+  std::vector<float> drow((size_t)rows * H);
+#pragma omp parallel for schedule(static) if (par)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int b = (int)(r / Tq), t = (int)(r % Tq);
+    const int64_t off = b * p.out_batch_stride + (int64_t)t * ldq;
+    RowDots(bp.dout + off, p.out + off, H, D, drow.data() + r * H);
+  }
+  auto view = [&](int b) {
+    AttnView a = ViewOf(p, b);
+    a.dout = bp.dout + b * p.out_batch_stride;
+    a.drow = drow.data() + (int64_t)b * Tq * H;
+    return a;
+  };
+
+  // dq per (b, t) and kv-head chunk.
+  const int chunks = KvChunks(rows, Hkv), per = Hkv / chunks;
+#pragma omp parallel for schedule(dynamic, 2) if (par)
+  for (int64_t task = 0; task < rows * chunks; ++task) {
+    const int64_t r = task / chunks;
+    const int b = (int)(r / Tq), t = (int)(r % Tq), hk0 = (int)(task % chunks) * per;
+    const int nh = per * (H / Hkv);
+    int32_t* keys = reinterpret_cast<int32_t*>(ThreadWorkspace(kSlotKeys, K));
+    const int n = Compact(p.idx + b * p.idx_batch_stride + (int64_t)t * K, K, keys, nullptr);
+    float* ws = ThreadWorkspace(kSlotWork, 2 * (int64_t)nh * D);
+    AttnBwdDqTask(view(b), t, keys, n, hk0, hk0 + per, ws,
+                  bp.dq + b * p.q_batch_stride + (int64_t)t * ldq);
+  }
+
+  // dk, dv per (b, key) through the inverse index; every key row is
+  // written (zero when never selected).
+  const InverseIndex inv = BuildInverse(p.idx, p.idx_batch_stride, B, Tq, Tk, K, par);
+#pragma omp parallel for schedule(dynamic, 8) if (par)
+  for (int64_t r = 0; r < (int64_t)B * Tk; ++r) {
+    const int b = (int)(r / Tk), s = (int)(r % Tk);
+    int n = 0;
+    const int32_t* ents = inv.Entries(b, Tk, s, &n);
+    const int64_t koff = b * p.kv_batch_stride + (int64_t)s * ldkv;
+    AttnBwdKvTask(view(b), s, ents, n, K, bp.dk + koff, bp.dv + koff);
+  }
+}
+
+// ================================================================ IndexerLoss
+
+double IndexerLoss(const IndexerLossParams& lp) {
+  const IndexerParams& ip = lp.indexer;
+  const SparseAttentionParams& ap = lp.attn;
+  CheckIndexer("dsa_indexer_loss", ip);
+  CheckAttn("dsa_indexer_loss", ap);
+  DSA_CHECK("dsa_indexer_loss",
+            ap.lse && ap.B == ip.B && ap.Tq == ip.Tq && ap.Tk == ip.Tk && ap.K == ip.K);
+  const int B = ip.B, Tq = ip.Tq, Tk = ip.Tk, Hi = ip.Hi, Di = ip.Di, K = ip.K;
+  const bool grads = lp.dqi || lp.dki || lp.dwi;
+  const int64_t rows = (int64_t)B * Tq;
+  const bool par = rows * K * ((int64_t)ap.H * ap.D + (int64_t)Hi * Di) >= kMinParallelWork;
+  const float gscale = (float)((double)lp.grad_scale / (double)rows);
+  std::vector<double> kl((size_t)rows, 0.0);
+  std::vector<float> dI(lp.dki ? (size_t)rows * K : 0, 0.f);  // [B, Tq, K], 0 at pads
+
+#pragma omp parallel for schedule(dynamic, 2) if (par)
+  for (int64_t r = 0; r < rows; ++r) {
+    const int b = (int)(r / Tq), t = (int)(r % Tq);
+    const float* qi = ip.qi + b * ip.qi_batch_stride + (int64_t)t * Hi * Di;
+    const float* wi = ip.wi + b * ip.wi_batch_stride + (int64_t)t * Hi;
+    const float* ki = ip.ki + b * ip.ki_batch_stride;
+    float* dqi = lp.dqi ? lp.dqi + b * ip.qi_batch_stride + (int64_t)t * Hi * Di : nullptr;
+    float* dwi = lp.dwi ? lp.dwi + b * ip.wi_batch_stride + (int64_t)t * Hi : nullptr;
+    int32_t* keys = reinterpret_cast<int32_t*>(ThreadWorkspace(kSlotKeys, 2 * (int64_t)K));
+    int32_t* slot = keys + K;
+    const int n = Compact(ip.idx + b * ip.idx_batch_stride + (int64_t)t * K, K, keys, slot);
+    if (n == 0) {
+      if (dqi) Zero(dqi, (int64_t)Hi * Di);
+      if (dwi) Zero(dwi, Hi);
+      continue;
+    }
+    const int n16 = (n + kLanes - 1) / kLanes * kLanes;
+    float* pm = ThreadWorkspace(kSlotWork, 3 * (int64_t)n16 + Hi);  // p, I, dI, then dw
+    float* I = pm + n16;
+    float* dIr = pm + 2 * n16;
+    float* dw = pm + 3 * n16;
+    float* u = ThreadWorkspace(kSlotU, (int64_t)Hi * n16);
+    MainProbsRow(ViewOf(ap, b), t, keys, n, pm);
+    IndexerScoresSel(qi, wi, ki, keys, n, Hi, Di, u, I);
+    float mx = kNegInf;
+    for (int i = 0; i < n; ++i) mx = std::max(mx, I[i]);
+    double z = 0.0;
+    for (int i = 0; i < n; ++i) z += (double)ExpF(I[i] - mx);
+    const double lse_i = (double)mx + std::log(z);
+    double row = 0.0;
+    for (int i = 0; i < n; ++i) {
+      const double logq = (double)I[i] - lse_i;
+      if (pm[i] > 0.f) row += (double)pm[i] * ((double)std::log(pm[i]) - logq);
+      dIr[i] = ((float)std::exp(logq) - pm[i]) * gscale;
+    }
+    for (int i = n; i < n16; ++i) dIr[i] = 0.f;
+    kl[r] = row;
+    if (!grads) continue;
+    if (lp.dki)
+      for (int i = 0; i < n; ++i) dI[r * K + slot[i]] = dIr[i];
+    if (dqi || dwi) IndexerRowGrads(wi, ki, keys, n, Hi, Di, u, dIr, dqi, dwi, dw);
+  }
+
+  if (lp.dki) {
+    const InverseIndex inv = BuildInverse(ip.idx, ip.idx_batch_stride, B, Tq, Tk, K, par);
+#pragma omp parallel for schedule(dynamic, 16) if (par)
+    for (int64_t r = 0; r < (int64_t)B * Tk; ++r) {
+      const int b = (int)(r / Tk), s = (int)(r % Tk);
+      int n = 0;
+      const int32_t* ents = inv.Entries(b, Tk, s, &n);
+      IndexerKeyGrad(ip.qi + b * ip.qi_batch_stride, ip.wi + b * ip.wi_batch_stride,
+                     ip.ki + b * ip.ki_batch_stride + (int64_t)s * Di, ents, n, K, Hi, Di,
+                     dI.data() + (int64_t)b * Tq * K,
+                     lp.dki + b * ip.ki_batch_stride + (int64_t)s * Di);
+    }
+  }
+
+  double total = 0.0;
+  for (int64_t r = 0; r < rows; ++r) total += kl[r];
+  return total / (double)rows;
+}
+
+}  // namespace myriad::ops::dsa

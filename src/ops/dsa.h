@@ -1,0 +1,88 @@
+// DSA: DeepSeek-style sparse attention, as ops (CPU, OpenMP). A lightning
+// indexer scores every earlier token for each query; each query attends only
+// to its top-k tokens; the indexer learns from the main attention by KL.
+// docs/sparse-attention.md has the math; cpu scalar references live beside
+// the kernels (dsa_ref.cc) and every op is tested against them and against a
+// PyTorch reference (tests/golden/dsa_reference.py).
+//
+// Layouts (row-major, per batch element b at b * *_batch_stride floats):
+//   q   [B, Tq, H,  D]     main-attention queries (RoPE applied)
+//   k,v [B, Tk, Hkv, D]    main-attention keys/values, H % Hkv == 0
+//   qi  [B, Tq, Hi, Di]    indexer queries (Hi small heads of small dim Di)
+//   ki  [B, Tk, Di]        indexer keys (one per token, shared by the heads)
+//   wi  [B, Tq, Hi]        per-query head weights of the indexer
+//   idx [B, Tq, K]         selected key positions, int32, ascending, -1 pads
+// Query t sits at position pos(t) = Tk - Tq + t (prefill: Tq == Tk; decode:
+// Tq == 1) and may see keys 0..pos(t) (causal).
+//
+// Indexer score:  I(t, s) = sum_j wi[t, j] * relu(qi[t, j, :] . ki[s, :]).
+// Selection:      idx[t] = the K keys s <= pos(t) with the highest I(t, s)
+//                 (ties: the lower s), sorted ascending; when pos(t) + 1 <= K
+//                 every key 0..pos(t) is selected and the rest is -1.
+// Sparse attention: out[t, h] = sum_{s in idx[t]} P(t, h, s) v[s, h / (H/Hkv)],
+//                 P = softmax over s in idx[t] of scale * q[t, h] . k[s, h/g];
+//                 lse[b, h, t] the log-sum-exp of those scaled scores.
+//                 With K >= Tk this is exactly dense causal attention.
+// Indexer loss:   p_t(s) = (1/H) sum_h P(t, h, s)  (the main attention's
+//                 distribution over idx[t], detached), q_t(s) = softmax over
+//                 s in idx[t] of I(t, s); loss = mean over b, t of
+//                 KL(p_t || q_t); its gradient flows to qi, ki, wi only.
+#pragma once
+
+#include <cstdint>
+
+namespace myriad::ops::dsa {
+
+struct IndexerParams {
+  int B = 0, Tq = 0, Tk = 0, Hi = 0, Di = 0, K = 0;
+  int64_t qi_batch_stride = 0, ki_batch_stride = 0, wi_batch_stride = 0, idx_batch_stride = 0;
+  const float* qi = nullptr;
+  const float* ki = nullptr;
+  const float* wi = nullptr;
+  int32_t* idx = nullptr;  // writes [B, Tq, K]
+};
+// Scores and top-k selection fused: no [Tq, Tk] matrix is materialised.
+void IndexerTopK(const IndexerParams& p);
+
+struct SparseAttentionParams {
+  int B = 0, Tq = 0, Tk = 0, H = 0, Hkv = 0, D = 0, K = 0;
+  float scale = 0.f;
+  int64_t q_batch_stride = 0, kv_batch_stride = 0, out_batch_stride = 0, idx_batch_stride = 0;
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  const int32_t* idx = nullptr;
+  float* out = nullptr;  // writes [B, Tq, H, D]
+  float* lse = nullptr;  // writes [B, H, Tq]; may be null
+};
+void SparseAttention(const SparseAttentionParams& p);
+
+struct SparseAttentionBackwardParams {
+  SparseAttentionParams fwd;    // inputs, out and lse of the forward (read)
+  const float* dout = nullptr;  // [B, Tq, H, D]
+  float* dq = nullptr;          // writes, q layout
+  float* dk = nullptr;          // writes, kv layout
+  float* dv = nullptr;          // writes, kv layout
+};
+void SparseAttentionBackward(const SparseAttentionBackwardParams& p);
+
+struct IndexerLossParams {
+  IndexerParams indexer;         // qi, ki, wi and the selection idx (read)
+  SparseAttentionParams attn;    // q, k, scale, lse of the main attention over idx (read)
+  float* dqi = nullptr;          // writes, qi layout (may be null with the others: loss only)
+  float* dki = nullptr;          // writes, ki layout
+  float* dwi = nullptr;          // writes, wi layout
+  float grad_scale = 1.f;        // multiplies the gradients
+};
+// Returns the loss (mean KL over b, t).
+double IndexerLoss(const IndexerLossParams& p);
+
+// Scalar references (double accumulation), the oracles of the tests.
+namespace ref {
+void IndexerTopK(const IndexerParams& p);
+void SparseAttention(const SparseAttentionParams& p);
+void SparseAttentionBackward(const SparseAttentionBackwardParams& p);
+double IndexerLoss(const IndexerLossParams& p);
+}  // namespace ref
+
+}  // namespace myriad::ops::dsa
