@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -21,6 +20,7 @@
 #include "backend/cpu/cpu_info.h"
 #include "backend/cpu/kernel_bench.h"  // MeasureSgemmPeakGflops
 #include "core/check.h"
+#include "core/strings.h"
 #include "core/env.h"
 #include "core/log.h"
 
@@ -189,23 +189,14 @@ Check CompareToReference(const std::vector<float>& out, const std::vector<double
   return c;
 }
 
-std::string Fmt(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string Fmt(const char* fmt, ...) {
-  char buf[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  std::vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  return buf;
-}
 
 // Why a check failed, e.g. "max rel error 3.2e-01 > 1e-05 at [17] (out 0.1, ref 0.4)".
 std::string Describe(const Check& c, const std::vector<float>& out, const std::vector<double>& ref,
                      double tolerance) {
   if (out.size() != ref.size())
-    return Fmt("output has %zu elements, reference %zu", out.size(), ref.size());
-  if (!c.finite) return Fmt("non-finite output at [%lld] (%g)", (long long)c.worst, (double)out[c.worst]);
-  return Fmt("max rel error %.3g > %.3g at [%lld] (out %.9g, ref %.9g)", c.max_error, tolerance,
+    return StrFormat("output has %zu elements, reference %zu", out.size(), ref.size());
+  if (!c.finite) return StrFormat("non-finite output at [%lld] (%g)", (long long)c.worst, (double)out[c.worst]);
+  return StrFormat("max rel error %.3g > %.3g at [%lld] (out %.9g, ref %.9g)", c.max_error, tolerance,
              (long long)c.worst, (double)out[c.worst], ref[c.worst]);
 }
 
@@ -245,28 +236,29 @@ double Median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+
+std::string FormatSeconds(double s) {
+  if (s <= 0) return "-";
+  if (s < 1e-6) return StrFormat("%.0f ns", s * 1e9);
+  if (s < 1e-3) return StrFormat("%.2f us", s * 1e6);
+  if (s < 1) return StrFormat("%.3f ms", s * 1e3);
+  return StrFormat("%.3f s", s);
+}
+
+std::string FormatBytes(double b) {
+  if (b >= (1 << 30)) return StrFormat("%.0fG", b / (1 << 30));
+  if (b >= (1 << 20)) return StrFormat("%.0fM", b / (1 << 20));
+  return StrFormat("%.0fK", b / (1 << 10));
+}
+
+}  // namespace
+
 std::string NowIso() {
   std::time_t t = std::time(nullptr);
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
   return buf;
 }
-
-std::string FormatSeconds(double s) {
-  if (s <= 0) return "-";
-  if (s < 1e-6) return Fmt("%.0f ns", s * 1e9);
-  if (s < 1e-3) return Fmt("%.2f us", s * 1e6);
-  if (s < 1) return Fmt("%.3f ms", s * 1e3);
-  return Fmt("%.3f s", s);
-}
-
-std::string FormatBytes(double b) {
-  if (b >= (1 << 30)) return Fmt("%.0fG", b / (1 << 30));
-  if (b >= (1 << 20)) return Fmt("%.0fM", b / (1 << 20));
-  return Fmt("%.0fK", b / (1 << 10));
-}
-
-}  // namespace
 
 // ------------------------------------------------------------ Shape
 
@@ -404,12 +396,12 @@ json TaskReport::ToJson() const {
 }
 
 std::string TaskReport::ToText() const {
-  std::string t = Fmt("task %s (baseline %s)\n", task.c_str(), baseline.c_str());
+  std::string t = StrFormat("task %s (baseline %s)\n", task.c_str(), baseline.c_str());
   if (floors.enabled()) {
-    t += Fmt("  floors: SGEMM %.0f GFLOP/s; read", floors.gemm_gflops);
-    for (const auto& [bytes, rate] : floors.read_gbs) t += Fmt(" %s %.1f GB/s", FormatBytes(bytes).c_str(), rate);
-    t += Fmt("; reject below %.2f x floor\n", floors.slack);
-    t += Fmt("  OpenMP team wake-up: %s", FormatSeconds(floors.team_wake_s).c_str());
+    t += StrFormat("  floors: SGEMM %.0f GFLOP/s; read", floors.gemm_gflops);
+    for (const auto& [bytes, rate] : floors.read_gbs) t += StrFormat(" %s %.1f GB/s", FormatBytes(bytes).c_str(), rate);
+    t += StrFormat("; reject below %.2f x floor\n", floors.slack);
+    t += StrFormat("  OpenMP team wake-up: %s", FormatSeconds(floors.team_wake_s).c_str());
     if (floors.machine_noisy())
       t += " -- NOISY: other processes hold the cores; parallel kernels wait milliseconds for a core, so "
            "their timings measure the machine's load more than the kernel (rerun when idle, or compare "
@@ -419,32 +411,32 @@ std::string TaskReport::ToText() const {
     t += "  floors: off\n";
   }
   for (const ShapeResult& s : shapes) {
-    t += Fmt("\n  shape %s\n", s.shape.c_str());
-    t += Fmt("    %-22s %11s %11s %8s %11s  %s\n", "candidate", "median", "min", "speedup", "floor", "status");
+    t += StrFormat("\n  shape %s\n", s.shape.c_str());
+    t += StrFormat("    %-22s %11s %11s %8s %11s  %s\n", "candidate", "median", "min", "speedup", "floor", "status");
     for (const Evaluation& e : s.evals) {
       std::string speed = "-";
       if (e.timed && s.baseline_median_s > 0 && e.median_s > 0)
-        speed = Fmt("%.2fx", s.baseline_median_s / e.median_s);
+        speed = StrFormat("%.2fx", s.baseline_median_s / e.median_s);
       std::string status = e.accepted ? (e.candidate == s.winner ? "ok, winner" : "ok") : "REJECTED: " + e.reason;
-      if (e.timed && e.spread() > 1.5) status += Fmt(" (noisy: median %.1fx min)", e.spread());
+      if (e.timed && e.spread() > 1.5) status += StrFormat(" (noisy: median %.1fx min)", e.spread());
       if (e.candidate == baseline) status += " (baseline)";
-      t += Fmt("    %-22s %11s %11s %8s %11s  %s\n", e.candidate.c_str(),
+      t += StrFormat("    %-22s %11s %11s %8s %11s  %s\n", e.candidate.c_str(),
                e.timed ? FormatSeconds(e.median_s).c_str() : "-", e.timed ? FormatSeconds(e.min_s).c_str() : "-",
                speed.c_str(), FormatSeconds(e.floor_s).c_str(), status.c_str());
     }
     if (s.winner.empty()) {
       t += "    no winner: every candidate was rejected\n";
     } else if (s.speedup > 0) {
-      t += Fmt("    winner %s %s: %s vs baseline %s, %.2fx\n", s.winner.c_str(), s.winner_params.dump().c_str(),
+      t += StrFormat("    winner %s %s: %s vs baseline %s, %.2fx\n", s.winner.c_str(), s.winner_params.dump().c_str(),
                FormatSeconds(s.winner_median_s).c_str(), FormatSeconds(s.baseline_median_s).c_str(), s.speedup);
     } else {
-      t += Fmt("    winner %s %s: %s (baseline rejected: no speedup)\n", s.winner.c_str(),
+      t += StrFormat("    winner %s %s: %s (baseline rejected: no speedup)\n", s.winner.c_str(),
                s.winner_params.dump().c_str(), FormatSeconds(s.winner_median_s).c_str());
     }
   }
   if (!rejected.empty()) {
     t += "\n  rejected candidates:\n";
-    for (const auto& [name, why] : rejected) t += Fmt("    %s: %s\n", name.c_str(), why.c_str());
+    for (const auto& [name, why] : rejected) t += StrFormat("    %s: %s\n", name.c_str(), why.c_str());
   }
   return t;
 }
@@ -589,7 +581,7 @@ Result<TaskReport> RunTask(const Task& task, const RunOptions& options) {
       }
       if (floor_s > 0 && e.median_s < options.floors.slack * floor_s) {
         e.floor_ok = false;
-        e.reason = Fmt("impossible timing: median %s < %.2f x floor %s (skipped work or measurement error)",
+        e.reason = StrFormat("impossible timing: median %s < %.2f x floor %s (skipped work or measurement error)",
                        FormatSeconds(e.median_s).c_str(), options.floors.slack, FormatSeconds(floor_s).c_str());
         LOG_WARN("lab %s %s %s: %s", task.name.c_str(), sr.shape.c_str(), e.candidate.c_str(), e.reason.c_str());
         continue;
@@ -624,80 +616,6 @@ Result<TaskReport> RunTask(const Task& task, const RunOptions& options) {
   return report;
 }
 
-// ------------------------------------------------------------ tuned table
-
-const json* TunedTable::Entry(std::string_view task, std::string_view shape_key) const {
-  auto t = json_.find(std::string(task));
-  if (t == json_.end() || !t->is_object()) return nullptr;
-  auto e = t->find(std::string(shape_key));
-  if (e == t->end() || !e->is_object()) return nullptr;
-  return &*e;
-}
-
-const json* TunedTable::Lookup(std::string_view task, std::string_view shape_key) const {
-  const json* e = Entry(task, shape_key);
-  if (!e) return nullptr;
-  auto p = e->find("params");
-  return p == e->end() ? nullptr : &*p;
-}
-
-void TunedTable::Set(const std::string& task, const std::string& shape_key, json entry) {
-  json_[task][shape_key] = std::move(entry);
-}
-
-void TunedTable::Update(const TaskReport& report) {
-  const std::string machine = GetCpuInfo().model_name, date = NowIso();
-  for (const ShapeResult& s : report.shapes) {
-    if (s.winner.empty()) continue;
-    const Evaluation* w = report.Find(s.shape, s.winner);
-    const Evaluation* b = report.Find(s.shape, report.baseline);
-    const bool noisy = report.floors.machine_noisy() || w->spread() > 1.5 || (b && b->spread() > 1.5);
-    json e = {{"candidate", s.winner},
-              {"params", s.winner_params},
-              {"median_s", s.winner_median_s},
-              {"baseline", report.baseline},
-              {"baseline_median_s", s.baseline_median_s},
-              {"speedup", s.speedup > 0 ? json(s.speedup) : json(nullptr)},
-              {"machine", machine},
-              {"date", date},
-              {"noisy", noisy}};  // timed on a loaded machine or with median > 1.5x min: retune
-    Set(report.task, s.shape, std::move(e));
-  }
-}
-
-Status TunedTable::Save(const std::string& path) const {
-  Env* env = Env::Default();
-  std::filesystem::path parent = std::filesystem::path(path).parent_path();
-  if (!parent.empty()) RETURN_IF_ERROR(env->CreateDirs(parent.string()));
-  return WriteFileAtomic(env, path, json_.dump(2) + "\n", /*sync=*/true);
-}
-
-Result<TunedTable> ParseTunedTable(std::string_view text) {
-  json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return Status::Error("tuned table: not valid JSON");
-  if (!j.is_object()) return Status::Error("tuned table: expected an object {task: {shape: entry}}");
-  for (const auto& [task, shapes] : j.items()) {
-    if (!shapes.is_object()) return Status::Error("tuned table: task '" + task + "' is not an object of shapes");
-    for (const auto& [shape, entry] : shapes.items()) {
-      if (!entry.is_object() || !entry.contains("params") || !entry["params"].is_object())
-        return Status::Error("tuned table: " + task + " / " + shape + " has no \"params\" object");
-    }
-  }
-  TunedTable t;
-  t.json_ = std::move(j);
-  return t;
-}
-
-Result<TunedTable> LoadTunedTable(const std::string& path) {
-  Result<std::string> text = Env::Default()->ReadFile(path);
-  if (!text.ok()) return text.status();
-  Result<TunedTable> t = ParseTunedTable(text.value());
-  if (!t.ok()) return t.status().With(path);
-  return t;
-}
-
-// ------------------------------------------------------------ task folders
-
 Status ExportTaskFolder(const Task& task, const std::string& dir) {
   Env* env = Env::Default();
   RETURN_IF_ERROR(env->CreateDirs(dir));
@@ -711,12 +629,12 @@ Status ExportTaskFolder(const Task& task, const std::string& dir) {
   md += "| shape | FLOPs (floor) | bytes (floor) |\n|---|---|---|\n";
   for (const Shape& s : task.shapes) {
     Cost c = task.cost ? task.cost(s) : Cost{};
-    md += Fmt("| `%s` | %.3g | %.3g |\n", s.Key().c_str(), c.flops, c.bytes);
+    md += StrFormat("| `%s` | %.3g | %.3g |\n", s.Key().c_str(), c.flops, c.bytes);
   }
   md += "\n## Correctness\n\n";
-  md += Fmt("A candidate runs on every shape with seeds");
+  md += StrFormat("A candidate runs on every shape with seeds");
   for (size_t i = 0; i < task.seeds.size(); ++i) md += (i ? ", " : " ") + std::to_string(task.seeds[i]);
-  md += Fmt(" against a scalar reference in double. Accepted: every output finite and\n"
+  md += StrFormat(" against a scalar reference in double. Accepted: every output finite and\n"
             "max |out - ref| / max(|ref|, %.0e x max|ref|) <= **%.0e**. The output is filled with NaN before\n"
             "each run (a kernel must write all of it), and the output of every timed run is checked too.\n"
             "A median faster than %.1f x max(FLOPs / SGEMM peak, bytes / read bandwidth) of this machine is\n"
@@ -765,51 +683,5 @@ Status ExportTaskFolder(const Task& task, const std::string& dir) {
 }
 
 // ------------------------------------------------------------ registry
-
-namespace {
-struct Registry {
-  std::mutex mu;
-  std::vector<std::unique_ptr<Task>> tasks;
-};
-Registry& Reg() {
-  static Registry* r = new Registry;  // never destroyed: Task pointers stay valid at exit
-  return *r;
-}
-}  // namespace
-
-Status RegisterTask(Task task) {
-  if (task.name.empty()) return Status::Error("lab: a task needs a name");
-  const std::string where = "lab task '" + task.name + "'";
-  if (task.candidates.empty()) return Status::Error(where + ": no candidates");
-  if (task.shapes.empty()) return Status::Error(where + ": no shapes");
-  if (!task.make_instance || !task.reference) return Status::Error(where + ": no make_instance or reference");
-  if (!task.baseline.empty() && !FindCandidate(task, task.baseline))
-    return Status::Error(where + ": baseline '" + task.baseline + "' is not one of its candidates");
-  Registry& r = Reg();
-  std::lock_guard<std::mutex> lock(r.mu);
-  for (const auto& t : r.tasks)
-    if (t->name == task.name) return Status::Error(where + " is already registered");
-  r.tasks.push_back(std::make_unique<Task>(std::move(task)));
-  return Status::Ok();
-}
-
-const Task* FindTask(std::string_view name) {
-  RegisterBuiltinTasks();
-  Registry& r = Reg();
-  std::lock_guard<std::mutex> lock(r.mu);
-  for (const auto& t : r.tasks)
-    if (t->name == name) return t.get();
-  return nullptr;
-}
-
-std::vector<const Task*> AllTasks() {
-  RegisterBuiltinTasks();
-  Registry& r = Reg();
-  std::lock_guard<std::mutex> lock(r.mu);
-  std::vector<const Task*> out;
-  for (const auto& t : r.tasks) out.push_back(t.get());
-  std::sort(out.begin(), out.end(), [](const Task* a, const Task* b) { return a->name < b->name; });
-  return out;
-}
 
 }  // namespace myriad::lab

@@ -309,4 +309,7 @@ void RegisterBuiltinTasks();
 // rejected candidate; 2 bad arguments.
 int RunTuneCli(int argc, char** argv);
 
+// The current time, UTC, ISO 8601 ("2026-11-30T10:48:21Z"): the tuned table's dates.
+std::string NowIso();
+
 }  // namespace myriad::lab

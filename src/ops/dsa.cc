@@ -33,28 +33,16 @@
 
 #include "backend/cpu/impl/common.h"  // ExpF, ThreadWorkspace
 #include "core/check.h"
-
-#define DSA_CHECK(op, cond) CHECK_MSG(cond, "[%s] invalid arguments", op)
-
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define DSA_MULTIVERSION \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), noinline))
-#else
-#define DSA_MULTIVERSION
-#endif
-#define DSA_INLINE [[gnu::always_inline]] inline
-
-// 64-byte vectors live in always_inline helpers only (passed by reference),
-// never across an ABI boundary.
-#pragma GCC diagnostic ignored "-Wpsabi"
+#include "ops/dsa_simd.h"
 
 namespace myriad::ops::dsa {
 namespace {
 
+using namespace simd;
+
 using cpu::ExpF;
 using cpu::ThreadWorkspace;
 
-constexpr int kLanes = 16;  // keys (or inverse-index entries) per block: one vector of scores
 constexpr int kTile = 64;   // keys per indexer score tile
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // Below this many multiply-adds an op runs on the calling thread: a
@@ -63,144 +51,6 @@ constexpr int64_t kMinParallelWork = int64_t{1} << 20;
 
 // Thread workspace slots (grow-only, per thread; see backend/cpu/impl/common.h).
 enum Slot { kSlotScores = 0, kSlotKeysU32, kSlotWork, kSlotKeys, kSlotU };
-
-// 16 floats. GCC vector extensions rather than intrinsics: the same code
-// compiles in every target_clones clone (zmm, 2 ymm, 4 xmm).
-typedef float V16 __attribute__((vector_size(64)));
-typedef int32_t I16 __attribute__((vector_size(64)));
-
-DSA_INLINE V16 LoadV(const float* p) {
-  V16 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-DSA_INLINE void StoreV(float* p, const V16& v) { std::memcpy(p, &v, sizeof v); }
-DSA_INLINE V16 SplatV(float x) { return V16{} + x; }
-DSA_INLINE V16 Relu(const V16& x) { return x > V16{} ? x : V16{}; }
-// Lanes >= n replaced by `fill`.
-DSA_INLINE V16 Masked(const V16& x, int n, float fill) {
-  const I16 lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-  return lane < n ? x : SplatV(fill);
-}
-DSA_INLINE float HSum(const V16& x) {
-  V16 v = x;
-  v += __builtin_shuffle(v, I16{8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7});
-  v += __builtin_shuffle(v, I16{4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11});
-  v += __builtin_shuffle(v, I16{2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13});
-  v += __builtin_shuffle(v, I16{1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14});
-  return v[0];
-}
-DSA_INLINE V16 MaxV(const V16& a, const V16& b) { return a > b ? a : b; }
-DSA_INLINE float HMax(const V16& x) {
-  V16 v = x;
-  v = MaxV(v, __builtin_shuffle(v, I16{8, 9, 10, 11, 12, 13, 14, 15, 0, 1, 2, 3, 4, 5, 6, 7}));
-  v = MaxV(v, __builtin_shuffle(v, I16{4, 5, 6, 7, 0, 1, 2, 3, 12, 13, 14, 15, 8, 9, 10, 11}));
-  v = MaxV(v, __builtin_shuffle(v, I16{2, 3, 0, 1, 6, 7, 4, 5, 10, 11, 8, 9, 14, 15, 12, 13}));
-  v = MaxV(v, __builtin_shuffle(v, I16{1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14}));
-  return v[0];
-}
-// backend/cpu's ExpF (same steps, same constants) on 16 lanes.
-DSA_INLINE V16 ExpV(const V16& x) {
-  const V16 hi = SplatV(88.7f), lo = SplatV(-87.3f);
-  V16 xc = x > hi ? hi : x;
-  xc = xc < lo ? lo : xc;
-  const V16 t = xc * 1.44269504088896341f;
-  const V16 r = t + 12582912.f;
-  const V16 n = r - 12582912.f;
-  const I16 ni = (I16)r - 0x4B400000;
-  V16 f = xc - n * 0.693145751953125f;
-  f = f - n * 1.42860682030941723212e-6f;
-  V16 p = SplatV(1.f / 5040.f);
-  p = p * f + 1.f / 720.f;
-  p = p * f + 1.f / 120.f;
-  p = p * f + 1.f / 24.f;
-  p = p * f + 1.f / 6.f;
-  p = p * f + 0.5f;
-  p = p * f + 1.f;
-  p = p * f + 1.f;
-  const V16 y = p * (V16)((ni + 127) << 23);
-  return x < lo ? V16{} : y;
-}
-
-// r[j] = the sum of the lanes of a[j]: a transpose-and-add tree (unpack,
-// shuffle within 128-bit lanes, then across them), 15 adds for 16 sums.
-DSA_INLINE V16 Reduce16(const V16* a) {
-  const I16 lo = {0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29};
-  const I16 hi = {2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31};
-  const I16 pa = {0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29};
-  const I16 pb = {2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31};
-  const I16 qa = {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27};
-  const I16 qb = {4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31};
-  V16 w[8], x[4], z[2];
-#pragma GCC unroll 8
-  for (int i = 0; i < 8; ++i)
-    w[i] = __builtin_shuffle(a[2 * i], a[2 * i + 1], lo) +
-           __builtin_shuffle(a[2 * i], a[2 * i + 1], hi);
-#pragma GCC unroll 4
-  for (int i = 0; i < 4; ++i)
-    x[i] = __builtin_shuffle(w[2 * i], w[2 * i + 1], pa) +
-           __builtin_shuffle(w[2 * i], w[2 * i + 1], pb);
-#pragma GCC unroll 2
-  for (int i = 0; i < 2; ++i)
-    z[i] = __builtin_shuffle(x[2 * i], x[2 * i + 1], qa) +
-           __builtin_shuffle(x[2 * i], x[2 * i + 1], qb);
-  return __builtin_shuffle(z[0], z[1], qa) + __builtin_shuffle(z[0], z[1], qb);
-}
-
-// s[j] = x . rows[j] over n floats, j < 16.
-DSA_INLINE void Dots16(const float* x, const float* const* rows, int n, float* s) {
-  V16 acc[kLanes] = {};
-  int c = 0;
-  for (; c + kLanes <= n; c += kLanes) {
-    const V16 xv = LoadV(x + c);
-#pragma GCC unroll 16
-    for (int j = 0; j < kLanes; ++j) acc[j] += xv * LoadV(rows[j] + c);
-  }
-  StoreV(s, Reduce16(acc));
-  if (c < n) {
-    for (int j = 0; j < kLanes; ++j) {
-      float t = 0.f;
-      for (int d = c; d < n; ++d) t += x[d] * rows[j][d];
-      s[j] += t;
-    }
-  }
-}
-
-// acc[0..n) += sum_j w[j] rows[j][0..n), j < 16 (four independent chains).
-DSA_INLINE void AccumRows16(float* acc, const float* const* rows, const float* w, int n) {
-  int c = 0;
-  for (; c + kLanes <= n; c += kLanes) {
-    V16 o0 = LoadV(acc + c), o1 = {}, o2 = {}, o3 = {};
-#pragma GCC unroll 4
-    for (int j = 0; j < kLanes; j += 4) {
-      o0 += SplatV(w[j]) * LoadV(rows[j] + c);
-      o1 += SplatV(w[j + 1]) * LoadV(rows[j + 1] + c);
-      o2 += SplatV(w[j + 2]) * LoadV(rows[j + 2] + c);
-      o3 += SplatV(w[j + 3]) * LoadV(rows[j + 3] + c);
-    }
-    StoreV(acc + c, (o0 + o1) + (o2 + o3));
-  }
-  for (; c < n; ++c) {
-    float t = acc[c];
-    for (int j = 0; j < kLanes; ++j) t += w[j] * rows[j][c];
-    acc[c] = t;
-  }
-}
-
-DSA_INLINE void ScaleRow(float* y, float a, int n) {
-#pragma omp simd
-  for (int i = 0; i < n; ++i) y[i] *= a;
-}
-DSA_INLINE void Zero(float* y, int64_t n) {
-#pragma omp simd
-  for (int64_t i = 0; i < n; ++i) y[i] = 0.f;
-}
-DSA_INLINE float DotN(const float* a, const float* b, int n) {
-  float s = 0.f;
-#pragma omp simd reduction(+ : s)
-  for (int i = 0; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
 
 // Row pointers of a block: rows[j] = base + keys[min(j, bk - 1)] * ld, so
 // the lanes past bk repeat a valid row (their weights are set to 0).

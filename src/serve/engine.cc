@@ -7,9 +7,6 @@
 // thread: into the first tier that spills (host memory), and from there to
 // disk and the remote store when it evicts them. docs/serving.md describes
 // the policy.
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #include "serve/engine.h"
 
@@ -29,6 +26,7 @@
 #include "serve/kv_pool.h"
 #include "serve/load_cost.h"
 #include "serve/runner.h"
+#include "serve/worker.h"
 
 namespace myriad::serve {
 namespace {
@@ -38,52 +36,6 @@ using Clock = std::chrono::steady_clock;
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
-
-// A thread that runs queued tasks in order; the destructor drains the queue.
-// `nice` > 0 lowers its scheduling priority (background work such as
-// write-back must not take cores from the compute threads).
-class Worker {
- public:
-  explicit Worker(int nice = 0) : thread_([this, nice] {
-    if (nice > 0) (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), nice);
-    Loop();
-  }) {}
-  ~Worker() {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  void Post(std::function<void()> task) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      tasks_.push_back(std::move(task));
-    }
-    cv_.notify_all();
-  }
-
- private:
-  void Loop() {
-    for (;;) {
-      std::function<void()> task;
-      {
-        std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
-        if (tasks_.empty()) return;
-        task = std::move(tasks_.front());
-        tasks_.pop_front();
-      }
-      task();
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> tasks_;
-  bool stop_ = false;
-  std::thread thread_;
-};
 
 // A lower-tier block is read by the scheduler at admission (not the I/O
 // thread) when its measured read takes at most this long, up to a total.

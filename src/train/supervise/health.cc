@@ -3,28 +3,19 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <limits>
 
 #include "backend/backend.h"
 #include "core/rng.h"
+#include "core/strings.h"
 #include "core/timing.h"
 #include "ops/ops.h"
 
 namespace myriad::supervise {
 namespace {
 
-std::string Fmt(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-std::string Fmt(const char* fmt, ...) {
-  char buf[512];
-  va_list ap;
-  va_start(ap, fmt);
-  std::vsnprintf(buf, sizeof buf, fmt, ap);
-  va_end(ap);
-  return buf;
-}
 
 // Keeps the first failure; later checks still run for their figures.
 void Fail(HealthReport* r, const std::string& why) {
@@ -47,7 +38,7 @@ struct GemmCase {
 };
 
 std::string Describe(const GemmCase& c, const std::string& precision) {
-  return Fmt("%s, %c%c M=%lld N=%lld K=%lld", precision.c_str(), c.ta ? 'T' : 'N', c.tb ? 'T' : 'N',
+  return StrFormat("%s, %c%c M=%lld N=%lld K=%lld", precision.c_str(), c.ta ? 'T' : 'N', c.tb ? 'T' : 'N',
              (long long)c.M, (long long)c.N, (long long)c.K);
 }
 
@@ -103,7 +94,7 @@ double CheckGemm(const GemmCase& c, const GemmBuffers& g, const float* C, const 
   int64_t bad = -1;
   if (!AllFinite(got.data(), static_cast<int64_t>(got.size()), &bad)) {
     const int64_t row = rows[static_cast<size_t>(bad / c.N)], col = bad % c.N;
-    Fail(r, Fmt("gemm: non-finite output %g at C[%lld,%lld] (%s)", got[static_cast<size_t>(bad)],
+    Fail(r, StrFormat("gemm: non-finite output %g at C[%lld,%lld] (%s)", got[static_cast<size_t>(bad)],
                 (long long)row, (long long)col, Describe(c, precision).c_str()));
     return std::numeric_limits<double>::infinity();
   }
@@ -112,7 +103,7 @@ double CheckGemm(const GemmCase& c, const GemmBuffers& g, const float* C, const 
                 g.C.data(), g.ldc, rows, &want);
   const double err = MaxRelError(got.data(), want.data(), static_cast<int64_t>(got.size()));
   if (!(err <= tol))
-    Fail(r, Fmt("gemm: max relative error %.1e > %.0e (%s)", err, tol, Describe(c, precision).c_str()));
+    Fail(r, StrFormat("gemm: max relative error %.1e > %.0e (%s)", err, tol, Describe(c, precision).c_str()));
   return err;
 }
 
@@ -156,19 +147,19 @@ void GemmChecks(const HealthOptions& o, const std::string& precision, double tol
   // Same inputs, same bits (backend.h); a difference is a flaky device.
   int64_t bad = -1;
   if (!AllFinite(again.data(), static_cast<int64_t>(again.size()), &bad)) {
-    Fail(r, Fmt("gemm: non-finite output %g at C[%lld,%lld] in a repeat run (%s)",
+    Fail(r, StrFormat("gemm: non-finite output %g at C[%lld,%lld] in a repeat run (%s)",
                 again[static_cast<size_t>(bad)], (long long)(bad / n), (long long)(bad % n),
                 Describe(sq, precision).c_str()));
   } else if (std::memcmp(first.data(), again.data(), first.size() * sizeof(float)) != 0) {
     size_t i = 0;
     while (std::memcmp(&first[i], &again[i], sizeof(float)) == 0) ++i;
-    Fail(r, Fmt("gemm: repeat run differs from the first at C[%lld,%lld]: %.9g vs %.9g (%s; results "
+    Fail(r, StrFormat("gemm: repeat run differs from the first at C[%lld,%lld]: %.9g vs %.9g (%s; results "
                 "must be bitwise deterministic)",
                 (long long)(i / n), (long long)(i % n), again[i], first[i], Describe(sq, precision).c_str()));
   }
 
   if (o.min_gflops > 0 && r->gemm_gflops < o.min_gflops)
-    Fail(r, Fmt("throughput: %.3g GFLOP/s < required %.3g GFLOP/s (n=%lld, best of 3; slow device)",
+    Fail(r, StrFormat("throughput: %.3g GFLOP/s < required %.3g GFLOP/s (n=%lld, best of 3; slow device)",
                 r->gemm_gflops, o.min_gflops, (long long)n));
 }
 
@@ -188,7 +179,7 @@ constexpr AttnCase kAttnCases[] = {
 };
 
 std::string Describe(const AttnCase& c) {
-  return Fmt("B=%d Tq=%d Tk=%d H=%d Hkv=%d D=%d", c.B, c.Tq, c.Tk, c.H, c.Hkv, c.D);
+  return StrFormat("B=%d Tq=%d Tk=%d H=%d Hkv=%d D=%d", c.B, c.Tq, c.Tk, c.H, c.Hkv, c.D);
 }
 
 // out [B,Tq,H,D] (contiguous, padding dropped) and lse [B,H,Tq] of causal
@@ -227,13 +218,13 @@ double CheckOutput(const char* what, const std::vector<float>& got, const std::v
                    const AttnCase& c, HealthReport* r) {
   int64_t bad = -1;
   if (!AllFinite(got.data(), static_cast<int64_t>(got.size()), &bad)) {
-    Fail(r, Fmt("attention: non-finite %s %g at index %lld of %zu (%s)", what, got[static_cast<size_t>(bad)],
+    Fail(r, StrFormat("attention: non-finite %s %g at index %lld of %zu (%s)", what, got[static_cast<size_t>(bad)],
                 (long long)bad, got.size(), Describe(c).c_str()));
     return std::numeric_limits<double>::infinity();
   }
   const double err = MaxRelError(got.data(), want.data(), static_cast<int64_t>(got.size()));
   if (!(err <= kAttentionTolerance))
-    Fail(r, Fmt("attention: %s max relative error %.1e > %.0e (%s)", what, err, kAttentionTolerance,
+    Fail(r, StrFormat("attention: %s max relative error %.1e > %.0e (%s)", what, err, kAttentionTolerance,
                 Describe(c).c_str()));
   return err;
 }
@@ -351,10 +342,10 @@ HealthReport RunHealthCheck(const HealthOptions& options) {
   r.gemm_n = options.gemm_n;
 
   if (options.gemm_n < 1 || options.gemm_n > kMaxHealthGemmN) {
-    Fail(&r, Fmt("options: gemm_n=%lld is outside [1, %lld]", (long long)options.gemm_n,
+    Fail(&r, StrFormat("options: gemm_n=%lld is outside [1, %lld]", (long long)options.gemm_n,
                  (long long)kMaxHealthGemmN));
   } else if (!(options.min_gflops >= 0) || !std::isfinite(options.min_gflops)) {
-    Fail(&r, Fmt("options: min_gflops=%g must be a finite number >= 0", options.min_gflops));
+    Fail(&r, StrFormat("options: min_gflops=%g must be a finite number >= 0", options.min_gflops));
   } else {
     if (!options.inject_failure.empty()) Fail(&r, options.inject_failure);
     Rng rng(options.seed);
