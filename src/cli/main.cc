@@ -40,7 +40,18 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   for (const auto& v : kVerbs) {
-    if (!std::strcmp(argv[1], v.name)) return v.run(argc - 1, argv + 1);
+    if (std::strcmp(argv[1], v.name)) continue;
+    // Verbs that run the model's kernels use the kernel lab's tuned table.
+    for (const char* uses : {"train", "eval", "generate", "serve"}) {
+      if (std::strcmp(argv[1], uses)) continue;
+      myriad::Result<std::string> tuned = myriad::lab::InstallTunedKernelsFromDefaultPath();
+      if (!tuned.ok()) {
+        std::fprintf(stderr, "myriad %s: %s\n", argv[1], tuned.status().message().c_str());
+        return 2;
+      }
+      if (!tuned.value().empty()) std::fprintf(stderr, "kernels: tuned table %s\n", tuned.value().c_str());
+    }
+    return v.run(argc - 1, argv + 1);
   }
   std::fprintf(stderr, "myriad: unknown verb '%s' (hint: one of prepare, train, launch, preflight, eval, generate, doctor, inspect, serve, tune)\n",
                argv[1]);

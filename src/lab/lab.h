@@ -287,10 +287,21 @@ class SoftmaxRowsInstance : public Instance {
 Task MakeSoftmaxRowsTask();
 Result<Kernel> BuildSoftmaxRowsKernel(const Params& params);
 
-// sparse_attention: a skeleton for now (sparse_attention_task.cc): returns
-// nullopt until its kernels, reference and candidates are filled in; the
-// built-in registration adds it as soon as it returns a task.
+// sparse_attention: the schedule of ops::dsa::SparseAttention (forward,
+// prefill): candidates {"q_block": 1} (the row kernel, the baseline) and
+// {"q_block": 64|256|512, "key_chunk": 128|256|512|1024} (the blocked
+// kernel); shapes T, H, Hkv, D, K (sparse_attention_task.cc).
 std::optional<Task> MakeSparseAttentionTask();
+Result<Kernel> BuildSparseAttentionKernel(const Params& params);
+
+// Hands the table's winners to the kernels that read them at run time: the
+// sparse_attention entries become ops::dsa's schedule lookup (same H, Hkv,
+// D, K; nearest T). A table without entries removes the lookup.
+void InstallTunedKernels(const TunedTable& table);
+// Loads and installs the tuned table an engine process should use:
+// $MYRIAD_TUNED_TABLE when set (an error if it cannot be read), else
+// tuned/kernels.json when it exists; returns the path used (empty: none).
+Result<std::string> InstallTunedKernelsFromDefaultPath();
 
 // Registers the built-in tasks (idempotent; FindTask/AllTasks call it).
 void RegisterBuiltinTasks();

@@ -22,6 +22,7 @@
 
 #include "data/test_util.h"
 #include "lab/lab.h"
+#include "ops/dsa.h"
 
 namespace myriad::lab {
 namespace {
@@ -436,6 +437,111 @@ TEST(LabSoftmax, BuildRejectsBadParameters) {
   Result<Kernel> unknown = BuildSoftmaxRowsKernel({{"block", 32}, {"two_pass", true}, {"unroll", 4}});
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.status().message().find("unknown parameter 'unroll'"), std::string::npos);
+}
+
+// ------------------------------------------------------------ sparse_attention
+
+// Small shapes (the task's own run for minutes): every schedule verifies
+// against the double reference, a tail shape included, and one wins.
+TEST(LabSparseAttention, EveryScheduleVerifiesAndOneWins) {
+  const Task* t = FindTask("sparse_attention");
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->baseline, "row");
+  EXPECT_GE(t->candidates.size(), 10u);
+  RunOptions o = Fast();
+  o.reps = 1;
+  o.shapes = {Shape{{{"T", 300}, {"H", 4}, {"Hkv", 2}, {"D", 40}, {"K", 40}}},
+              Shape{{{"T", 157}, {"H", 2}, {"Hkv", 1}, {"D", 64}, {"K", 17}}}};
+  TaskReport r = MustRun(*t, o);
+  EXPECT_TRUE(r.rejected.empty()) << r.ToText();
+  for (const ShapeResult& s : r.shapes) {
+    EXPECT_FALSE(s.winner.empty()) << s.shape;
+    for (const Evaluation& e : s.evals) {
+      EXPECT_TRUE(e.verified && e.post_verified) << e.candidate << " " << s.shape << ": " << e.reason;
+      EXPECT_LE(e.max_error, 1e-5) << e.candidate << " " << s.shape;
+    }
+  }
+}
+
+// A schedule whose last output element is off by 1e-3 (relative) -- the
+// size of a dropped low-weight key -- is rejected; the baseline is not.
+TEST(LabSparseAttention, SlightlyWrongKernelIsRejected) {
+  Task t = *FindTask("sparse_attention");
+  Result<Kernel> good = BuildSparseAttentionKernel({{"q_block", 64}, {"key_chunk", 128}});
+  ASSERT_TRUE(good.ok());
+  t.candidates = {*FindCandidate(t, "row"),
+                  Candidate{"off_by_1e-3", json::object(), [base = good.value()](Instance& in) {
+                              base(in);
+                              float& last = in.out.back();
+                              last += 1e-3f * (1.f + std::fabs(last));
+                            }}};
+  RunOptions o = Fast();
+  o.reps = 1;
+  o.shapes = {Shape{{{"T", 200}, {"H", 2}, {"Hkv", 1}, {"D", 32}, {"K", 24}}}};
+  TaskReport r = MustRun(t, o);
+  ASSERT_EQ(r.rejected.count("off_by_1e-3"), 1u) << r.ToText();
+  EXPECT_EQ(r.rejected.count("row"), 0u);
+}
+
+TEST(LabSparseAttention, BuildRejectsBadParameters) {
+  EXPECT_TRUE(BuildSparseAttentionKernel({{"q_block", 1}}).ok());
+  EXPECT_TRUE(BuildSparseAttentionKernel({{"q_block", 256}, {"key_chunk", 512}}).ok());
+  Result<Kernel> k = BuildSparseAttentionKernel({{"q_block", 256}});
+  ASSERT_FALSE(k.ok());
+  EXPECT_NE(k.status().message().find("\"key_chunk\" must be"), std::string::npos) << k.status().message();
+  EXPECT_FALSE(BuildSparseAttentionKernel({{"q_block", 0}}).ok());
+  EXPECT_FALSE(BuildSparseAttentionKernel({{"q_block", 1}, {"key_chunk", 64}}).ok());
+  Result<Kernel> unknown = BuildSparseAttentionKernel({{"q_block", 1}, {"gather", "rows"}});
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("unknown parameter 'gather'"), std::string::npos);
+}
+
+// The engine's side: a tuned table's winners become the kernel's schedule
+// (same H, Hkv, D, K; nearest T; prefill only); no entries, no lookup.
+TEST(LabSparseAttention, TunedTableDrivesTheKernelSchedule) {
+  namespace dsa = myriad::ops::dsa;
+  TunedTable table;
+  table.Set("sparse_attention", "T=4096,H=8,Hkv=4,D=64,K=2048",
+            {{"candidate", "qb64_c128"}, {"params", {{"q_block", 64}, {"key_chunk", 128}}}});
+  table.Set("sparse_attention", "T=16384,H=8,Hkv=4,D=64,K=2048",
+            {{"candidate", "qb512_c256"}, {"params", {{"q_block", 512}, {"key_chunk", 256}}}});
+  InstallTunedKernels(table);
+  dsa::SparseAttentionParams p;
+  p.B = 1, p.H = 8, p.Hkv = 4, p.D = 64, p.K = 2048;
+  p.Tq = p.Tk = 65536;  // nearest tuned T: 16384
+  EXPECT_EQ(dsa::ResolveSparseAttentionSchedule(p).q_block, 512);
+  EXPECT_EQ(dsa::ResolveSparseAttentionSchedule(p).key_chunk, 256);
+  p.Tq = p.Tk = 5000;  // nearest: 4096
+  EXPECT_EQ(dsa::ResolveSparseAttentionSchedule(p).q_block, 64);
+  p.Tq = 1;  // decode: not tuned here, the default (row kernel)
+  EXPECT_EQ(dsa::ResolveSparseAttentionSchedule(p).q_block, 1);
+  p.Tq = p.Tk = 16384;
+  p.K = 1024;  // another K: the default
+  EXPECT_EQ(dsa::ResolveSparseAttentionSchedule(p).q_block, dsa::DefaultSparseAttentionSchedule(p).q_block);
+  InstallTunedKernels(TunedTable{});
+  p.K = 2048;
+  EXPECT_EQ(dsa::ResolveSparseAttentionSchedule(p).key_chunk, dsa::DefaultSparseAttentionSchedule(p).key_chunk);
+}
+
+TEST(LabSparseAttention, CorruptTunedTableIsAClearError) {
+  const std::string dir = testing::TempDir() + "/lab_tuned_env";
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/kernels.json";
+  { std::ofstream(path) << "{\"sparse_attention\": [1, 2"; }
+  setenv("MYRIAD_TUNED_TABLE", path.c_str(), 1);
+  Result<std::string> r = InstallTunedKernelsFromDefaultPath();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find(path), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("hint"), std::string::npos);
+  TunedTable ok;
+  ok.Set("sparse_attention", "T=4096,H=8,Hkv=4,D=64,K=2048",
+         {{"candidate", "qb64_c128"}, {"params", {{"q_block", 64}, {"key_chunk", 128}}}});
+  ASSERT_TRUE(ok.Save(path).ok());
+  r = InstallTunedKernelsFromDefaultPath();
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r.value(), path);
+  unsetenv("MYRIAD_TUNED_TABLE");
+  InstallTunedKernels(TunedTable{});
 }
 
 // ------------------------------------------------------------ CLI

@@ -98,6 +98,19 @@ Result<TunedTable> LoadTunedTable(const std::string& path) {
   return t;
 }
 
+Result<std::string> InstallTunedKernelsFromDefaultPath() {
+  const char* env = std::getenv("MYRIAD_TUNED_TABLE");
+  std::string path = env && *env ? env : "tuned/kernels.json";
+  if (!(env && *env) && !Env::Default()->FileExists(path)) return std::string();
+  Result<TunedTable> t = LoadTunedTable(path);
+  if (!t.ok())
+    return Status::Error(std::string("the kernel lab's tuned table") +
+                         (env && *env ? " ($MYRIAD_TUNED_TABLE)" : "") + ": " + t.status().message() +
+                         " (hint: rerun `myriad tune`, or remove the file to use the built-in defaults)");
+  InstallTunedKernels(t.value());
+  return path;
+}
+
 // ------------------------------------------------------------ task folders
 
 namespace {

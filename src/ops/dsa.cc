@@ -28,6 +28,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <vector>
 
@@ -196,6 +197,47 @@ DSA_INLINE float OnlineSoftmax(float* s, int bk, float* m, float* l) {
   return alpha;
 }
 
+// One block of bk (<= 16) selected keys for the g query heads of kv head
+// hk: scores, online softmax, weighted sum of the values. qs/acc/m/l point
+// at the group's first head. Shared by the row and the blocked kernels, so
+// both do the same operations in the same order (bit-identical results).
+DSA_INLINE void FwdKeyBlock(const AttnView& a, int hk, const int32_t* keys, int bk, int ahead,
+                            const float* qs, float* acc, float* m, float* l) {
+  const int D = a.D;
+  // The next block's k/v rows (keys[bk .. bk + ahead)) are requested now:
+  // they sit at unpredictable addresses the hardware prefetcher cannot guess.
+  for (int j = bk; j < bk + ahead; ++j)
+    for (int d = 0; d < D; d += 16) {
+      __builtin_prefetch(a.k + keys[j] * a.ldkv + (int64_t)hk * D + d);
+      __builtin_prefetch(a.v + keys[j] * a.ldkv + (int64_t)hk * D + d);
+    }
+  const float* kr[kLanes];
+  const float* vr[kLanes];
+  alignas(64) float s[kLanes];
+  BlockRows(a.k + (int64_t)hk * D, a.ldkv, keys, bk, kr);
+  BlockRows(a.v + (int64_t)hk * D, a.ldkv, keys, bk, vr);
+  for (int h = 0; h < a.g; ++h) {
+    Dots16(qs + (int64_t)h * D, kr, D, s);
+    const float alpha = OnlineSoftmax(s, bk, m + h, l + h);
+    float* ah = acc + (int64_t)h * D;
+    if (alpha != 1.f) ScaleRow(ah, alpha, D);
+    AccumRows16(ah, vr, s, D);
+  }
+}
+
+// out and lse of nh heads from the online-softmax state.
+DSA_INLINE void FwdFinish(const AttnView& a, const float* acc, const float* m, const float* l,
+                          int nh, float* out, float* lse, int64_t lse_stride) {
+  for (int h = 0; h < nh; ++h) {
+    const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
+    const float* ah = acc + (int64_t)h * a.D;
+    float* o = out + (int64_t)h * a.D;
+#pragma omp simd
+    for (int d = 0; d < a.D; ++d) o[d] = ah[d] * inv;
+    if (lse) lse[h * lse_stride] = l[h] > 0.f ? m[h] + std::log(l[h]) : kNegInf;
+  }
+}
+
 // Forward of row t, kv heads [hk0, hk1): keys[0..n) the valid selection.
 // Each block of 16 keys is gathered once per kv head (row pointers) and
 // used by the g query heads of its group.
@@ -209,30 +251,85 @@ DSA_MULTIVERSION void AttnFwdTask(const AttnView& a, int t, const int32_t* keys,
   const float* q = a.q + t * a.ldq + (int64_t)h0 * D;
   for (int64_t x = 0; x < (int64_t)nh * D; ++x) qs[x] = q[x] * a.scale, acc[x] = 0.f;
   for (int h = 0; h < nh; ++h) m[h] = kNegInf, l[h] = 0.f;
-  const float* kr[kLanes];
-  const float* vr[kLanes];
-  alignas(64) float s[kLanes];
   for (int j0 = 0; j0 < n; j0 += kLanes) {
     const int bk = std::min(kLanes, n - j0);
     for (int hk = hk0; hk < hk1; ++hk) {
-      BlockRows(a.k + (int64_t)hk * D, a.ldkv, keys + j0, bk, kr);
-      BlockRows(a.v + (int64_t)hk * D, a.ldkv, keys + j0, bk, vr);
-      for (int h = (hk - hk0) * g; h < (hk - hk0 + 1) * g; ++h) {
-        Dots16(qs + (int64_t)h * D, kr, D, s);
-        const float alpha = OnlineSoftmax(s, bk, m + h, l + h);
-        float* ah = acc + (int64_t)h * D;
-        if (alpha != 1.f) ScaleRow(ah, alpha, D);
-        AccumRows16(ah, vr, s, D);
-      }
+      const int64_t o = (int64_t)(hk - hk0) * g;
+      FwdKeyBlock(a, hk, keys + j0, bk, std::min(kLanes, n - j0 - bk), qs + o * D, acc + o * D,
+                  m + o, l + o);
     }
   }
-  for (int h = 0; h < nh; ++h) {
-    const float inv = l[h] > 0.f ? 1.f / l[h] : 0.f;
-    const float* ah = acc + (int64_t)h * D;
-    float* o = out_row + (int64_t)(h0 + h) * D;
-#pragma omp simd
-    for (int d = 0; d < D; ++d) o[d] = ah[d] * inv;
-    if (lse_t) lse_t[(int64_t)(h0 + h) * a.Tq] = l[h] > 0.f ? m[h] + std::log(l[h]) : kNegInf;
+  FwdFinish(a, acc, m, l, nh, out_row + (int64_t)h0 * D, lse_t ? lse_t + (int64_t)h0 * a.Tq : nullptr,
+            a.Tq);
+}
+
+// The number of valid entries of a selection row when they form an
+// ascending prefix followed by -1 pads only (what IndexerTopK writes);
+// -1 when the row is in any other form (the blocked kernel then hands the
+// row to the row kernel).
+int RegularPrefix(const int32_t* sel, int K) {
+  int n = 0;
+  while (n < K && sel[n] >= 0) {
+    if (n > 0 && sel[n] <= sel[n - 1]) return -1;
+    ++n;
+  }
+  for (int j = n; j < K; ++j)
+    if (sel[j] != -1) return -1;
+  return n;
+}
+
+// Blocked forward: rows [t0, t1) of one batch element, kv head hk. The keys
+// are walked in chunks of `chunk` positions; in each chunk every row of the
+// block takes its next blocks of 16 selected keys whose first key lies in
+// the chunk, so a chunk's k/v rows are read from DRAM once and reused from
+// cache by every row of the block that selected them. Each row still runs
+// its blocks 0, 16, 32 ... in order: results are bit-identical to the row
+// kernel's. ws holds the rows' state; cur/nv two ints per row.
+DSA_MULTIVERSION void AttnFwdBlockTask(const AttnView& a, const int32_t* idx, int K, int t0, int t1,
+                                       int hk, int chunk, float* ws, int32_t* nv, int32_t* cur,
+                                       int32_t* spare, float* out, float* lse) {
+  const int D = a.D, g = a.g, h0 = hk * g, nr = t1 - t0;
+  const int64_t stride = ((int64_t)2 * g * D + 2 * g + 15) / 16 * 16;
+  for (int r = 0; r < nr; ++r) {
+    const int t = t0 + r;
+    const int32_t* sel = idx + (int64_t)t * K;
+    nv[r] = RegularPrefix(sel, K);
+    cur[r] = 0;
+    float* st = ws + r * stride;
+    if (nv[r] < 0) {  // not an ascending prefix: the row kernel, on its own
+      const int n = Compact(sel, K, spare, nullptr);
+      AttnFwdTask(a, t, spare, n, hk, hk + 1, st, out + (int64_t)t * a.ldq,
+                  lse ? lse + t : nullptr);
+      continue;
+    }
+    const float* q = a.q + t * a.ldq + (int64_t)h0 * D;
+    for (int64_t x = 0; x < (int64_t)g * D; ++x) st[x] = q[x] * a.scale, st[g * D + x] = 0.f;
+    for (int h = 0; h < g; ++h) st[2 * g * D + h] = kNegInf, st[2 * g * D + g + h] = 0.f;
+  }
+  for (int64_t end = chunk;; end += chunk) {
+    bool more = false;
+    for (int r = 0; r < nr; ++r) {
+      const int n = nv[r];
+      int j = cur[r];
+      if (j >= n) continue;
+      const int32_t* keys = idx + (int64_t)(t0 + r) * K;
+      float* st = ws + r * stride;
+      for (; j < n && keys[j] < end; j += kLanes)
+        FwdKeyBlock(a, hk, keys + j, std::min(kLanes, n - j),
+                    std::clamp(n - j - kLanes, 0, kLanes), st, st + g * D, st + 2 * g * D,
+                    st + 2 * g * D + g);
+      cur[r] = j;
+      more |= j < n;
+    }
+    if (!more) break;
+  }
+  for (int r = 0; r < nr; ++r) {
+    if (nv[r] < 0) continue;
+    const int t = t0 + r;
+    const float* st = ws + r * stride;
+    FwdFinish(a, st + g * D, st + 2 * g * D, st + 2 * g * D + g, g,
+              out + (int64_t)t * a.ldq + (int64_t)h0 * D,
+              lse ? lse + (int64_t)h0 * a.Tq + t : nullptr, a.Tq);
   }
 }
 
@@ -508,12 +605,67 @@ void IndexerTopK(const IndexerParams& p) {
 
 // ================================================================ SparseAttention
 
+namespace {
+std::function<SparseAttentionSchedule(const SparseAttentionParams&)>& ScheduleLookup() {
+  static std::function<SparseAttentionSchedule(const SparseAttentionParams&)> fn;
+  return fn;
+}
+}  // namespace
+
+void SetSparseAttentionScheduleLookup(
+    std::function<SparseAttentionSchedule(const SparseAttentionParams&)> lookup) {
+  ScheduleLookup() = std::move(lookup);
+}
+
+SparseAttentionSchedule DefaultSparseAttentionSchedule(const SparseAttentionParams& p) {
+  // Below a few blocks of keys per row there is little to reuse.
+  if ((int64_t)p.B * p.Tq < 64 || p.Tk <= 2 * p.K) return {1, 0};
+  // About 32 selected keys of a row per chunk (two blocks of 16): the
+  // chunk's k/v rows of one kv head (chunk * D * 8 bytes) stay in L2 while
+  // the block's rows take their share.
+  const int64_t density_chunk = (int64_t)32 * p.Tk / std::max(1, p.K);
+  const int chunk = (int)std::clamp<int64_t>(density_chunk, 256, 2048);
+  return {64, chunk};
+}
+
+SparseAttentionSchedule ResolveSparseAttentionSchedule(const SparseAttentionParams& p) {
+  SparseAttentionSchedule s{p.q_block, p.key_chunk};
+  if (s.q_block == 0) {
+    const auto& fn = ScheduleLookup();
+    s = fn ? fn(p) : SparseAttentionSchedule{};
+    if (s.q_block == 0) s = DefaultSparseAttentionSchedule(p);
+  }
+  if (s.q_block > 1 && s.key_chunk <= 0) s.key_chunk = DefaultSparseAttentionSchedule(p).key_chunk;
+  if (s.q_block > 1 && s.key_chunk <= 0) s.key_chunk = 512;
+  return s;
+}
+
 void SparseAttention(const SparseAttentionParams& p) {
   CheckAttn("dsa_sparse_attention", p);
-  DSA_CHECK("dsa_sparse_attention", p.v && p.out);
+  DSA_CHECK("dsa_sparse_attention", p.v && p.out && p.q_block >= 0 && p.key_chunk >= 0);
   const int Tq = p.Tq, H = p.H, Hkv = p.Hkv, D = p.D, K = p.K;
   const int64_t rows = (int64_t)p.B * Tq;
   const bool par = rows * K * H * D >= kMinParallelWork;
+  const SparseAttentionSchedule sched = ResolveSparseAttentionSchedule(p);
+  if (sched.q_block > 1) {
+    const int qb = std::min(sched.q_block, Tq), g = H / Hkv;
+    const int64_t blocks = (Tq + qb - 1) / qb, tasks = (int64_t)p.B * blocks * Hkv;
+    const int64_t stride = ((int64_t)2 * g * D + 2 * g + 15) / 16 * 16;
+    // Later blocks (more keys) first: the dynamic schedule then ends evenly.
+#pragma omp parallel for schedule(dynamic, 1) if (par)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t rev = tasks - 1 - task;
+      const int hk = (int)(rev % Hkv);
+      const int64_t bb = rev / Hkv;
+      const int b = (int)(bb / blocks), t0 = (int)(bb % blocks) * qb, t1 = std::min(Tq, t0 + qb);
+      float* ws = ThreadWorkspace(kSlotWork, qb * stride);
+      int32_t* ints = reinterpret_cast<int32_t*>(ThreadWorkspace(kSlotKeys, 2 * (int64_t)qb + K));
+      AttnFwdBlockTask(ViewOf(p, b), p.idx + b * p.idx_batch_stride, K, t0, t1, hk, sched.key_chunk,
+                       ws, ints, ints + qb, ints + 2 * qb, p.out + b * p.out_batch_stride,
+                       p.lse ? p.lse + (int64_t)b * H * Tq : nullptr);
+    }
+    return;
+  }
   const int chunks = KvChunks(rows, Hkv), per = Hkv / chunks;
 #pragma omp parallel for schedule(dynamic, 2) if (par)
   for (int64_t task = 0; task < rows * chunks; ++task) {

@@ -30,6 +30,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 namespace myriad::ops::dsa {
 
@@ -54,8 +55,31 @@ struct SparseAttentionParams {
   const int32_t* idx = nullptr;
   float* out = nullptr;  // writes [B, Tq, H, D]
   float* lse = nullptr;  // writes [B, H, Tq]; may be null
+  // The forward kernel's schedule (SparseAttentionSchedule); 0: resolved by
+  // ResolveSparseAttentionSchedule. Results are bit-identical for every value.
+  int q_block = 0, key_chunk = 0;
 };
 void SparseAttention(const SparseAttentionParams& p);
+
+// How SparseAttention walks the work. q_block 1: the row kernel (each query
+// row gathers its selected k/v rows on its own). q_block > 1: the blocked
+// kernel: q_block rows of one kv head walk the keys in chunks of key_chunk
+// positions together, so a chunk's k/v rows come from DRAM once and serve
+// every row of the block that selected them from cache. Every schedule runs
+// each row's blocks of 16 keys in the same order: the same bits come out.
+struct SparseAttentionSchedule {
+  int q_block = 0;    // 0: not chosen
+  int key_chunk = 0;  // 0: the default for the shape
+};
+// The schedule for p: p's own q_block/key_chunk when set; else the installed
+// lookup's answer (the kernel lab's tuned table, lab::InstallTunedKernels);
+// else DefaultSparseAttentionSchedule.
+SparseAttentionSchedule ResolveSparseAttentionSchedule(const SparseAttentionParams& p);
+SparseAttentionSchedule DefaultSparseAttentionSchedule(const SparseAttentionParams& p);
+// Installs (or, with an empty function, removes) the process-wide lookup;
+// it answers {0, 0} for shapes it knows nothing about. Call before kernels run.
+void SetSparseAttentionScheduleLookup(
+    std::function<SparseAttentionSchedule(const SparseAttentionParams&)> lookup);
 
 struct SparseAttentionBackwardParams {
   SparseAttentionParams fwd;    // inputs, out and lse of the forward (read)

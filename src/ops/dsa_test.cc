@@ -637,6 +637,76 @@ TEST(Dsa, BitwiseIdenticalAcrossThreadCounts) {
   omp_set_num_threads(saved);
 }
 
+// The blocked forward kernel (q_block > 1) against the row kernel: every
+// schedule runs each row's blocks of 16 keys in the same order, so out and
+// lse are the same bits; rows IndexerTopK would never write (not ascending,
+// pads in the middle) go through the row kernel inside the blocked one.
+TEST(Dsa, BlockedScheduleMatchesRowKernelBitwise) {
+  for (const Dims& d : {Dims{2, 150, 150, 4, 2, 40, 3, 16, 24}, Dims{1, 200, 300, 2, 1, 64, 2, 8, 37}}) {
+    SCOPED_TRACE(d.Name());
+    const Case c(d, 11);
+    std::vector<int32_t> idx = c.NewIdx();
+    IndexerTopK(c.Indexer(idx.data()));
+    // Three irregular rows: reversed, a pad in the middle, a duplicate-free shuffle.
+    int32_t* r1 = idx.data() + (int64_t)(d.Tq - 1) * d.K;
+    std::reverse(r1, r1 + d.K);
+    int32_t* r2 = idx.data() + (int64_t)(d.Tq - 2) * d.K;
+    r2[d.K / 2] = -1;
+    int32_t* r3 = idx.data() + (int64_t)(d.Tq / 2) * d.K;
+    std::swap(r3[0], r3[d.K - 1]);
+    Tensor out_row = c.NewOut();
+    std::vector<float> lse_row = c.NewLse();
+    SparseAttentionParams p = c.Attn(idx.data(), &out_row, &lse_row);
+    p.q_block = 1;
+    SparseAttention(p);
+    Tensor out_ref = c.NewOut();
+    std::vector<float> lse_ref = c.NewLse();
+    ref::SparseAttention(c.Attn(idx.data(), &out_ref, &lse_ref));
+    EXPECT_LE(RelErr(out_row, out_ref), 1e-5);
+    for (int qb : {2, 7, 64, 1000})
+      for (int chunk : {1, 16, 100, 4096}) {
+        SCOPED_TRACE(testing::Message() << "q_block " << qb << " key_chunk " << chunk);
+        Tensor out = c.NewOut();
+        std::vector<float> lse = c.NewLse();
+        SparseAttentionParams pb = c.Attn(idx.data(), &out, &lse);
+        pb.q_block = qb;
+        pb.key_chunk = chunk;
+        const SparseAttentionSchedule s = ResolveSparseAttentionSchedule(pb);
+        EXPECT_EQ(s.q_block, qb);
+        EXPECT_EQ(s.key_chunk, chunk);
+        SparseAttention(pb);
+        EXPECT_EQ(std::memcmp(out.p(), out_row.p(), out.v.size() * sizeof(float)), 0);
+        EXPECT_EQ(std::memcmp(lse.data(), lse_row.data(), lse.size() * sizeof(float)), 0);
+        EXPECT_TRUE(PaddingIntact(out));
+      }
+  }
+}
+
+// The schedule: explicit > installed lookup > default; the default keeps
+// the row kernel where there is nothing to reuse (decode, few keys).
+TEST(Dsa, ScheduleResolution) {
+  SparseAttentionParams p;
+  p.B = 1, p.Tq = 1, p.Tk = 65536, p.K = 2048;
+  EXPECT_EQ(ResolveSparseAttentionSchedule(p).q_block, 1);  // decode
+  p.Tq = 16384, p.Tk = 16384;
+  const SparseAttentionSchedule d = ResolveSparseAttentionSchedule(p);
+  EXPECT_GT(d.q_block, 1);
+  EXPECT_GT(d.key_chunk, 0);
+  SetSparseAttentionScheduleLookup([](const SparseAttentionParams& q) {
+    return q.Tk == 16384 ? SparseAttentionSchedule{32, 777} : SparseAttentionSchedule{};
+  });
+  EXPECT_EQ(ResolveSparseAttentionSchedule(p).q_block, 32);
+  EXPECT_EQ(ResolveSparseAttentionSchedule(p).key_chunk, 777);
+  p.q_block = 5;
+  EXPECT_EQ(ResolveSparseAttentionSchedule(p).q_block, 5);  // explicit wins
+  p.q_block = 0;
+  p.Tk = p.Tq = 8192;
+  EXPECT_EQ(ResolveSparseAttentionSchedule(p).q_block, d.q_block);  // lookup has no answer
+  SetSparseAttentionScheduleLookup(nullptr);
+  p.Tk = p.Tq = 16384;
+  EXPECT_EQ(ResolveSparseAttentionSchedule(p).q_block, d.q_block);
+}
+
 // ---------------------------------------------------------------- timing (manual)
 
 // An informal figure, not a benchmark: one warm-up and one timed run each.
