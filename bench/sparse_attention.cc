@@ -6,7 +6,13 @@
 //
 //   bench_sparse_attention [--T 16384] [--B 1] [--H 8] [--Hkv 4] [--D 64] [--Hi 4] [--Di 32]
 //       [--K 2048] [--reps 3] [--decode-reps 30] [--skip-dense-above 0] [--shared 4]
-//       [--roofline 1] [--json-out FILE]
+//       [--roofline 1] [--index-precision int8] [--json-out FILE]
+//
+// --index-precision int8|fp32: the indexer's arithmetic for the DSA figure
+// (dsa.h, IndexerPrecision); the other precision's indexer is timed too and
+// reported beside it ("indexer_other"). The sparse attention schedule comes
+// from the kernel lab's tuned table when there is one (tuned/kernels.json or
+// $MYRIAD_TUNED_TABLE), else the built-in default; the JSON says which.
 //
 // --skip-dense-above T0 (0: never): for T > T0 the dense prefill is not run at
 // T; it is measured at T0 and scaled by (T/T0)^2 (causal attention is O(T^2)),
@@ -32,6 +38,7 @@
 
 #include "backend/cpu/kernel_bench.h"
 #include "core/rng.h"
+#include "lab/lab.h"
 #include "ops/dsa.h"
 #include "ops/ops.h"
 
@@ -58,6 +65,8 @@ void Fill(std::vector<float>* v, Rng* rng, float scale) {
 struct Shape {
   int B, H, Hkv, D, Hi, Di, K;
 };
+
+dsa::IndexerPrecision g_precision = dsa::IndexerPrecision::kInt8;
 
 // Inputs and outputs of one (B, Tq, Tk) problem, allocated and touched once.
 struct Problem {
@@ -88,6 +97,7 @@ struct Problem {
     p.qi_batch_stride = int64_t{Tq} * s.Hi * s.Di, p.ki_batch_stride = int64_t{Tk} * s.Di;
     p.wi_batch_stride = int64_t{Tq} * s.Hi, p.idx_batch_stride = int64_t{Tq} * s.K;
     p.qi = qi.data(), p.ki = ki.data(), p.wi = wi.data(), p.idx = idx.data();
+    p.precision = g_precision;
     return p;
   }
   dsa::SparseAttentionParams Sparse() {
@@ -145,7 +155,7 @@ int main(int argc, char** argv) {
       {"--T", "16384"}, {"--B", "1"},        {"--H", "8"},      {"--Hkv", "4"},
       {"--D", "64"},    {"--Hi", "4"},       {"--Di", "32"},    {"--K", "2048"},
       {"--reps", "3"},  {"--decode-reps", "30"}, {"--skip-dense-above", "0"},
-      {"--shared", "4"}, {"--roofline", "1"}, {"--json-out", ""}};
+      {"--shared", "4"}, {"--roofline", "1"}, {"--index-precision", "int8"}, {"--json-out", ""}};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "-h" || a == "--help") {
@@ -160,6 +170,19 @@ int main(int argc, char** argv) {
     o[a] = argv[++i];
   }
   auto I = [&](const char* n) { return std::atoi(Arg(o, n).c_str()); };
+  if (o["--index-precision"] != "int8" && o["--index-precision"] != "fp32") {
+    std::fprintf(stderr, "--index-precision must be int8 or fp32, not '%s'\n", o["--index-precision"].c_str());
+    return 2;
+  }
+  g_precision = o["--index-precision"] == "int8" ? dsa::IndexerPrecision::kInt8 : dsa::IndexerPrecision::kFp32;
+  const dsa::IndexerPrecision other_precision =
+      g_precision == dsa::IndexerPrecision::kInt8 ? dsa::IndexerPrecision::kFp32 : dsa::IndexerPrecision::kInt8;
+  const char* other_name = g_precision == dsa::IndexerPrecision::kInt8 ? "fp32" : "int8";
+  Result<std::string> tuned = lab::InstallTunedKernelsFromDefaultPath();
+  if (!tuned.ok()) {
+    std::fprintf(stderr, "%s\n", tuned.status().message().c_str());
+    return 2;
+  }
   const int T = I("--T"), reps = std::max(1, I("--reps")), decode_reps = std::max(1, I("--decode-reps"));
   const int skip_dense_above = I("--skip-dense-above"), shared = I("--shared");
   const Shape sh{I("--B"), I("--H"), I("--Hkv"), I("--D"), I("--Hi"), I("--Di"), I("--K")};
@@ -187,8 +210,13 @@ int main(int argc, char** argv) {
   std::unique_ptr<Problem> pd;  // dense problem at Td when it differs from T
   if (!dense_at_T) pd = std::make_unique<Problem>(sh, Td, Td, 43);
   Problem& dense_pb = dense_at_T ? pf : *pd;
-  std::vector<double> t_idx, t_att, t_dsa, t_dense, t_shared;
+  std::vector<double> t_idx, t_att, t_dsa, t_dense, t_shared, t_other;
   for (int r = 0; r < reps; ++r) {
+    t_other.push_back(Time([&] {
+      dsa::IndexerParams ip = pf.Indexer();
+      ip.precision = other_precision;
+      dsa::IndexerTopK(ip);
+    }));
     const double a = Time([&] { dsa::IndexerTopK(pf.Indexer()); });
     const double b = Time([&] { dsa::SparseAttention(pf.Sparse()); });
     t_idx.push_back(a), t_att.push_back(b), t_dsa.push_back(a + b);
@@ -250,19 +278,25 @@ int main(int argc, char** argv) {
   const double dsa_bytes = double(sh.B) * (double(T) * sh.Di * 4 + double(std::min(sh.K, T)) * kv_row);
 
   std::fprintf(stderr,
-               "myriad T=%d: prefill indexer %.3f s + attention %.3f s = DSA %.3f s; dense %.3f s%s -> "
+               "myriad T=%d: prefill indexer (%s) %.3f s [%s: %.3f s] + attention %.3f s = DSA %.3f s; dense %.3f s%s -> "
                "%.2fx; decode DSA %.3f ms (indexer %.3f), dense %.3f ms -> %.2fx; on one thread: DSA %.3f ms, "
                "dense %.3f ms\n",
-               T, idx_s, att_s, dsa_s, dense_s, dense_at_T ? "" : " (EXTRAPOLATED)", dense_s / dsa_s,
+               T, o["--index-precision"].c_str(), idx_s, other_name, Median(t_other), att_s, dsa_s, dense_s, dense_at_T ? "" : " (EXTRAPOLATED)", dense_s / dsa_s,
                1e3 * ddsa, 1e3 * didx, 1e3 * ddense, ddense / ddsa, 1e3 * dec1.dsa, 1e3 * dec1.dense);
 
+  const dsa::SparseAttentionSchedule sched = dsa::ResolveSparseAttentionSchedule(pf.Sparse());
   nlohmann::json cfg = {{"T", T}, {"B", sh.B}, {"H", sh.H}, {"Hkv", sh.Hkv}, {"D", sh.D},
                         {"Hi", sh.Hi}, {"Di", sh.Di}, {"K", sh.K}, {"reps", reps},
                         {"decode_reps", decode_reps}, {"threads", threads},
-                        {"backend", ops::Active()->name()}, {"precision", "fp32"}};
+                        {"backend", ops::Active()->name()}, {"precision", "fp32"},
+                        {"index_precision", o["--index-precision"]},
+                        {"schedule", {{"q_block", sched.q_block}, {"key_chunk", sched.key_chunk},
+                                      {"from", tuned.value().empty() ? "default" : tuned.value()}}}};
   nlohmann::json prefill = {
       {"indexer_s", idx_s}, {"attention_s", att_s}, {"dsa_s", dsa_s},
       {"indexer_share", idx_s / dsa_s},
+      {"indexer_other", {{"precision", other_name}, {"indexer_s", Median(t_other)},
+                         {"dsa_s", Median(t_other) + att_s}, {"reps", t_other}}},
       {"indexer_s_reps", t_idx}, {"attention_s_reps", t_att}, {"dsa_s_reps", t_dsa},
       {"dense_measured", dense_at_T}, {"dense_s_reps", t_dense},
       {"dense_vs_dsa", dense_s / dsa_s},

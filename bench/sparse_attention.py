@@ -227,6 +227,8 @@ def main():
     ap.add_argument("--skip-dense-above", type=int, default=0,
                     help="Myriad dense prefill measured at this T and extrapolated (T^2) above it; 0: always measured")
     ap.add_argument("--torch-threads", type=int, default=1)
+    ap.add_argument("--index-precision", default="int8", choices=["int8", "fp32"],
+                    help="Myriad's indexer arithmetic for the DSA figure (the other one is timed too)")
     ap.add_argument("--no-roofline", action="store_true")
     ap.add_argument("--json-out")
     ap.add_argument("--peer", action="store_true", help=argparse.SUPPRESS)
@@ -245,7 +247,8 @@ def main():
     rows = []
     for T in Ts:
         mine = [binary, "--T", str(T), "--reps", str(a.reps), "--decode-reps", str(a.decode_reps),
-                "--skip-dense-above", str(a.skip_dense_above), "--roofline", "0" if a.no_roofline else "1"]
+                "--skip-dense-above", str(a.skip_dense_above), "--roofline", "0" if a.no_roofline else "1",
+                "--index-precision", a.index_precision]
         peer = [common.PY, os.path.abspath(__file__), "--peer", "--T", str(T), "--reps", str(a.reps),
                 "--decode-reps", str(a.decode_reps), "--torch-threads", str(a.torch_threads)]
         runners = {"myriad": lambda: common.run_json(mine, common.myriad_env(), timeout=7200)}
@@ -273,6 +276,13 @@ def main():
         row["dsa_vs_dense"] = mp(dkey) / row["myriad_dsa_s"]
         row["decode_dsa_vs_dense"] = row["myriad_decode_dense_ms"] / row["myriad_decode_dsa_ms"]
         row["indexer_share"] = row["myriad_indexer_s"] / row["myriad_dsa_s"]
+        other = m[0]["prefill"].get("indexer_other")
+        if other:
+            row["index_precision"] = m[0]["config"].get("index_precision")
+            row["other_precision"] = other["precision"]
+            row["myriad_indexer_other_s"] = med([x["prefill"]["indexer_other"]["indexer_s"] for x in m])
+            row["myriad_dsa_other_s"] = row["myriad_indexer_other_s"] + row["myriad_attention_s"]
+            row["schedule"] = m[0]["config"].get("schedule")
         if "shared" in m[0]["prefill"]:
             n_l = m[0]["prefill"]["shared"]["layers"]
             once = med([x["prefill"]["shared"]["indexer_once_s"] for x in m])
@@ -291,14 +301,18 @@ def main():
             row.update({"pytorch_indexer_s": pp("indexer_s"), "pytorch_attention_s": pp("attention_s"),
                         "pytorch_dsa_s": pp("dsa_s"), "pytorch_decode_dsa_ms": 1e3 * pp("dsa_s", "decode")})
             row["dsa_vs_pytorch"] = row["pytorch_dsa_s"] / row["myriad_dsa_s"]
+            if "myriad_dsa_other_s" in row:
+                row["dsa_other_vs_pytorch"] = row["pytorch_dsa_s"] / row["myriad_dsa_other_s"]
             row["decode_dsa_vs_pytorch"] = row["pytorch_decode_dsa_ms"] / row["myriad_decode_dsa_ms"]
             if "myriad_decode_dsa_1thread_ms" in row:
                 row["decode_dsa_1thread_vs_pytorch"] = row["pytorch_decode_dsa_ms"] / row["myriad_decode_dsa_1thread_ms"]
         row["rounds"] = {n: [x["prefill"]["dsa_s"] for x in res[n]] for n in res}
         rows.append(row)
         sys.stderr.write(
-            f"  T={T} medians: Myriad DSA {row['myriad_dsa_s']:.3f} s (indexer {row['myriad_indexer_s']:.3f}, "
-            f"share {100 * row['indexer_share']:.0f}%), dense {mp(dkey):.3f} s"
+            f"  T={T} medians: Myriad DSA {row['myriad_dsa_s']:.3f} s (indexer {a.index_precision} "
+            f"{row['myriad_indexer_s']:.3f}, share {100 * row['indexer_share']:.0f}%"
+            + (f"; with the {row['other_precision']} indexer {row['myriad_dsa_other_s']:.3f} s" if "other_precision" in row else "")
+            + f"), dense {mp(dkey):.3f} s"
             f"{'' if row['dense_measured'] else ' (EXTRAPOLATED)'} -> {row['dsa_vs_dense']:.2f}x"
             + (f"; PyTorch DSA {row['pytorch_dsa_s']:.3f} s -> {row['dsa_vs_pytorch']:.2f}x" if "pytorch" in res else "")
             + f"; decode DSA {row['myriad_decode_dsa_ms']:.2f} ms vs dense {row['myriad_decode_dense_ms']:.2f} ms"
@@ -323,6 +337,7 @@ def main():
                 "goal": 0.7, "dsa_time_removed": r["shared"]["dsa_time_removed"]}
     rec = {"bench": "sparse_attention",
            "config": dict(SHAPE, Ts=Ts, rounds=a.rounds, reps=a.reps, precision="fp32", causal=True,
+                          index_precision=a.index_precision,
                           peer="PyTorch " + "(torch_threads=%d, OPENBLAS_CORETYPE=%s)" % (
                               a.torch_threads, common.peer_env()["OPENBLAS_CORETYPE"]),
                           headline_T=head["T"]),

@@ -46,6 +46,8 @@ ops::dsa::IndexerParams MakeIndexer(const ModelConfig& cfg, BlockActs* a, int K)
   const int64_t IA = static_cast<int64_t>(Hi) * Di + Di + Hi;
   ops::dsa::IndexerParams p;
   p.B = a->B; p.Tq = a->T; p.Tk = a->T; p.Hi = Hi; p.Di = Di; p.K = K;
+  p.precision = cfg.dsa_index_precision == "int8" ? ops::dsa::IndexerPrecision::kInt8
+                                                   : ops::dsa::IndexerPrecision::kFp32;
   // qi, ki, wi live interleaved in the rows of ia: strides per token of IA.
   // The ops take contiguous arrays, so they are split into the tail of ia.
   const int64_t N = static_cast<int64_t>(a->B) * a->T;

@@ -34,6 +34,7 @@ ModelConfig ModelConfig::Read(ConfigDoc* doc) {
   MODEL_INT(dsa_index_dim);
   MODEL_INT(dsa_index_share);
   MODEL_INT(dsa_warmup_steps);
+  c.dsa_index_precision = doc->GetString("model.dsa_index_precision", c.dsa_index_precision);
   return c;
 }
 
@@ -92,6 +93,10 @@ Status ModelConfig::Validate() const {
     RETURN_IF_ERROR(positive("dsa_index_dim", dsa_index_dim));
     RETURN_IF_ERROR(positive("dsa_index_share", dsa_index_share));
     if (dsa_warmup_steps < 0) return bad("model.dsa_warmup_steps must be >= 0");
+    if (dsa_index_precision != "fp32" && dsa_index_precision != "int8")
+      return bad("model.dsa_index_precision=\"" + dsa_index_precision + "\" is not known (hint: \"fp32\" or \"int8\")");
+    if (dsa_index_precision == "int8" && dsa_index_dim > 256)
+      return bad("model.dsa_index_dim=" + std::to_string(dsa_index_dim) + " is too large for the int8 indexer (at most 256)");
   }
   return Status::Ok();
 }
@@ -110,7 +115,7 @@ nlohmann::json ModelConfig::ToJson() const {
   if (dsa())
     j.update({{"attention", attention}, {"dsa_topk", dsa_topk}, {"dsa_index_heads", dsa_index_heads},
               {"dsa_index_dim", dsa_index_dim}, {"dsa_index_share", dsa_index_share},
-              {"dsa_warmup_steps", dsa_warmup_steps}});
+              {"dsa_warmup_steps", dsa_warmup_steps}, {"dsa_index_precision", dsa_index_precision}});
   return j;
 }
 
@@ -124,7 +129,7 @@ Result<ModelConfig> ModelConfig::FromJson(const nlohmann::json& j) {
     FROM(mtp_loss_weight); FROM(tie_embeddings); FROM(rope_theta); FROM(norm_eps);
     FROM(max_seq_len); FROM(init_std);
     FROM(attention); FROM(dsa_topk); FROM(dsa_index_heads); FROM(dsa_index_dim); FROM(dsa_index_share);
-    FROM(dsa_warmup_steps);
+    FROM(dsa_warmup_steps); FROM(dsa_index_precision);
 #undef FROM
   } catch (const std::exception& e) {
     return Status::Error(std::string("model config: ") + e.what());

@@ -43,6 +43,7 @@ struct ModelConfig {
   int64_t dsa_index_dim = 32;       // indexer head dim
   int64_t dsa_index_share = 1;      // each group of N layers selects once, in its first layer
   int64_t dsa_warmup_steps = 0;     // training: dense attention + indexer KL to it for these steps
+  std::string dsa_index_precision = "fp32";  // the selection's arithmetic: "fp32" or "int8" (ops/dsa.h)
 
   int64_t head_dim() const { return d_model / n_heads; }
   bool is_moe_layer(int64_t l) const { return n_routed_experts > 0 && l >= n_dense_layers; }
@@ -52,6 +53,8 @@ struct ModelConfig {
   bool dsa() const { return attention == "dsa"; }
   // Main layer l computes top-k indices (the first of its sharing group).
   bool dsa_indexer_layer(int64_t l) const { return dsa() && l < n_layers && l % dsa_index_share == 0; }
+  // Main layers that compute indices (one per sharing group).
+  int64_t dsa_indexer_layers() const { return dsa() ? (n_layers + dsa_index_share - 1) / dsa_index_share : 0; }
 
   // Reads [model] from `doc` (defaults above for missing keys); problems are
   // recorded in the doc and reported by doc->Finish() and Validate().

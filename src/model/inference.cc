@@ -6,6 +6,7 @@
 
 #include "core/check.h"
 #include "core/half.h"
+#include "ops/dsa.h"
 #include "ops/ops.h"
 
 namespace myriad {
@@ -89,6 +90,12 @@ InferenceWeights::InferenceWeights(const Model& model, WeightFormat fmt)
     L.wk.Init(w.wk, Hkv * D, C, fmt);
     L.wv.Init(w.wv, Hkv * D, C, fmt);
     L.wo.Init(w.wo, C, H * D, fmt);
+    if (w.indexer) {
+      // iq, ik and iw are adjacent in the parameter buffer (one GEMM in training too).
+      CHECK(w.ik == w.iq + cfg_.dsa_index_heads * cfg_.dsa_index_dim * C &&
+            w.iw == w.ik + cfg_.dsa_index_dim * C);
+      L.indexer = w.iq;
+    }
     if (!w.moe) {
       // gate_proj and up_proj are adjacent: one [2F, C] matrix.
       L.w_gate.Init(w.w_gate, 2 * cfg_.d_ff, C, fmt);
@@ -209,7 +216,62 @@ void Ffn(const ModelConfig& cfg, const InferenceWeights::Layer& L, const float* 
   }
 }
 
+// The indexer's rows of N tokens from the normed input a (as the training
+// block computes them): one GEMM for qi | ki | wi, split, wi scaled.
+void IndexerRows(const ModelConfig& cfg, const float* w, const float* a, int64_t N, InferenceScratch* s,
+                 DsaRows* rows) {
+  const int64_t C = cfg.d_model, Hi = cfg.dsa_index_heads, Di = cfg.dsa_index_dim, IA = Hi * Di + Di + Hi;
+  s->ia.resize(N * IA); s->qi.resize(N * Hi * Di); s->ki.resize(N * Di); s->wi.resize(N * Hi);
+  ops::Linear(a, w, N, C, IA, s->ia.data());
+  const float ws = 1.f / std::sqrt(static_cast<float>(Hi * Di));
+  for (int64_t n = 0; n < N; ++n) {
+    const float* r = s->ia.data() + n * IA;
+    std::memcpy(s->qi.data() + n * Hi * Di, r, Hi * Di * sizeof(float));
+    std::memcpy(s->ki.data() + n * Di, r + Hi * Di, Di * sizeof(float));
+    for (int64_t j = 0; j < Hi; ++j) s->wi[n * Hi + j] = ws * r[Hi * Di + Di + j];
+  }
+  rows->qi = s->qi.data(); rows->ki = s->ki.data(); rows->wi = s->wi.data();
+}
+
 }  // namespace
+
+void DsaAttend(const ModelConfig& cfg, int64_t n, int64_t Tk, const float* q, const float* k,
+               const float* v, const float* ki, const float* qi, const float* wi, bool select,
+               std::vector<int32_t>* idx, float* att) {
+  const int64_t D = cfg.head_dim(), H = cfg.n_heads, Hkv = cfg.n_kv_heads;
+  AttentionParams p;
+  p.B = 1; p.Tq = static_cast<int>(n); p.Tk = static_cast<int>(Tk);
+  p.H = static_cast<int>(H); p.Hkv = static_cast<int>(Hkv); p.D = static_cast<int>(D);
+  p.scale = 1.f / std::sqrt(static_cast<float>(D));
+  p.causal = true;
+  p.q_batch_stride = n * H * D; p.kv_batch_stride = Tk * Hkv * D; p.out_batch_stride = n * H * D;
+  p.q = q; p.k = k; p.v = v; p.out = att; p.lse = nullptr;
+  if (Tk <= cfg.dsa_topk) {  // every key selected: dense, as the training block does
+    ops::Attention(p);
+    return;
+  }
+  const int K = static_cast<int>(cfg.dsa_topk);
+  if (select) {
+    idx->assign(static_cast<size_t>(n) * K, -1);
+    ops::dsa::IndexerParams ip;
+    ip.B = 1; ip.Tq = static_cast<int>(n); ip.Tk = static_cast<int>(Tk);
+    ip.Hi = static_cast<int>(cfg.dsa_index_heads); ip.Di = static_cast<int>(cfg.dsa_index_dim); ip.K = K;
+    ip.precision = cfg.dsa_index_precision == "int8" ? ops::dsa::IndexerPrecision::kInt8
+                                                     : ops::dsa::IndexerPrecision::kFp32;
+    ip.qi_batch_stride = n * ip.Hi * ip.Di; ip.ki_batch_stride = Tk * ip.Di;
+    ip.wi_batch_stride = n * ip.Hi; ip.idx_batch_stride = n * K;
+    ip.qi = qi; ip.ki = ki; ip.wi = wi; ip.idx = idx->data();
+    ops::dsa::IndexerTopK(ip);
+  }
+  CHECK_MSG(idx->size() == static_cast<size_t>(n) * K, "DSA: a layer without its group's selection");
+  ops::dsa::SparseAttentionParams sp;
+  sp.B = 1; sp.Tq = p.Tq; sp.Tk = p.Tk; sp.H = p.H; sp.Hkv = p.Hkv; sp.D = p.D; sp.K = K;
+  sp.scale = p.scale;
+  sp.q_batch_stride = p.q_batch_stride; sp.kv_batch_stride = p.kv_batch_stride;
+  sp.out_batch_stride = p.out_batch_stride; sp.idx_batch_stride = n * K;
+  sp.q = q; sp.k = k; sp.v = v; sp.idx = idx->data(); sp.out = att; sp.lse = nullptr;
+  ops::dsa::SparseAttention(sp);
+}
 
 void InferenceForward(const InferenceWeights& w, const int32_t* tokens, const int32_t* pos, int64_t N,
                       KvAttention* attn, const int64_t* out_rows, int64_t n_out, InferenceScratch* s,
@@ -234,7 +296,9 @@ void InferenceForward(const InferenceWeights& w, const int32_t* tokens, const in
     L.wv.Apply(s->a.data(), N, s->v.data());
     ops::Rope(s->q.data(), N, H, D, pos, rope.cos.data(), rope.sin.data(), false);
     ops::Rope(s->k.data(), N, Hkv, D, pos, rope.cos.data(), rope.sin.data(), false);
-    attn->Attend(l, s->q.data(), s->k.data(), s->v.data(), s->att.data());
+    DsaRows rows;
+    if (L.indexer) IndexerRows(cfg, L.indexer, s->a.data(), N, s, &rows);
+    attn->Attend(l, s->q.data(), s->k.data(), s->v.data(), s->att.data(), L.indexer ? &rows : nullptr);
     L.wo.Apply(s->att.data(), N, s->tmp.data());
     for (int64_t i = 0; i < N * C; ++i) s->x[i] += s->tmp[i];
     ops::RmsNorm(s->x.data(), L.ffn_norm, eps, N, C, s->f.data(), s->rstd.data());
@@ -253,18 +317,29 @@ void InferenceForward(const InferenceWeights& w, const int32_t* tokens, const in
   w.head().Apply(s->a.data(), n_out, logits);
 }
 
-// One sequence's keys and values, contiguous: [max_len, Hkv*D] per layer.
+// One sequence's keys and values, contiguous: [max_len, Hkv*D] per layer;
+// for DSA also the indexer keys [max_len, Di] per sharing group.
 class InferenceSession::ContiguousCache : public KvAttention {
  public:
   ContiguousCache(const ModelConfig& cfg, int64_t max_len) : cfg_(cfg), max_len_(max_len) {
     const int64_t kvd = cfg.n_kv_heads * cfg.head_dim();
     k_.assign(cfg.n_layers, std::vector<float>(max_len * kvd, 0.f));
     v_.assign(cfg.n_layers, std::vector<float>(max_len * kvd, 0.f));
+    ki_.assign(cfg.dsa_indexer_layers(), std::vector<float>(max_len * cfg.dsa_index_dim, 0.f));
   }
-  void Attend(int layer, const float* q, const float* k, const float* v, float* att) override {
+  void Attend(int layer, const float* q, const float* k, const float* v, float* att,
+              const DsaRows* dsa) override {
     const int64_t D = cfg_.head_dim(), H = cfg_.n_heads, Hkv = cfg_.n_kv_heads, kvd = Hkv * D;
     std::memcpy(k_[layer].data() + start * kvd, k, n * kvd * sizeof(float));
     std::memcpy(v_[layer].data() + start * kvd, v, n * kvd * sizeof(float));
+    if (cfg_.dsa()) {
+      const int64_t Di = cfg_.dsa_index_dim;
+      std::vector<float>& ki = ki_[layer / cfg_.dsa_index_share];
+      if (dsa) std::memcpy(ki.data() + start * Di, dsa->ki, n * Di * sizeof(float));
+      DsaAttend(cfg_, n, start + n, q, k_[layer].data(), v_[layer].data(), ki.data(),
+                dsa ? dsa->qi : nullptr, dsa ? dsa->wi : nullptr, dsa != nullptr, &idx_, att);
+      return;
+    }
     AttentionParams p;
     p.B = 1; p.Tq = static_cast<int>(n); p.Tk = static_cast<int>(start + n);
     p.H = static_cast<int>(H); p.Hkv = static_cast<int>(Hkv); p.D = static_cast<int>(D);
@@ -279,7 +354,8 @@ class InferenceSession::ContiguousCache : public KvAttention {
  private:
   const ModelConfig& cfg_;
   int64_t max_len_;
-  std::vector<std::vector<float>> k_, v_;
+  std::vector<std::vector<float>> k_, v_, ki_;
+  std::vector<int32_t> idx_;  // the current group's selection [n, K]
 };
 
 InferenceSession::InferenceSession(const Model& model, int64_t max_len, WeightFormat fmt)

@@ -58,6 +58,9 @@ class InferenceWeights {
     InferLinear wq, wk, wv, wo, w_gate, w_down, s_gate, s_down;
     std::vector<InferLinear> e_gate, e_down;
     const float* bias = nullptr;
+    // DSA: this layer selects for its sharing group; iq|ik|iw adjacent,
+    // [Hi*Di + Di + Hi, C], fp32 in every format (small).
+    const float* indexer = nullptr;
   };
   const std::vector<Layer>& layers() const { return layers_; }
   const float* embed() const { return embed_; }
@@ -74,19 +77,42 @@ class InferenceWeights {
   InferLinear head_;
 };
 
+// DSA rows of the new tokens on a layer that selects for its sharing group
+// (the group's first): indexer queries qi [N, Hi*Di], keys ki [N, Di] and
+// head weights wi [N, Hi] (scaled as in training).
+struct DsaRows {
+  const float* qi = nullptr;
+  const float* ki = nullptr;
+  const float* wi = nullptr;
+};
+
 // Where keys and values live: the caller's KV cache. For each layer the
 // forward hands over the new tokens' q [N, H*D] and k, v [N, Hkv*D] (RoPE
 // applied); the implementation stores k and v and writes the attention
 // output att [N, H*D] of every new token over its own sequence's cache.
+// DSA models: `dsa` is set on the layers that select (the cache stores the
+// indexer keys too; DsaAttend does the rest), null on the others, which
+// reuse their group's selection from the same forward.
 class KvAttention {
  public:
   virtual ~KvAttention() = default;
-  virtual void Attend(int layer, const float* q, const float* k, const float* v, float* att) = 0;
+  virtual void Attend(int layer, const float* q, const float* k, const float* v, float* att,
+                      const DsaRows* dsa) = 0;
 };
+
+// DSA attention of n new tokens of one sequence over its Tk keys (the new
+// ones last): q [n, H*D]; k, v [Tk, Hkv*D] and ki [Tk, Di] contiguous. With
+// rows (a selecting layer) the indexer picks each token's dsa_topk keys into
+// *idx [n, K]; without, *idx is the group's selection from the same forward.
+// Dense attention when Tk <= dsa_topk (every key selected), as in training.
+void DsaAttend(const ModelConfig& cfg, int64_t n, int64_t Tk, const float* q, const float* k,
+               const float* v, const float* ki, const float* qi, const float* wi, bool select,
+               std::vector<int32_t>* idx, float* att);
 
 // Temporaries of one forward; reused across calls (grow-only).
 struct InferenceScratch {
   std::vector<float> x, a, q, k, v, att, f, tmp, g, h, rstd, scores, xe, ye, last;
+  std::vector<float> ia, qi, ki, wi;  // DSA indexer rows
   std::vector<int32_t> sel, perm, count, slot;
   std::vector<float> wsel;
 };

@@ -73,5 +73,41 @@ TEST(InferenceTest, Fp16WeightsStayClose) { CheckAgainstTrainingForward(TinyDens
 // ~5% to 10.8%), so the bound is 15%.
 TEST(InferenceTest, Int8WeightsStayClose) { CheckAgainstTrainingForward(TinyDense(), WeightFormat::kQ8, 0.15); }
 
+// DSA: the session selects with the indexer (keys cached per sharing group)
+// and attends sparsely as the training forward does: with 20 tokens and
+// top-6 most positions attend to a strict subset; the second layer of each
+// group reuses the first's selection.
+ModelConfig TinyDsa(const char* precision) {
+  ModelConfig c = TinyMoe();
+  c.attention = "dsa";
+  c.dsa_topk = 6;
+  c.dsa_index_heads = 2;
+  c.dsa_index_dim = 8;
+  c.dsa_index_share = 2;
+  c.dsa_index_precision = precision;
+  return c;
+}
+TEST(InferenceTest, DsaMatchesTrainingForward) { CheckAgainstTrainingForward(TinyDsa("fp32"), WeightFormat::kF32, 1e-4); }
+TEST(InferenceTest, DsaInt8IndexerMatchesTrainingForward) {
+  CheckAgainstTrainingForward(TinyDsa("int8"), WeightFormat::kF32, 1e-4);
+}
+// The same model with top-k covering the whole context is the dense model
+// with extra (unused) indexer weights: the logits differ from the sparse ones.
+TEST(InferenceTest, DsaSelectionChangesTheLogits) {
+  ModelConfig sparse = TinyDsa("fp32"), full = sparse;
+  full.dsa_topk = 64;
+  Model a(sparse), b(full);
+  a.InitWeights(3);
+  b.InitWeights(3);
+  std::vector<int32_t> tokens(20);
+  Rng rng(2);
+  for (auto& t : tokens) t = static_cast<int32_t>(rng.Below(sparse.vocab_size));
+  InferenceSession sa(a, 64), sb(b, 64);
+  const float* la = sa.Forward(tokens.data(), 20);
+  std::vector<float> first(la, la + sparse.vocab_size);
+  const float* lb = sb.Forward(tokens.data(), 20);
+  EXPECT_GT(MaxRelErr(first.data(), lb, sparse.vocab_size), 1e-3);
+}
+
 }  // namespace
 }  // namespace myriad

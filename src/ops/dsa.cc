@@ -2,10 +2,8 @@
 //
 // Every kernel is OpenMP-parallel over independent outputs, so results do
 // not depend on the thread count or the schedule (bit for bit):
-//   IndexerTopK             one task per query row (b, t): the row's scores
-//                           into a per-thread buffer (keys transposed once
-//                           per call, scored 64 at a time), then a
-//                           branch-free bitwise threshold search and one scan.
+//   IndexerTopK             in dsa_indexer.cc (sampled threshold, candidates,
+//                           exact selection among them; fp32 or int8).
 //   SparseAttention         one task per (b, t) (per (b, t, kv head) when
 //                           rows are too few, e.g. decode): the selected keys
 //                           in blocks of 16, each block's k/v rows gathered
@@ -44,14 +42,14 @@ using namespace simd;
 using cpu::ExpF;
 using cpu::ThreadWorkspace;
 
-constexpr int kTile = 64;   // keys per indexer score tile
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // Below this many multiply-adds an op runs on the calling thread: a
 // fork/join would cost more than it saves (decode, small tests).
 constexpr int64_t kMinParallelWork = int64_t{1} << 20;
 
 // Thread workspace slots (grow-only, per thread; see backend/cpu/impl/common.h).
-enum Slot { kSlotScores = 0, kSlotKeysU32, kSlotWork, kSlotKeys, kSlotU };
+enum Slot { kSlotWork = 2, kSlotKeys, kSlotU };
+constexpr int kPrefetchStride = 16;  // floats: every cache line of a row
 
 // Row pointers of a block: rows[j] = base + keys[min(j, bk - 1)] * ld, so
 // the lanes past bk repeat a valid row (their weights are set to 0).
@@ -60,7 +58,6 @@ DSA_INLINE void BlockRows(const float* base, int64_t ld, const int32_t* keys, in
   for (int j = 0; j < kLanes; ++j) rows[j] = base + keys[j < bk ? j : bk - 1] * ld;
 }
 
-inline int VisibleKeys(int Tq, int Tk, int t) { return std::max(0, std::min(Tk, Tk - Tq + t + 1)); }
 
 // The valid (>= 0) entries of a selection row: keys[i] = sel[slot[i]].
 inline int Compact(const int32_t* sel, int K, int32_t* keys, int32_t* slot) {
@@ -72,75 +69,6 @@ inline int Compact(const int32_t* sel, int K, int32_t* keys, int32_t* slot) {
       ++n;
     }
   return n;
-}
-
-// ---------------------------------------------------------------- indexer top-k
-
-// sc[s] = sum_j w[j] relu(qi[j] . ki[s]) for s < n, from kiT, the keys in
-// tiles of kTile transposed ([tile][Di][kTile], zero past Tk); writes sc up
-// to the next multiple of kTile.
-DSA_MULTIVERSION void IndexerScoresRow(const float* qi, const float* w, const float* kiT, int Hi,
-                                       int Di, int n, float* sc) {
-  for (int s0 = 0; s0 < n; s0 += kTile) {
-    const float* tile = kiT + (int64_t)s0 * Di;
-    V16 t0 = {}, t1 = {}, t2 = {}, t3 = {};
-    for (int j = 0; j < Hi; ++j) {
-      const float* qj = qi + (int64_t)j * Di;
-      V16 a0 = {}, a1 = {}, a2 = {}, a3 = {};
-      for (int d = 0; d < Di; ++d) {
-        const V16 x = SplatV(qj[d]);
-        const float* kr = tile + d * kTile;
-        a0 += x * LoadV(kr);
-        a1 += x * LoadV(kr + 16);
-        a2 += x * LoadV(kr + 32);
-        a3 += x * LoadV(kr + 48);
-      }
-      const V16 wj = SplatV(w[j]);
-      t0 += wj * Relu(a0);
-      t1 += wj * Relu(a1);
-      t2 += wj * Relu(a2);
-      t3 += wj * Relu(a3);
-    }
-    StoreV(sc + s0, t0);
-    StoreV(sc + s0 + 16, t1);
-    StoreV(sc + s0 + 32, t2);
-    StoreV(sc + s0 + 48, t3);
-  }
-}
-
-// A uint32 that orders like the float (-0 canonicalised to +0).
-DSA_INLINE uint32_t OrderedKey(float f) {
-  const uint32_t u = __builtin_bit_cast(uint32_t, f + 0.f);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-// The K largest of sc[0..n) (n > K), ties to the lower s, ascending, into
-// out[0..K). The K-th largest key is found bit by bit (32 vectorised
-// counting passes, no branches on the data), then one scan takes every s
-// above it and the first ones equal to it.
-DSA_MULTIVERSION void SelectTopK(const float* sc, int n, int K, uint32_t* key, int32_t* out) {
-#pragma omp simd
-  for (int i = 0; i < n; ++i) key[i] = OrderedKey(sc[i]);
-  uint32_t thr = 0;
-  for (int bit = 31; bit >= 0; --bit) {
-    const uint32_t cand = thr | (1u << bit);
-    int cnt = 0;
-#pragma omp simd reduction(+ : cnt)
-    for (int i = 0; i < n; ++i) cnt += key[i] >= cand ? 1 : 0;
-    if (cnt >= K) thr = cand;
-  }
-  int above = 0;
-#pragma omp simd reduction(+ : above)
-  for (int i = 0; i < n; ++i) above += key[i] > thr ? 1 : 0;
-  int equal_left = K - above, c = 0;
-  for (int s = 0; s < n && c < K; ++s) {
-    if (key[s] > thr) {
-      out[c++] = s;
-    } else if (key[s] == thr && equal_left > 0) {
-      out[c++] = s;
-      --equal_left;
-    }
-  }
 }
 
 void CheckIndexer(const char* op, const IndexerParams& p) {
@@ -207,7 +135,7 @@ DSA_INLINE void FwdKeyBlock(const AttnView& a, int hk, const int32_t* keys, int 
   // The next block's k/v rows (keys[bk .. bk + ahead)) are requested now:
   // they sit at unpredictable addresses the hardware prefetcher cannot guess.
   for (int j = bk; j < bk + ahead; ++j)
-    for (int d = 0; d < D; d += 16) {
+    for (int d = 0; d < D; d += kPrefetchStride) {
       __builtin_prefetch(a.k + keys[j] * a.ldkv + (int64_t)hk * D + d);
       __builtin_prefetch(a.v + keys[j] * a.ldkv + (int64_t)hk * D + d);
     }
@@ -558,50 +486,6 @@ DSA_MULTIVERSION void IndexerKeyGrad(const float* qi, const float* wi, const flo
 }
 
 }  // namespace
-
-// ================================================================ IndexerTopK
-
-void IndexerTopK(const IndexerParams& p) {
-  CheckIndexer("dsa_indexer_topk", p);
-  const int B = p.B, Tq = p.Tq, Tk = p.Tk, Hi = p.Hi, Di = p.Di, K = p.K;
-  const int64_t ldT = ((int64_t)Tk + kTile - 1) / kTile * kTile;
-  // Keys transposed by tiles of kTile, [B][tile][Di][kTile], zero past Tk,
-  // so the score loop runs over keys, kTile at a time, reading each tile
-  // contiguously. Only rows that see more than K keys score anything.
-  const bool any_select = VisibleKeys(Tq, Tk, Tq - 1) > K;
-  const bool par = (int64_t)B * Tq * (Tk - Tq / 2) * Hi * Di >= kMinParallelWork;
-  std::vector<float> kiT(any_select ? (size_t)B * Di * ldT : 0);
-  if (any_select) {
-    const int64_t tiles = ldT / kTile;
-#pragma omp parallel for schedule(static) if (par)
-    for (int64_t task = 0; task < (int64_t)B * tiles; ++task) {
-      const int b = (int)(task / tiles);
-      const int s0 = (int)(task % tiles) * kTile;
-      const float* src = p.ki + b * p.ki_batch_stride;
-      float* dst = kiT.data() + (int64_t)b * Di * ldT;
-      for (int d = 0; d < Di; ++d)
-        for (int s = s0; s < s0 + kTile; ++s)
-          dst[(int64_t)s0 * Di + d * kTile + (s - s0)] = s < Tk ? src[(int64_t)s * Di + d] : 0.f;
-    }
-  }
-  const int64_t rows = (int64_t)B * Tq;
-#pragma omp parallel for schedule(dynamic, 4) if (par)
-  for (int64_t r = 0; r < rows; ++r) {
-    const int b = (int)(r / Tq), t = (int)(r % Tq);
-    const int n = VisibleKeys(Tq, Tk, t);
-    int32_t* out = p.idx + b * p.idx_batch_stride + (int64_t)t * K;
-    if (n <= K) {
-      for (int i = 0; i < K; ++i) out[i] = i < n ? i : -1;
-      continue;
-    }
-    float* sc = ThreadWorkspace(kSlotScores, ldT);
-    uint32_t* key = reinterpret_cast<uint32_t*>(ThreadWorkspace(kSlotKeysU32, ldT));
-    IndexerScoresRow(p.qi + b * p.qi_batch_stride + (int64_t)t * Hi * Di,
-                     p.wi + b * p.wi_batch_stride + (int64_t)t * Hi,
-                     kiT.data() + (int64_t)b * Di * ldT, Hi, Di, n, sc);
-    SelectTopK(sc, n, K, key, out);
-  }
-}
 
 // ================================================================ SparseAttention
 

@@ -34,8 +34,19 @@
 
 namespace myriad::ops::dsa {
 
+// The indexer's arithmetic for the selection. kInt8: qi per (t, head) and
+// ki per key are quantised symmetrically, scale = amax / 127 and
+// q = round-half-even(x * (127 / amax)) in float (clamped to +-127); then
+// I8(t, s) = scale_k[s] * sum_j w[t, j] * scale_q[t, j] * relu(q8 . k8),
+// the dot products exact in int32 (VNNI where the CPU has it; the same
+// bits without). About 3x the fp32 rate here; the selection differs from
+// fp32's only where scores differ by less than the quantisation error.
+// The indexer's loss and gradients stay fp32 either way.
+enum class IndexerPrecision { kFp32 = 0, kInt8 = 1 };
+
 struct IndexerParams {
   int B = 0, Tq = 0, Tk = 0, Hi = 0, Di = 0, K = 0;
+  IndexerPrecision precision = IndexerPrecision::kFp32;  // of the selection only
   int64_t qi_batch_stride = 0, ki_batch_stride = 0, wi_batch_stride = 0, idx_batch_stride = 0;
   const float* qi = nullptr;
   const float* ki = nullptr;
@@ -44,6 +55,9 @@ struct IndexerParams {
 };
 // Scores and top-k selection fused: no [Tq, Tk] matrix is materialised.
 void IndexerTopK(const IndexerParams& p);
+// Tests: run the portable int8 and candidate kernels instead of the AVX-512
+// (VNNI) ones this CPU may have; they compute the same bits.
+void UsePortableIndexerKernels(bool portable);
 
 struct SparseAttentionParams {
   int B = 0, Tq = 0, Tk = 0, H = 0, Hkv = 0, D = 0, K = 0;

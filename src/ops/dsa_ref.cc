@@ -25,13 +25,39 @@ inline int64_t At(int64_t batch_stride, int b, int t, int heads, int h, int D) {
   return b * batch_stride + ((int64_t)t * heads + h) * D;
 }
 
-// I(t, s) in double.
+// The int8 path's quantisation as dsa.h specifies it (float arithmetic):
+// q[d] = clamp(round-half-even(x[d] * (127 / amax)), -127, 127), scale amax / 127.
+std::vector<int> Quantize(const float* x, int n, double* scale) {
+  float amax = 0.f;
+  for (int d = 0; d < n; ++d) amax = std::max(amax, std::fabs(x[d]));
+  const float inv = amax > 0.f ? 127.f / amax : 0.f;
+  std::vector<int> q(n);
+  for (int d = 0; d < n; ++d) {
+    const float y = x[d] * inv;
+    float r = std::round(y);  // half away from zero; fix the halves to even
+    if (std::fabs(y - std::trunc(y)) == 0.5f) r = 2.f * std::round(y / 2.f);
+    q[d] = std::clamp((int)r, -127, 127);
+  }
+  *scale = (double)(amax / 127.f);
+  return q;
+}
+
+// I(t, s) in double (for kInt8: of the quantised operands, dots exact).
 double IndexerScore(const IndexerParams& p, int b, int t, int s) {
+  const float* kr = p.ki + b * p.ki_batch_stride + (int64_t)s * p.Di;
   double score = 0.0;
   for (int j = 0; j < p.Hi; ++j) {
-    const double u = DotD(p.qi + At(p.qi_batch_stride, b, t, p.Hi, j, p.Di),
-                          p.ki + b * p.ki_batch_stride + (int64_t)s * p.Di, p.Di);
-    score += (double)p.wi[b * p.wi_batch_stride + (int64_t)t * p.Hi + j] * std::max(u, 0.0);
+    const float* qr = p.qi + At(p.qi_batch_stride, b, t, p.Hi, j, p.Di);
+    const double w = (double)p.wi[b * p.wi_batch_stride + (int64_t)t * p.Hi + j];
+    if (p.precision == IndexerPrecision::kInt8) {
+      double sq = 0, sk = 0;
+      const std::vector<int> q8 = Quantize(qr, p.Di, &sq), k8 = Quantize(kr, p.Di, &sk);
+      int64_t dot = 0;
+      for (int d = 0; d < p.Di; ++d) dot += (int64_t)q8[d] * k8[d];
+      score += w * sq * sk * std::max<double>((double)dot, 0.0);
+    } else {
+      score += w * std::max(DotD(qr, kr, p.Di), 0.0);
+    }
   }
   return score;
 }

@@ -18,8 +18,10 @@ ModelFingerprint FingerprintModel(const Model& model) {
 }
 
 KvPool::KvPool(const ModelConfig& cfg, int64_t num_blocks)
-    : block_floats_(cfg.n_layers * 2 * kBlockTokens * cfg.n_kv_heads * cfg.head_dim()),
-      kv_dim_(cfg.n_kv_heads * cfg.head_dim()) {
+    : block_floats_(BlockFloats(cfg)),
+      kv_dim_(cfg.n_kv_heads * cfg.head_dim()),
+      kv_floats_(cfg.n_layers * 2 * kBlockTokens * cfg.n_kv_heads * cfg.head_dim()),
+      index_dim_(cfg.dsa_index_dim) {
   CHECK(num_blocks > 0);
   data_.assign(num_blocks * block_floats_, 0.f);
   meta_.resize(num_blocks);

@@ -30,7 +30,8 @@ ModelFingerprint FingerprintModel(const Model& model);
 class KvPool {
  public:
   // num_blocks blocks of the model's KvBlock layout
-  // [layer][k|v][token][Hkv*D] (BlockFloats(cfg) floats each).
+  // [layer][k|v][token][Hkv*D], then for DSA [group][token][Di] indexer keys
+  // (BlockFloats(cfg) floats each).
   KvPool(const ModelConfig& cfg, int64_t num_blocks);
 
   int64_t num_blocks() const { return static_cast<int64_t>(meta_.size()); }
@@ -45,6 +46,11 @@ class KvPool {
     return data(b) + ((static_cast<int64_t>(layer) * 2 + 1) * kBlockTokens + slot) * kv_dim_;
   }
   int64_t kv_dim() const { return kv_dim_; }
+  // DSA models: the indexer key of token `slot` for sharing group `group`
+  // (dsa_index_dim floats), after every layer's keys and values.
+  float* ki_row(int32_t b, int group, int slot) {
+    return data(b) + kv_floats_ + (static_cast<int64_t>(group) * kBlockTokens + slot) * index_dim_;
+  }
 
   // Blocks nobody references (free or cached): what Allocate can hand out.
   int64_t available() const { return static_cast<int64_t>(free_.size() + lru_.size()); }
@@ -82,7 +88,7 @@ class KvPool {
     BlockKey key = 0;
     std::list<int32_t>::iterator lru;  // valid when keyed && refs == 0
   };
-  int64_t block_floats_, kv_dim_;
+  int64_t block_floats_, kv_dim_, kv_floats_, index_dim_;
   std::vector<float> data_;
   std::vector<Meta> meta_;
   std::vector<int32_t> free_;   // unkeyed, unreferenced (a stack)

@@ -54,8 +54,7 @@ int32_t Argmax(const float* x, int64_t n) { return static_cast<int32_t>(std::max
 
 // Three sequences: prompts of 5, 21 and 40 tokens, prefilled in chunks of
 // different sizes alongside the others' decode tokens, then decoded together.
-TEST(RunnerTest, BatchedMixedPrefillDecodeMatchesSessions) {
-  const ModelConfig cfg = TinyMoe();
+void CheckBatchedAgainstSessions(const ModelConfig& cfg) {
   Model model(cfg);
   InitTinyServeMoe(&model);
   const int64_t V = cfg.vocab_size;
@@ -111,6 +110,23 @@ TEST(RunnerTest, BatchedMixedPrefillDecodeMatchesSessions) {
   }
   EXPECT_EQ(compared, 36);
   EXPECT_GE(seqs[2].tokens.size(), 40u + 8u);  // the longest one decoded for several steps too
+}
+
+TEST(RunnerTest, BatchedMixedPrefillDecodeMatchesSessions) { CheckBatchedAgainstSessions(TinyMoe()); }
+
+// DSA over paged blocks: the indexer keys live in the blocks (after the
+// layers' k/v), the selection of a group's first layer serves the second;
+// top-12 of up to ~50 keys, so most steps attend sparsely.
+TEST(RunnerTest, DsaBatchedMatchesSessions) {
+  ModelConfig cfg = TinyMoe();
+  cfg.attention = "dsa";
+  cfg.dsa_topk = 12;
+  cfg.dsa_index_heads = 2;
+  cfg.dsa_index_dim = 8;
+  cfg.dsa_index_share = 2;
+  EXPECT_EQ(BlockFloats(cfg), cfg.n_layers * 2 * kBlockTokens * cfg.n_kv_heads * cfg.head_dim() +
+                                  2 * kBlockTokens * cfg.dsa_index_dim);
+  CheckBatchedAgainstSessions(cfg);
 }
 
 TEST(KvPoolTest, RefcountsIndexAndLruEviction) {

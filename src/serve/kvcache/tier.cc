@@ -23,7 +23,8 @@ BlockKey ChainKey(BlockKey parent, const int32_t* tokens, int n, const ModelFing
 }
 
 int64_t BlockFloats(const ModelConfig& cfg) {
-  return cfg.n_layers * 2 * kBlockTokens * cfg.n_kv_heads * cfg.head_dim();
+  return cfg.n_layers * 2 * kBlockTokens * cfg.n_kv_heads * cfg.head_dim() +
+         cfg.dsa_indexer_layers() * kBlockTokens * cfg.dsa_index_dim;
 }
 
 std::vector<bool> KvTier::ContainsMany(const std::vector<BlockKey>& keys) {

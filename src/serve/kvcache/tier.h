@@ -33,7 +33,9 @@ struct ModelFingerprint {
 // key of the block after `parent` (0 for the first) holding these tokens.
 BlockKey ChainKey(BlockKey parent, const int32_t* tokens, int n, const ModelFingerprint& fp);
 
-// Floats in one block for a model: layers * 2 * kBlockTokens * Hkv * D.
+// Floats in one block for a model: layers * 2 * kBlockTokens * Hkv * D, and
+// for a DSA model the indexer keys after them: indexer layers * kBlockTokens
+// * dsa_index_dim (so every tier keeps them with the block).
 int64_t BlockFloats(const ModelConfig& cfg);
 
 struct KvBlock {

@@ -1,0 +1,475 @@
+// DSA's lightning indexer with its fused top-k (see dsa.h for the math).
+//
+// Per call: the keys are laid out once in tiles of 64 (fp32: [Di][64],
+// transposed; int8: [Di/4][64][4] bytes, offset by 128, with a scale per
+// key), and a second set of tiles holds every 16th key (the sample).
+// Per block of kRowBlock query rows (one OpenMP task, so results do not
+// depend on the thread count):
+//   1. each row scores its visible sample keys and takes the score of rank
+//      ~3K/32 among them as a threshold tau: about 1.5 K of the row's keys
+//      score at or above it;
+//   2. the rows walk the key tiles together (a tile is read from memory
+//      once per block and stays in L1 for the other rows); each row scores
+//      the tile's 64 keys and keeps the ones at or above its tau
+//      (candidates, in ascending key order; AVX-512 compress where present)
+//      -- no [Tq, Tk] matrix and no per-row score buffer are written;
+//   3. each row's exact K-th largest score among its candidates (a 32-pass
+//      bitwise search over ~1.5 K entries) and one scan write the selection.
+// A row whose tau let fewer than K keys through (possible only when many
+// scores tie or the sample misjudged) is scored again with every key a
+// candidate. Exactness needs only that every key at or above the K-th
+// score is a candidate, which count >= K guarantees.
+#include <immintrin.h>
+
+// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own
+// _mm512_undefined_* placeholders.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "backend/cpu/impl/common.h"  // ThreadWorkspace
+#include "core/check.h"
+#include "ops/dsa.h"
+#include "ops/dsa_simd.h"
+
+namespace myriad::ops::dsa {
+namespace {
+
+using namespace simd;
+using cpu::ThreadWorkspace;
+
+constexpr int kTile = 64;        // keys per tile
+constexpr int kSampleStep = 16;  // the sample: keys s = 16 i + kSampleOffset
+constexpr int kSampleOffset = 7;
+constexpr int kRowBlock = 16;    // query rows per task, sharing each key tile
+constexpr int kMaxInt8Dim = 256; // Di of the int8 path
+// Thread workspace slots (per thread; see backend/cpu/impl/common.h).
+enum Slot { kSlotSample = 0, kSlotCandKey, kSlotCandIdx, kSlotQuant };
+
+// A uint32 that orders like the float (-0 canonicalised to +0).
+DSA_INLINE uint32_t OrderedKey(float f) {
+  const uint32_t u = __builtin_bit_cast(uint32_t, f + 0.f);
+  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// The k-th largest (k >= 1) of key[0..n), n >= k, bit by bit: 32
+// vectorised counting passes, no branches on the data.
+DSA_MULTIVERSION uint32_t KthLargest(const uint32_t* key, int n, int k) {
+  uint32_t thr = 0;
+  for (int bit = 31; bit >= 0; --bit) {
+    const uint32_t cand = thr | (1u << bit);
+    int cnt = 0;
+#pragma omp simd reduction(+ : cnt)
+    for (int i = 0; i < n; ++i) cnt += key[i] >= cand ? 1 : 0;
+    if (cnt >= k) thr = cand;
+  }
+  return thr;
+}
+
+// ------------------------------------------------------------ key layouts
+
+struct KeyTiles {
+  int64_t ld = 0;       // keys per batch element, rounded up to kTile
+  int Dg = 0;           // int8: groups of 4 dims (Di rounded up to 4, / 4)
+  std::vector<float> f32;     // [B][tile][Di][64]
+  std::vector<uint8_t> i8;    // [B][tile][Dg][64][4], value + 128
+  std::vector<float> scale;   // [B][ld] per-key scale (int8), 0 past the end
+};
+
+// int8 quantisation (dsa.h): scale = amax / 127, q = round-to-even(x * (127 / amax)).
+DSA_INLINE void QuantizeRow(const float* x, int n, int8_t* q, float* scale) {
+  float amax = 0.f;
+  for (int d = 0; d < n; ++d) amax = std::max(amax, std::fabs(x[d]));
+  const float inv = amax > 0.f ? 127.f / amax : 0.f;
+  for (int d = 0; d < n; ++d) q[d] = (int8_t)std::clamp((int)std::nearbyint(x[d] * inv), -127, 127);
+  *scale = amax / 127.f;
+}
+
+// Builds the tiles of keys key(b, i) = ki row `row_of(i)` for i < count
+// (zero / scale 0 past count).
+template <typename RowOf>
+void BuildTiles(const IndexerParams& p, int count, RowOf row_of, bool par, KeyTiles* kt) {
+  const int Di = p.Di;
+  kt->ld = ((int64_t)count + kTile - 1) / kTile * kTile;
+  const int64_t tiles = kt->ld / kTile;
+  const bool int8 = p.precision == IndexerPrecision::kInt8;
+  kt->Dg = (Di + 3) / 4;
+  if (int8) {
+    kt->i8.assign((size_t)p.B * kt->ld * kt->Dg * 4, 128);
+    kt->scale.assign((size_t)p.B * kt->ld, 0.f);
+  } else {
+    kt->f32.assign((size_t)p.B * kt->ld * Di, 0.f);
+  }
+#pragma omp parallel for schedule(static) if (par)
+  for (int64_t task = 0; task < (int64_t)p.B * tiles; ++task) {
+    const int b = (int)(task / tiles);
+    const int i0 = (int)(task % tiles) * kTile;
+    const float* src = p.ki + b * p.ki_batch_stride;
+    int8_t q[kMaxInt8Dim];
+    for (int i = i0; i < std::min(count, i0 + kTile); ++i) {
+      const float* row = src + (int64_t)row_of(i) * Di;
+      if (int8) {
+        float s;
+        QuantizeRow(row, Di, q, &s);
+        kt->scale[(size_t)b * kt->ld + i] = s;
+        uint8_t* tile = kt->i8.data() + ((size_t)b * kt->ld + i0) * kt->Dg * 4;
+        for (int d = 0; d < Di; ++d)
+          tile[((size_t)(d / 4) * kTile + (i - i0)) * 4 + d % 4] = (uint8_t)(q[d] + 128);
+      } else {
+        float* tile = kt->f32.data() + ((size_t)b * kt->ld + i0) * Di;
+        for (int d = 0; d < Di; ++d) tile[(size_t)d * kTile + (i - i0)] = row[d];
+      }
+    }
+  }
+}
+
+// ------------------------------------------------------------ tile scores
+
+// One query row as the tile kernels take it.
+struct QueryRow {
+  const float* qi;  // fp32: [Hi][Di]
+  const float* w;   // fp32: [Hi]
+  const int8_t* q8; // int8: [Hi][Dg*4], zero-padded
+  const float* c;   // int8: [Hi] w * scale_q
+  const int32_t* corr;  // int8: [Hi] 128 * sum(q8): the +128 offset of the keys
+};
+
+// fp32: sc[0..64) = sum_j w[j] relu(qi[j] . key) over a [Di][64] tile.
+DSA_MULTIVERSION void TileScoresF32(const QueryRow& r, const float* tile, int Hi, int Di, float* sc) {
+  V16 t0 = {}, t1 = {}, t2 = {}, t3 = {};
+  for (int j = 0; j < Hi; ++j) {
+    const float* qj = r.qi + (int64_t)j * Di;
+    V16 a0 = {}, a1 = {}, a2 = {}, a3 = {};
+    for (int d = 0; d < Di; ++d) {
+      const V16 x = SplatV(qj[d]);
+      const float* kr = tile + d * kTile;
+      a0 += x * LoadV(kr);
+      a1 += x * LoadV(kr + 16);
+      a2 += x * LoadV(kr + 32);
+      a3 += x * LoadV(kr + 48);
+    }
+    const V16 wj = SplatV(r.w[j]);
+    t0 += wj * Relu(a0);
+    t1 += wj * Relu(a1);
+    t2 += wj * Relu(a2);
+    t3 += wj * Relu(a3);
+  }
+  StoreV(sc, t0);
+  StoreV(sc + 16, t1);
+  StoreV(sc + 32, t2);
+  StoreV(sc + 48, t3);
+}
+
+// int8, any ISA: dot = sum (key + 128) * q - corr, exact in int32; then
+// t = fma(c[j], max(float(dot), 0), t) over the heads and sc = t * scale.
+// The VNNI kernel below does the same operations: the same bits.
+void TileScoresI8Portable(const QueryRow& r, const uint8_t* tile, const float* ks, int Hi, int Dg,
+                          float* sc) {
+  for (int i = 0; i < kTile; ++i) {
+    float t = 0.f;
+    for (int j = 0; j < Hi; ++j) {
+      const int8_t* q = r.q8 + (int64_t)j * Dg * 4;
+      int32_t dot = 0;
+      for (int g = 0; g < Dg; ++g)
+        for (int e = 0; e < 4; ++e) dot += (int32_t)tile[((size_t)g * kTile + i) * 4 + e] * q[g * 4 + e];
+      t = std::fma(r.c[j], std::max((float)(dot - r.corr[j]), 0.f), t);
+    }
+    sc[i] = t * ks[i];
+  }
+}
+
+int CollectPortable(const float* sc, int valid, int s0, uint32_t tau, uint32_t* ckey, int32_t* cidx,
+                    int c) {
+  for (int i = 0; i < std::min(valid, kTile); ++i) {
+    const uint32_t key = OrderedKey(sc[i]);
+    ckey[c] = key;
+    cidx[c] = s0 + i;
+    c += key >= tau ? 1 : 0;
+  }
+  return c;
+}
+
+int TileCollectI8Portable(const QueryRow& r, const uint8_t* tile, const float* ks, int Hi, int Dg,
+                          int valid, int s0, uint32_t tau, uint32_t* ckey, int32_t* cidx, int c) {
+  alignas(64) float sc[kTile];
+  TileScoresI8Portable(r, tile, ks, Hi, Dg, sc);
+  return CollectPortable(sc, valid, s0, tau, ckey, cidx, c);
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#define DSA_HAVE_VNNI_KERNEL 1
+#define DSA_VNNI gnu::target("avx512f,avx512bw,avx512vnni")
+
+// The 64 int8 scores of a tile (see TileScoresI8Portable), in 4 vectors.
+[[DSA_VNNI, gnu::always_inline]] inline void VnniScores(const QueryRow& r, const uint8_t* tile,
+                                                        const float* ks, int Hi, int Dg,
+                                                        __m512 out[4]) {
+  __m512 t[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  const __m512 zero = _mm512_setzero_ps();
+  // Heads in groups of 4: each tile vector is loaded once per group and
+  // feeds 4 heads (16 accumulators); heads are folded into t in order j.
+  for (int j = 0; j < Hi; j += 4) {
+    const int nh = std::min(4, Hi - j);
+    __m512i a[4][4];
+    for (int h = 0; h < 4; ++h)
+      for (int v = 0; v < 4; ++v) a[h][v] = _mm512_setzero_si512();
+    for (int g = 0; g < Dg; ++g) {
+      const uint8_t* tp = tile + (size_t)g * kTile * 4;
+      const __m512i k0 = _mm512_loadu_si512(tp), k1 = _mm512_loadu_si512(tp + 64),
+                    k2 = _mm512_loadu_si512(tp + 128), k3 = _mm512_loadu_si512(tp + 192);
+#pragma GCC unroll 4
+      for (int h = 0; h < 4; ++h) {
+        if (h >= nh) break;
+        int32_t q4;
+        std::memcpy(&q4, r.q8 + (int64_t)(j + h) * Dg * 4 + g * 4, 4);
+        const __m512i qb = _mm512_set1_epi32(q4);
+        a[h][0] = _mm512_dpbusd_epi32(a[h][0], k0, qb);
+        a[h][1] = _mm512_dpbusd_epi32(a[h][1], k1, qb);
+        a[h][2] = _mm512_dpbusd_epi32(a[h][2], k2, qb);
+        a[h][3] = _mm512_dpbusd_epi32(a[h][3], k3, qb);
+      }
+    }
+    for (int h = 0; h < nh; ++h) {
+      const __m512i corr = _mm512_set1_epi32(r.corr[j + h]);
+      const __m512 c = _mm512_set1_ps(r.c[j + h]);
+      for (int v = 0; v < 4; ++v)
+        t[v] = _mm512_fmadd_ps(c, _mm512_max_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(a[h][v], corr)), zero),
+                               t[v]);
+    }
+  }
+  for (int v = 0; v < 4; ++v) out[v] = _mm512_mul_ps(t[v], _mm512_loadu_ps(ks + 16 * v));
+}
+
+// Candidates among 64 scores: the lanes i < valid with OrderedKey >= tau,
+// appended to (ckey, cidx) in lane order; returns the new count. Branch-free
+// (whether a group of 16 has a candidate is a coin flip); writes up to 16
+// entries past the count (the buffers have the room).
+[[gnu::target("avx512f"), gnu::always_inline]] inline int CollectVectors(const __m512 sc[4], int valid,
+                                                                         int s0, uint32_t tau,
+                                                                         uint32_t* ckey, int32_t* cidx,
+                                                                         int c) {
+  const __m512i sign = _mm512_set1_epi32((int)0x80000000u);
+  const __m512i tv = _mm512_set1_epi32((int)tau);
+  const __m512i lanes = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  for (int v = 0; v < 4; ++v) {
+    const int left = valid - 16 * v;
+    if (left <= 0) break;
+    // OrderedKey on 16 lanes: (x + 0) turns -0 into +0; negative -> ~u, else u | sign.
+    const __m512i u = _mm512_castps_si512(_mm512_add_ps(sc[v], _mm512_setzero_ps()));
+    const __mmask16 neg = _mm512_cmplt_epi32_mask(u, _mm512_setzero_si512());
+    const __m512i key = _mm512_mask_xor_epi32(_mm512_or_si512(u, sign), neg, u, _mm512_set1_epi32(-1));
+    __mmask16 m = _mm512_cmpge_epu32_mask(key, tv);
+    if (left < 16) m &= (__mmask16)((1u << left) - 1);
+    const __m512i idx = _mm512_add_epi32(_mm512_set1_epi32(s0 + 16 * v), lanes);
+    _mm512_storeu_si512(ckey + c, _mm512_maskz_compress_epi32(m, key));
+    _mm512_storeu_si512(cidx + c, _mm512_maskz_compress_epi32(m, idx));
+    c += __builtin_popcount(m);
+  }
+  return c;
+}
+
+[[DSA_VNNI]] void TileScoresI8Vnni(const QueryRow& r, const uint8_t* tile, const float* ks, int Hi,
+                                   int Dg, float* sc) {
+  __m512 v[4];
+  VnniScores(r, tile, ks, Hi, Dg, v);
+  for (int i = 0; i < 4; ++i) _mm512_storeu_ps(sc + 16 * i, v[i]);
+}
+
+[[DSA_VNNI]] int TileCollectI8Vnni(const QueryRow& r, const uint8_t* tile, const float* ks, int Hi,
+                                   int Dg, int valid, int s0, uint32_t tau, uint32_t* ckey,
+                                   int32_t* cidx, int c) {
+  __m512 v[4];
+  VnniScores(r, tile, ks, Hi, Dg, v);
+  return CollectVectors(v, valid, s0, tau, ckey, cidx, c);
+}
+
+[[gnu::target("avx512f")]] int CollectAvx512(const float* sc, int valid, int s0, uint32_t tau,
+                                             uint32_t* ckey, int32_t* cidx, int c) {
+  const __m512 v[4] = {_mm512_loadu_ps(sc), _mm512_loadu_ps(sc + 16), _mm512_loadu_ps(sc + 32),
+                       _mm512_loadu_ps(sc + 48)};
+  return CollectVectors(v, valid, s0, tau, ckey, cidx, c);
+}
+#endif
+
+struct Kernels {
+  void (*i8)(const QueryRow&, const uint8_t*, const float*, int, int, float*) = TileScoresI8Portable;
+  int (*i8_collect)(const QueryRow&, const uint8_t*, const float*, int, int, int, int, uint32_t,
+                    uint32_t*, int32_t*, int) = TileCollectI8Portable;
+  int (*collect)(const float*, int, int, uint32_t, uint32_t*, int32_t*, int) = CollectPortable;
+};
+
+const Kernels& Pick() {
+  static const Kernels k = [] {
+    Kernels out;
+#ifdef DSA_HAVE_VNNI_KERNEL
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) out.collect = CollectAvx512;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vnni")) {
+      out.i8 = TileScoresI8Vnni;
+      out.i8_collect = TileCollectI8Vnni;
+    }
+#endif
+    return out;
+  }();
+  return k;
+}
+
+std::atomic<bool> g_portable{false};
+
+// Candidates of one row on tile number `tile` of kt: scores, then the keys
+// at or above tau (see CollectVectors).
+DSA_INLINE int TileCandidates(const IndexerParams& p, const KeyTiles& kt, const Kernels& k, int b,
+                              int64_t tile, const QueryRow& r, int valid, uint32_t tau,
+                              uint32_t* ckey, int32_t* cidx, int c) {
+  const int64_t first = (int64_t)b * kt.ld + tile * kTile;
+  if (p.precision == IndexerPrecision::kInt8)
+    return k.i8_collect(r, kt.i8.data() + first * kt.Dg * 4, kt.scale.data() + first, p.Hi, kt.Dg,
+                        valid, (int)(tile * kTile), tau, ckey, cidx, c);
+  alignas(64) float sc[kTile];
+  TileScoresF32(r, kt.f32.data() + first * p.Di, p.Hi, p.Di, sc);
+  return k.collect(sc, valid, (int)(tile * kTile), tau, ckey, cidx, c);
+}
+
+// Scores of one row on tile number `tile` of kt (batch element b).
+DSA_INLINE void TileScores(const IndexerParams& p, const KeyTiles& kt, const Kernels& k, int b,
+                           int64_t tile, const QueryRow& r, float* sc) {
+  const int64_t first = (int64_t)b * kt.ld + tile * kTile;
+  if (p.precision == IndexerPrecision::kInt8)
+    k.i8(r, kt.i8.data() + first * kt.Dg * 4, kt.scale.data() + first, p.Hi, kt.Dg, sc);
+  else
+    TileScoresF32(r, kt.f32.data() + first * p.Di, p.Hi, p.Di, sc);
+}
+
+inline int VisibleKeys(int Tq, int Tk, int t) { return std::max(0, std::min(Tk, Tk - Tq + t + 1)); }
+
+// Sample keys visible to a row that sees n keys: i with 16 i + offset < n.
+inline int VisibleSample(int n) { return n > kSampleOffset ? (n - kSampleOffset + kSampleStep - 1) / kSampleStep : 0; }
+
+}  // namespace
+
+void UsePortableIndexerKernels(bool portable) { g_portable.store(portable); }
+
+void IndexerTopK(const IndexerParams& p) {
+  CHECK_MSG(p.B > 0 && p.Tq > 0 && p.Tk >= p.Tq && p.Hi > 0 && p.Di > 0 && p.K > 0,
+            "[dsa_indexer_topk] invalid arguments");
+  CHECK_MSG(p.qi && p.ki && p.wi && p.idx, "[dsa_indexer_topk] invalid arguments");
+  CHECK_MSG(p.precision == IndexerPrecision::kFp32 ||
+                (p.precision == IndexerPrecision::kInt8 && p.Di <= kMaxInt8Dim),
+            "[dsa_indexer_topk] the int8 indexer takes Di <= %d, got %d", kMaxInt8Dim, p.Di);
+  const int B = p.B, Tq = p.Tq, Tk = p.Tk, Hi = p.Hi, Di = p.Di, K = p.K;
+  const bool int8 = p.precision == IndexerPrecision::kInt8;
+  const bool any_select = VisibleKeys(Tq, Tk, Tq - 1) > K;
+  const bool par = (int64_t)B * Tq * (Tk - Tq / 2) * Hi * Di >= (int64_t{1} << 20);
+  KeyTiles keys, sample;
+  if (any_select) {
+    BuildTiles(p, Tk, [](int i) { return i; }, par, &keys);
+    const int ns = VisibleSample(Tk);
+    BuildTiles(p, ns, [](int i) { return kSampleStep * i + kSampleOffset; }, par, &sample);
+  }
+  static const Kernels kPortable;
+  const Kernels& kern = g_portable.load() ? kPortable : Pick();
+  const int Dg = (Di + 3) / 4;
+  const int64_t cap = (keys.ld > 0 ? keys.ld : kTile) + 16;  // candidates per row (+ compress slack)
+  const int64_t blocks = ((int64_t)Tq + kRowBlock - 1) / kRowBlock;
+  const int rank = std::max(4, 3 * K / 32);  // sample rank of tau: ~1.5 K candidates
+
+#pragma omp parallel for schedule(dynamic, 1) if (par)
+  for (int64_t task = 0; task < (int64_t)B * blocks; ++task) {
+    // Later rows see more keys: take them first, so the schedule ends evenly.
+    const int64_t rev = (int64_t)B * blocks - 1 - task;
+    const int b = (int)(rev / blocks), t0 = (int)(rev % blocks) * kRowBlock;
+    const int nr = std::min(kRowBlock, Tq - t0);
+    uint32_t* ckey = reinterpret_cast<uint32_t*>(ThreadWorkspace(kSlotCandKey, (int64_t)nr * cap));
+    int32_t* cidx = reinterpret_cast<int32_t*>(ThreadWorkspace(kSlotCandIdx, (int64_t)nr * cap));
+    // Per row: int8 query, c, corr (int8) and the tile scores of the sample.
+    float* quant = ThreadWorkspace(kSlotQuant, (int64_t)nr * (Hi * Dg + 2 * Hi + 1));
+    QueryRow rows[kRowBlock];
+    int n[kRowBlock], count[kRowBlock];
+    uint32_t tau[kRowBlock];
+    int nmax = 0;
+    for (int r = 0; r < nr; ++r) {
+      const int t = t0 + r;
+      n[r] = VisibleKeys(Tq, Tk, t);
+      count[r] = 0;
+      QueryRow& q = rows[r];
+      q.qi = p.qi + b * p.qi_batch_stride + (int64_t)t * Hi * Di;
+      q.w = p.wi + b * p.wi_batch_stride + (int64_t)t * Hi;
+      if (n[r] <= K) continue;
+      nmax = std::max(nmax, n[r]);
+      if (int8) {
+        float* base = quant + (int64_t)r * (Hi * Dg + 2 * Hi + 1);
+        int8_t* q8 = reinterpret_cast<int8_t*>(base);  // Hi * Dg * 4 bytes = Hi * Dg floats
+        float* c = base + Hi * Dg;
+        int32_t* corr = reinterpret_cast<int32_t*>(c + Hi);
+        std::memset(q8, 0, (size_t)Hi * Dg * 4);
+        for (int j = 0; j < Hi; ++j) {
+          float sq;
+          QuantizeRow(q.qi + (int64_t)j * Di, Di, q8 + (int64_t)j * Dg * 4, &sq);
+          int32_t sum = 0;
+          for (int d = 0; d < Di; ++d) sum += q8[(int64_t)j * Dg * 4 + d];
+          c[j] = q.w[j] * sq;
+          corr[j] = 128 * sum;
+        }
+        q.q8 = q8, q.c = c, q.corr = corr;
+      }
+      // tau: the score of rank `rank` among the row's visible sample keys.
+      const int ms = VisibleSample(n[r]);
+      tau[r] = 0;
+      if (ms >= 2 * rank) {
+        float* ss = ThreadWorkspace(kSlotSample, (ms + kTile - 1) / kTile * kTile);
+        for (int64_t tile = 0; tile * kTile < ms; ++tile)
+          TileScores(p, sample, kern, b, tile, q, ss + tile * kTile);
+        uint32_t* sk = ckey + (int64_t)r * cap;  // scratch: the row's candidate space
+        for (int i = 0; i < ms; ++i) sk[i] = OrderedKey(ss[i]);
+        tau[r] = KthLargest(sk, ms, rank);
+      }
+    }
+    // The tiles, shared by the block's rows.
+    for (int64_t tile = 0; tile * kTile < nmax; ++tile) {
+      const int s0 = (int)(tile * kTile);
+      for (int r = 0; r < nr; ++r) {
+        if (n[r] <= K || s0 >= n[r]) continue;
+        count[r] = TileCandidates(p, keys, kern, b, tile, rows[r], n[r] - s0, tau[r],
+                                  ckey + (int64_t)r * cap, cidx + (int64_t)r * cap, count[r]);
+      }
+    }
+    for (int r = 0; r < nr; ++r) {
+      const int t = t0 + r;
+      int32_t* out = p.idx + b * p.idx_batch_stride + (int64_t)t * K;
+      if (n[r] <= K) {
+        for (int i = 0; i < K; ++i) out[i] = i < n[r] ? i : -1;
+        continue;
+      }
+      uint32_t* ck = ckey + (int64_t)r * cap;
+      int32_t* ci = cidx + (int64_t)r * cap;
+      if (count[r] < K) {  // tau let too few through: every key is a candidate
+        count[r] = 0;
+        for (int64_t tile = 0; tile * kTile < n[r]; ++tile) {
+          count[r] = TileCandidates(p, keys, kern, b, tile, rows[r], n[r] - (int)(tile * kTile), 0,
+                                    ck, ci, count[r]);
+        }
+      }
+      const int c = count[r];
+      const uint32_t thr = KthLargest(ck, c, K);
+      int above = 0;
+      for (int i = 0; i < c; ++i) above += ck[i] > thr ? 1 : 0;
+      // Every candidate above thr, and the first (lowest s) ones equal to
+      // it; branch-free (whether a candidate is in is a coin flip).
+      int equal_left = K - above, o = 0;
+      for (int i = 0; i < c && o < K; ++i) {
+        const int eq = (ck[i] == thr) & (equal_left > 0);
+        const int take = (ck[i] > thr) | eq;
+        out[o] = ci[i];
+        o += take;
+        equal_left -= eq;
+      }
+    }
+  }
+}
+
+}  // namespace myriad::ops::dsa
