@@ -288,9 +288,10 @@ Task MakeSoftmaxRowsTask();
 Result<Kernel> BuildSoftmaxRowsKernel(const Params& params);
 
 // sparse_attention: the schedule of ops::dsa::SparseAttention (forward,
-// prefill): candidates {"q_block": 1} (the row kernel, the baseline) and
-// {"q_block": 64|256|512, "key_chunk": 128|256|512|1024} (the blocked
-// kernel); shapes T, H, Hkv, D, K (sparse_attention_task.cc).
+// prefill): candidates {"q_block": 1} (the row kernel, the baseline),
+// {"dense_tile": 128|512} (masked dense) and {"q_block": 64|256|512,
+// "key_chunk": 128|256|512|1024} (the blocked kernel); shapes T, H, Hkv, D,
+// K (sparse_attention_task.cc).
 std::optional<Task> MakeSparseAttentionTask();
 Result<Kernel> BuildSparseAttentionKernel(const Params& params);
 

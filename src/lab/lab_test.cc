@@ -458,7 +458,7 @@ TEST(LabSparseAttention, EveryScheduleVerifiesAndOneWins) {
     EXPECT_FALSE(s.winner.empty()) << s.shape;
     for (const Evaluation& e : s.evals) {
       EXPECT_TRUE(e.verified && e.post_verified) << e.candidate << " " << s.shape << ": " << e.reason;
-      EXPECT_LE(e.max_error, 1e-5) << e.candidate << " " << s.shape;
+      EXPECT_LE(e.max_error, t->tolerance) << e.candidate << " " << s.shape;
     }
   }
 }
@@ -491,6 +491,9 @@ TEST(LabSparseAttention, BuildRejectsBadParameters) {
   EXPECT_NE(k.status().message().find("\"key_chunk\" must be"), std::string::npos) << k.status().message();
   EXPECT_FALSE(BuildSparseAttentionKernel({{"q_block", 0}}).ok());
   EXPECT_FALSE(BuildSparseAttentionKernel({{"q_block", 1}, {"key_chunk", 64}}).ok());
+  EXPECT_TRUE(BuildSparseAttentionKernel({{"dense_tile", 128}}).ok());
+  EXPECT_FALSE(BuildSparseAttentionKernel({{"dense_tile", 128}, {"q_block", 4}}).ok());
+  EXPECT_FALSE(BuildSparseAttentionKernel({{"dense_tile", 0}}).ok());
   Result<Kernel> unknown = BuildSparseAttentionKernel({{"q_block", 1}, {"gather", "rows"}});
   ASSERT_FALSE(unknown.ok());
   EXPECT_NE(unknown.status().message().find("unknown parameter 'gather'"), std::string::npos);
@@ -505,6 +508,8 @@ TEST(LabSparseAttention, TunedTableDrivesTheKernelSchedule) {
             {{"candidate", "qb64_c128"}, {"params", {{"q_block", 64}, {"key_chunk", 128}}}});
   table.Set("sparse_attention", "T=16384,H=8,Hkv=4,D=64,K=2048",
             {{"candidate", "qb512_c256"}, {"params", {{"q_block", 512}, {"key_chunk", 256}}}});
+  table.Set("sparse_attention", "T=1024,H=8,Hkv=4,D=64,K=2048",
+            {{"candidate", "masked_dense_t128"}, {"params", {{"dense_tile", 128}}}});
   InstallTunedKernels(table);
   dsa::SparseAttentionParams p;
   p.B = 1, p.H = 8, p.Hkv = 4, p.D = 64, p.K = 2048;
@@ -513,6 +518,8 @@ TEST(LabSparseAttention, TunedTableDrivesTheKernelSchedule) {
   EXPECT_EQ(dsa::ResolveSparseAttentionSchedule(p).key_chunk, 256);
   p.Tq = p.Tk = 5000;  // nearest: 4096
   EXPECT_EQ(dsa::ResolveSparseAttentionSchedule(p).q_block, 64);
+  p.Tq = p.Tk = 900;  // nearest: 1024, masked dense
+  EXPECT_EQ(dsa::ResolveSparseAttentionSchedule(p).dense_tile, 128);
   p.Tq = 1;  // decode: not tuned here, the default (row kernel)
   EXPECT_EQ(dsa::ResolveSparseAttentionSchedule(p).q_block, 1);
   p.Tq = p.Tk = 16384;

@@ -39,7 +39,7 @@ class SparseInstance : public Instance {
   std::vector<float> q, k, v, lse;
   std::vector<int32_t> idx;
 
-  dsa::SparseAttentionParams Params(int q_block, int key_chunk) {
+  dsa::SparseAttentionParams Params(int q_block, int key_chunk, int dense_tile) {
     dsa::SparseAttentionParams p;
     p.B = 1, p.Tq = T, p.Tk = T, p.H = H, p.Hkv = Hkv, p.D = D, p.K = K;
     p.scale = 1.f / std::sqrt((float)D);
@@ -47,7 +47,7 @@ class SparseInstance : public Instance {
     p.out_batch_stride = p.q_batch_stride, p.idx_batch_stride = (int64_t)T * K;
     p.q = q.data(), p.k = k.data(), p.v = v.data(), p.idx = idx.data();
     p.out = out.data(), p.lse = lse.data();
-    p.q_block = q_block, p.key_chunk = key_chunk;
+    p.q_block = q_block, p.key_chunk = key_chunk, p.dense_tile = dense_tile;
     return p;
   }
 };
@@ -122,6 +122,7 @@ std::vector<double> SparseReference(const Instance& base) {
 
 constexpr int kQBlocks[] = {64, 256, 512};
 constexpr int kChunks[] = {128, 256, 512, 1024};
+constexpr int kDenseTiles[] = {128, 512};
 
 }  // namespace
 
@@ -130,16 +131,30 @@ Result<Kernel> BuildSparseAttentionKernel(const Params& params) {
   if (!params.is_object())
     return Status::Error(where + ": expected a JSON object such as {\"q_block\": 256, \"key_chunk\": 512}");
   for (const auto& [key, value] : params.items())
-    if (key != "q_block" && key != "key_chunk")
-      return Status::Error(where + ": unknown parameter '" + key + "' (the parameters are q_block and key_chunk)");
-  if (!params.contains("q_block") || !params["q_block"].is_number_integer() ||
-      params["q_block"].get<int64_t>() < 1 || params["q_block"].get<int64_t>() > 4096)
+    if (key != "q_block" && key != "key_chunk" && key != "dense_tile")
+      return Status::Error(where + ": unknown parameter '" + key +
+                           "' (the parameters are q_block and key_chunk, or dense_tile)");
+  auto int_in = [&](const char* name, int64_t lo, int64_t hi) {
+    return params.contains(name) && params[name].is_number_integer() && params[name].get<int64_t>() >= lo &&
+           params[name].get<int64_t>() <= hi;
+  };
+  if (params.contains("dense_tile")) {
+    if (params.contains("q_block") || params.contains("key_chunk"))
+      return Status::Error(where + ": \"dense_tile\" (masked dense) takes no q_block or key_chunk");
+    if (!int_in("dense_tile", 1, 65536))
+      return Status::Error(where + ": \"dense_tile\" must be an integer in [1, 65536]");
+    const int tile = params["dense_tile"].get<int>();
+    return Kernel([tile](Instance& base) {
+      auto& in = static_cast<SparseInstance&>(base);
+      dsa::SparseAttention(in.Params(0, 0, tile));
+    });
+  }
+  if (!int_in("q_block", 1, 4096))
     return Status::Error(where + ": \"q_block\" must be an integer in [1, 4096] (1: the row kernel)");
   const int q_block = params["q_block"].get<int>();
   int key_chunk = 0;
   if (q_block > 1) {
-    if (!params.contains("key_chunk") || !params["key_chunk"].is_number_integer() ||
-        params["key_chunk"].get<int64_t>() < 16 || params["key_chunk"].get<int64_t>() > (1 << 20))
+    if (!int_in("key_chunk", 16, 1 << 20))
       return Status::Error(where + ": \"key_chunk\" must be an integer in [16, 1048576] when q_block > 1");
     key_chunk = params["key_chunk"].get<int>();
   } else if (params.contains("key_chunk")) {
@@ -147,7 +162,7 @@ Result<Kernel> BuildSparseAttentionKernel(const Params& params) {
   }
   return Kernel([q_block, key_chunk](Instance& base) {
     auto& in = static_cast<SparseInstance&>(base);
-    dsa::SparseAttention(in.Params(q_block, key_chunk));
+    dsa::SparseAttention(in.Params(q_block, key_chunk, 0));
   });
 }
 
@@ -160,19 +175,28 @@ std::optional<Task> MakeSparseAttentionTask() {
       "indexer inputs): out[t, h] = sum_s softmax_s(q[t,h].k[s,h/g] / sqrt(D)) v[s,h/g] over the selection, GQA "
       "with g = H/Hkv query heads per kv head. q, k, v standard normal. The reference is a double-precision loop. "
       "Tuned: the schedule -- the row kernel (each row gathers its own k/v rows: every row re-reads ~K rows from "
-      "DRAM) or the blocked kernel (q_block rows of one kv head walk the keys in chunks of key_chunk positions, "
-      "so a chunk's k/v rows are read once and serve every row that selected them from cache). Every schedule "
-      "computes the same bits; the engine loads the winner per shape at run time.";
+      "DRAM), the blocked kernel (q_block rows of one kv head walk the keys in chunks of key_chunk positions, "
+      "so a chunk's k/v rows are read once and serve every row that selected them from cache; the same bits as "
+      "the row kernel), or masked dense attention (per tile of dense_tile rows: scores of every causal key by "
+      "GEMM, unselected keys masked to -inf, softmax, a second GEMM; the same math at dense cost). The engine "
+      "loads the winner per shape at run time.";
   t.param_doc =
       "- `q_block` (int, 1..4096): 1 = the row kernel; > 1 = the blocked kernel with this many query rows per "
       "block (each block is one OpenMP task per kv head).\n"
       "- `key_chunk` (int, 16..1048576; only with q_block > 1): key positions per chunk. A chunk's k/v rows of "
-      "one kv head take key_chunk * D * 8 bytes: it should sit in L2 while the block's rows take their share.";
+      "one kv head take key_chunk * D * 8 bytes: it should sit in L2 while the block's rows take their share.\n"
+      "- `dense_tile` (int, 1..65536; alone): masked dense attention with this many query rows per GEMM tile "
+      "(a tile's scores take dense_tile * T * 4 bytes).";
   t.make_instance = MakeSparseInstance;
   t.reference = SparseReference;
   t.build = BuildSparseAttentionKernel;
   {
     Result<Candidate> c = MakeCandidate(t, "row", Params{{"q_block", 1}});
+    if (!c.ok()) return std::nullopt;
+    t.candidates.push_back(std::move(c.value()));
+  }
+  for (int tile : kDenseTiles) {
+    Result<Candidate> c = MakeCandidate(t, "masked_dense_t" + std::to_string(tile), Params{{"dense_tile", tile}});
     if (!c.ok()) return std::nullopt;
     t.candidates.push_back(std::move(c.value()));
   }
@@ -238,7 +262,8 @@ void InstallTunedKernels(const TunedTable& table) {
     }
     r.s.q_block = p.value("q_block", 0);
     r.s.key_chunk = p.value("key_chunk", 0);
-    if (r.T > 0 && r.s.q_block > 0) rows.push_back(r);
+    r.s.dense_tile = p.value("dense_tile", 0);
+    if (r.T > 0 && (r.s.q_block > 0 || r.s.dense_tile > 0)) rows.push_back(r);
   }
   dsa::SetSparseAttentionScheduleLookup([rows](const dsa::SparseAttentionParams& p) {
     dsa::SparseAttentionSchedule best{};

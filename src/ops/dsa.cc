@@ -502,23 +502,27 @@ void SetSparseAttentionScheduleLookup(
 }
 
 SparseAttentionSchedule DefaultSparseAttentionSchedule(const SparseAttentionParams& p) {
+  // Prefill where the selection is a quarter of the keys or more: masked
+  // dense attention (GEMM speed beats gathering at that density).
+  if (p.Tq == p.Tk && p.Tq >= 256 && p.Tk <= 4 * p.K) return {0, 0, 256};
   // Below a few blocks of keys per row there is little to reuse.
-  if ((int64_t)p.B * p.Tq < 64 || p.Tk <= 2 * p.K) return {1, 0};
+  if ((int64_t)p.B * p.Tq < 64 || p.Tk <= 2 * p.K) return {1, 0, 0};
   // About 32 selected keys of a row per chunk (two blocks of 16): the
   // chunk's k/v rows of one kv head (chunk * D * 8 bytes) stay in L2 while
   // the block's rows take their share.
   const int64_t density_chunk = (int64_t)32 * p.Tk / std::max(1, p.K);
   const int chunk = (int)std::clamp<int64_t>(density_chunk, 256, 2048);
-  return {64, chunk};
+  return {64, chunk, 0};
 }
 
 SparseAttentionSchedule ResolveSparseAttentionSchedule(const SparseAttentionParams& p) {
-  SparseAttentionSchedule s{p.q_block, p.key_chunk};
-  if (s.q_block == 0) {
+  SparseAttentionSchedule s{p.q_block, p.key_chunk, p.dense_tile};
+  if (s.q_block == 0 && s.dense_tile == 0) {
     const auto& fn = ScheduleLookup();
     s = fn ? fn(p) : SparseAttentionSchedule{};
-    if (s.q_block == 0) s = DefaultSparseAttentionSchedule(p);
+    if (s.q_block == 0 && s.dense_tile == 0) s = DefaultSparseAttentionSchedule(p);
   }
+  if (s.dense_tile > 0) return {0, 0, s.dense_tile};
   if (s.q_block > 1 && s.key_chunk <= 0) s.key_chunk = DefaultSparseAttentionSchedule(p).key_chunk;
   if (s.q_block > 1 && s.key_chunk <= 0) s.key_chunk = 512;
   return s;
@@ -526,11 +530,16 @@ SparseAttentionSchedule ResolveSparseAttentionSchedule(const SparseAttentionPara
 
 void SparseAttention(const SparseAttentionParams& p) {
   CheckAttn("dsa_sparse_attention", p);
-  DSA_CHECK("dsa_sparse_attention", p.v && p.out && p.q_block >= 0 && p.key_chunk >= 0);
+  DSA_CHECK("dsa_sparse_attention",
+            p.v && p.out && p.q_block >= 0 && p.key_chunk >= 0 && p.dense_tile >= 0);
   const int Tq = p.Tq, H = p.H, Hkv = p.Hkv, D = p.D, K = p.K;
   const int64_t rows = (int64_t)p.B * Tq;
   const bool par = rows * K * H * D >= kMinParallelWork;
-  const SparseAttentionSchedule sched = ResolveSparseAttentionSchedule(p);
+  SparseAttentionSchedule sched = ResolveSparseAttentionSchedule(p);
+  if (sched.dense_tile > 0) {
+    if (MaskedDenseAttention(p, sched.dense_tile)) return;
+    sched = {1, 0, 0};  // a selection in another form: the row kernel
+  }
   if (sched.q_block > 1) {
     const int qb = std::min(sched.q_block, Tq), g = H / Hkv;
     const int64_t blocks = (Tq + qb - 1) / qb, tasks = (int64_t)p.B * blocks * Hkv;

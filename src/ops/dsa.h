@@ -69,9 +69,9 @@ struct SparseAttentionParams {
   const int32_t* idx = nullptr;
   float* out = nullptr;  // writes [B, Tq, H, D]
   float* lse = nullptr;  // writes [B, H, Tq]; may be null
-  // The forward kernel's schedule (SparseAttentionSchedule); 0: resolved by
-  // ResolveSparseAttentionSchedule. Results are bit-identical for every value.
-  int q_block = 0, key_chunk = 0;
+  // The forward kernel's schedule (SparseAttentionSchedule); all 0: resolved
+  // by ResolveSparseAttentionSchedule.
+  int q_block = 0, key_chunk = 0, dense_tile = 0;
 };
 void SparseAttention(const SparseAttentionParams& p);
 
@@ -79,11 +79,16 @@ void SparseAttention(const SparseAttentionParams& p);
 // row gathers its selected k/v rows on its own). q_block > 1: the blocked
 // kernel: q_block rows of one kv head walk the keys in chunks of key_chunk
 // positions together, so a chunk's k/v rows come from DRAM once and serve
-// every row of the block that selected them from cache. Every schedule runs
-// each row's blocks of 16 keys in the same order: the same bits come out.
+// every row of the block that selected them from cache. The row and blocked
+// kernels run each row's blocks of 16 keys in the same order: the same bits
+// come out. dense_tile > 0: masked dense attention (two GEMMs per kv head
+// and tile of dense_tile query rows, unselected keys masked to -inf): the
+// same math at dense cost, faster where the selection is a large share of
+// the keys (short sequences); equal to the others up to fp32 rounding.
 struct SparseAttentionSchedule {
-  int q_block = 0;    // 0: not chosen
-  int key_chunk = 0;  // 0: the default for the shape
+  int q_block = 0;     // 0: not chosen
+  int key_chunk = 0;   // 0: the default for the shape
+  int dense_tile = 0;  // > 0: masked dense (q_block, key_chunk unused)
 };
 // The schedule for p: p's own q_block/key_chunk when set; else the installed
 // lookup's answer (the kernel lab's tuned table, lab::InstallTunedKernels);

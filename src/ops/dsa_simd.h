@@ -23,6 +23,14 @@
 // never across an ABI boundary.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
+namespace myriad::ops::dsa {
+struct SparseAttentionParams;
+// dsa_masked.cc: the forward as masked dense attention in tiles of `tile`
+// query rows; false (nothing written) when a selection row is not an
+// ascending prefix of causal keys followed by -1 pads.
+bool MaskedDenseAttention(const SparseAttentionParams& p, int tile);
+}  // namespace myriad::ops::dsa
+
 namespace myriad::ops::dsa::simd {
 
 constexpr int kLanes = 16;  // keys (or inverse-index entries) per block: one vector of scores

@@ -751,14 +751,56 @@ TEST(Dsa, BlockedScheduleMatchesRowKernelBitwise) {
   }
 }
 
+// Masked dense attention (dense_tile) computes the same math by GEMMs over
+// every causal key: out and lse match the reference, for tiles that do and
+// do not divide the rows; a selection in another form (not ascending) falls
+// back to the row kernel and gives its bits.
+TEST(Dsa, MaskedDenseScheduleMatchesReference) {
+  for (const Dims& d : {Dims{2, 150, 150, 4, 2, 40, 3, 16, 24}, Dims{1, 300, 300, 2, 1, 64, 2, 8, 100}}) {
+    SCOPED_TRACE(d.Name());
+    const Case c(d, 12);
+    std::vector<int32_t> idx = c.NewIdx();
+    IndexerTopK(c.Indexer(idx.data()));
+    Tensor out_ref = c.NewOut();
+    std::vector<float> lse_ref = c.NewLse();
+    ref::SparseAttention(c.Attn(idx.data(), &out_ref, &lse_ref));
+    for (int tile : {1, 7, 64, 1000}) {
+      SCOPED_TRACE(testing::Message() << "dense_tile " << tile);
+      Tensor out = c.NewOut();
+      std::vector<float> lse = c.NewLse();
+      SparseAttentionParams p = c.Attn(idx.data(), &out, &lse);
+      p.dense_tile = tile;
+      EXPECT_EQ(ResolveSparseAttentionSchedule(p).dense_tile, tile);
+      SparseAttention(p);
+      EXPECT_LE(RelErr(out, out_ref), 1e-5);
+      EXPECT_LE(RelErr(lse, lse_ref), 1e-5);
+      EXPECT_TRUE(PaddingIntact(out));
+    }
+    // One row reversed: the whole call goes to the row kernel.
+    int32_t* row = idx.data() + (int64_t)(d.Tq - 1) * d.K;
+    std::reverse(row, row + d.K);
+    Tensor a = c.NewOut(), b = c.NewOut();
+    std::vector<float> la = c.NewLse(), lb = c.NewLse();
+    SparseAttentionParams pa = c.Attn(idx.data(), &a, &la), pb = c.Attn(idx.data(), &b, &lb);
+    pa.dense_tile = 64;
+    pb.q_block = 1;
+    SparseAttention(pa);
+    SparseAttention(pb);
+    EXPECT_EQ(std::memcmp(a.p(), b.p(), a.v.size() * sizeof(float)), 0);
+  }
+}
+
 // The schedule: explicit > installed lookup > default; the default keeps
 // the row kernel where there is nothing to reuse (decode, few keys).
 TEST(Dsa, ScheduleResolution) {
   SparseAttentionParams p;
   p.B = 1, p.Tq = 1, p.Tk = 65536, p.K = 2048;
   EXPECT_EQ(ResolveSparseAttentionSchedule(p).q_block, 1);  // decode
+  p.Tq = p.Tk = 4096;  // the selection is half the keys: masked dense
+  EXPECT_GT(ResolveSparseAttentionSchedule(p).dense_tile, 0);
   p.Tq = 16384, p.Tk = 16384;
   const SparseAttentionSchedule d = ResolveSparseAttentionSchedule(p);
+  EXPECT_EQ(d.dense_tile, 0);
   EXPECT_GT(d.q_block, 1);
   EXPECT_GT(d.key_chunk, 0);
   SetSparseAttentionScheduleLookup([](const SparseAttentionParams& q) {
@@ -769,7 +811,7 @@ TEST(Dsa, ScheduleResolution) {
   p.q_block = 5;
   EXPECT_EQ(ResolveSparseAttentionSchedule(p).q_block, 5);  // explicit wins
   p.q_block = 0;
-  p.Tk = p.Tq = 8192;
+  p.Tk = p.Tq = 12288;
   EXPECT_EQ(ResolveSparseAttentionSchedule(p).q_block, d.q_block);  // lookup has no answer
   SetSparseAttentionScheduleLookup(nullptr);
   p.Tk = p.Tq = 16384;
