@@ -290,7 +290,7 @@ int main(int argc, char** argv) {
                         {"decode_reps", decode_reps}, {"threads", threads},
                         {"backend", ops::Active()->name()}, {"precision", "fp32"},
                         {"index_precision", o["--index-precision"]},
-                        {"schedule", {{"q_block", sched.q_block}, {"key_chunk", sched.key_chunk},
+                        {"schedule", {{"q_block", sched.q_block}, {"key_chunk", sched.key_chunk}, {"dense_tile", sched.dense_tile},
                                       {"from", tuned.value().empty() ? "default" : tuned.value()}}}};
   nlohmann::json prefill = {
       {"indexer_s", idx_s}, {"attention_s", att_s}, {"dsa_s", dsa_s},

@@ -23,6 +23,28 @@ void RopeTables::Build(int64_t max_pos, int64_t D, double theta) {
     }
 }
 
+void IndexerRope(const ModelConfig& cfg, float* qi, float* ki, int64_t N, const int32_t* pos,
+                 const RopeTables& t, bool inverse) {
+  const int64_t Hi = cfg.dsa_index_heads, Di = cfg.dsa_index_dim, half = cfg.dsa_index_rope_dim / 2;
+  if (half <= 0) return;
+  const float sgn = inverse ? -1.f : 1.f;
+#pragma omp parallel for schedule(static) if (N >= 256)
+  for (int64_t n = 0; n < N; ++n) {
+    const float* c = t.cos.data() + static_cast<int64_t>(pos[n]) * half;
+    const float* s = t.sin.data() + static_cast<int64_t>(pos[n]) * half;
+    auto rotate = [&](float* x) {
+      for (int64_t i = 0; i < half; ++i) {
+        const float x1 = x[i], x2 = x[i + half], si = sgn * s[i];
+        x[i] = x1 * c[i] - x2 * si;
+        x[i + half] = x1 * si + x2 * c[i];
+      }
+    };
+    for (int64_t j = 0; j < Hi; ++j) rotate(qi + (n * Hi + j) * Di);
+    rotate(ki + n * Di);
+  }
+}
+
+
 namespace {
 
 AttentionParams MakeAttention(const BlockContext& ctx, BlockActs* a) {
@@ -100,6 +122,7 @@ void DsaSelect(const BlockContext& ctx, const BlockWeights<float*>& w, const flo
     std::memcpy(ki + n * Di, r + Hi * Di, Di * sizeof(float));
     for (int64_t j = 0; j < Hi; ++j) wi[n * Hi + j] = ws * r[Hi * Di + Di + j];
   }
+  if (cfg.dsa_index_rope_dim > 0) IndexerRope(cfg, qi, ki, N, ctx.pos, *ctx.index_rope, false);
   if (a->sparse) {
     ops::dsa::IndexerTopK(MakeIndexer(cfg, a, a->K));
   } else {
@@ -293,6 +316,8 @@ void BlockBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
     lp.dqi = dqi; lp.dki = dki; lp.dwi = dwi;
     lp.grad_scale = loss_scale;
     a->indexer_loss = ops::dsa::IndexerLoss(lp);
+    // Gradients of the rotated qi, ki back to before the rotation.
+    if (cfg.dsa_index_rope_dim > 0) IndexerRope(cfg, dqi, dki, N, ctx.pos, *ctx.index_rope, true);
     const float ws = 1.f / std::sqrt(static_cast<float>(Hi * Di));
     float* rows = dia.data();
 #pragma omp parallel for schedule(static)

@@ -19,6 +19,12 @@ struct RopeTables {
   void Build(int64_t max_pos, int64_t D, double theta);
 };
 
+// DSA: RoPE on the first cfg.dsa_index_rope_dim dims of each indexer query
+// head qi [N, Hi, Di] and key ki [N, Di] (tables built for that many dims);
+// inverse rotates back (the backward of the rotation). No-op at 0.
+void IndexerRope(const ModelConfig& cfg, float* qi, float* ki, int64_t N, const int32_t* pos,
+                 const RopeTables& t, bool inverse);
+
 // Per-token routing of one MoE block, kept for backward and for statistics.
 struct MoeActs {
   Buf<float> logits, scores;      // [N, E]
@@ -66,6 +72,7 @@ struct BlockScratch {
 struct BlockContext {
   const ModelConfig* cfg;
   const RopeTables* rope;
+  const RopeTables* index_rope = nullptr;  // DSA: tables for dsa_index_rope_dim
   const int32_t* pos;  // [N] positions of the tokens
   const float* bias;   // [E] selection bias (MoE blocks), may be null
   BlockScratch* scratch;  // shared temporaries (forward and backward)

@@ -35,6 +35,7 @@ ModelConfig ModelConfig::Read(ConfigDoc* doc) {
   MODEL_INT(dsa_index_share);
   MODEL_INT(dsa_warmup_steps);
   c.dsa_index_precision = doc->GetString("model.dsa_index_precision", c.dsa_index_precision);
+  c.dsa_index_rope_dim = doc->GetInt("model.dsa_index_rope_dim", (c.dsa_index_dim / 2) & ~int64_t{1});
   return c;
 }
 
@@ -95,6 +96,9 @@ Status ModelConfig::Validate() const {
     if (dsa_warmup_steps < 0) return bad("model.dsa_warmup_steps must be >= 0");
     if (dsa_index_precision != "fp32" && dsa_index_precision != "int8")
       return bad("model.dsa_index_precision=\"" + dsa_index_precision + "\" is not known (hint: \"fp32\" or \"int8\")");
+    if (dsa_index_rope_dim < 0 || dsa_index_rope_dim > dsa_index_dim || dsa_index_rope_dim % 2)
+      return bad("model.dsa_index_rope_dim=" + std::to_string(dsa_index_rope_dim) +
+                 " must be even and within [0, dsa_index_dim=" + std::to_string(dsa_index_dim) + "]");
     if (dsa_index_precision == "int8" && dsa_index_dim > 256)
       return bad("model.dsa_index_dim=" + std::to_string(dsa_index_dim) + " is too large for the int8 indexer (at most 256)");
   }
@@ -115,7 +119,8 @@ nlohmann::json ModelConfig::ToJson() const {
   if (dsa())
     j.update({{"attention", attention}, {"dsa_topk", dsa_topk}, {"dsa_index_heads", dsa_index_heads},
               {"dsa_index_dim", dsa_index_dim}, {"dsa_index_share", dsa_index_share},
-              {"dsa_warmup_steps", dsa_warmup_steps}, {"dsa_index_precision", dsa_index_precision}});
+              {"dsa_warmup_steps", dsa_warmup_steps}, {"dsa_index_precision", dsa_index_precision},
+              {"dsa_index_rope_dim", dsa_index_rope_dim}});
   return j;
 }
 
@@ -129,7 +134,7 @@ Result<ModelConfig> ModelConfig::FromJson(const nlohmann::json& j) {
     FROM(mtp_loss_weight); FROM(tie_embeddings); FROM(rope_theta); FROM(norm_eps);
     FROM(max_seq_len); FROM(init_std);
     FROM(attention); FROM(dsa_topk); FROM(dsa_index_heads); FROM(dsa_index_dim); FROM(dsa_index_share);
-    FROM(dsa_warmup_steps); FROM(dsa_index_precision);
+    FROM(dsa_warmup_steps); FROM(dsa_index_precision); FROM(dsa_index_rope_dim);
 #undef FROM
   } catch (const std::exception& e) {
     return Status::Error(std::string("model config: ") + e.what());

@@ -44,6 +44,10 @@ struct ModelConfig {
   int64_t dsa_index_share = 1;      // each group of N layers selects once, in its first layer
   int64_t dsa_warmup_steps = 0;     // training: dense attention + indexer KL to it for these steps
   std::string dsa_index_precision = "fp32";  // the selection's arithmetic: "fp32" or "int8" (ops/dsa.h)
+  // RoPE on the first dsa_index_rope_dim dims of the indexer's queries and
+  // key (even, <= dsa_index_dim; 0: none). A TOML config without the key
+  // gets dsa_index_dim / 2; a checkpoint's JSON without it, 0 (as trained).
+  int64_t dsa_index_rope_dim = 0;
 
   int64_t head_dim() const { return d_model / n_heads; }
   bool is_moe_layer(int64_t l) const { return n_routed_experts > 0 && l >= n_dense_layers; }

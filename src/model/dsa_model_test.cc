@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/rng.h"
@@ -15,12 +16,13 @@
 namespace myriad {
 namespace {
 
-ModelConfig TinyDsa(int64_t topk, int64_t share) {
+ModelConfig TinyDsa(int64_t topk, int64_t share, int64_t rope_dim = 0) {
   ModelConfig c;
   c.vocab_size = 97; c.d_model = 32; c.n_layers = 4; c.n_heads = 4; c.n_kv_heads = 2; c.d_ff = 48;
   c.n_dense_layers = 1; c.n_routed_experts = 6; c.n_shared_experts = 1; c.top_k = 2; c.d_expert = 24;
   c.max_seq_len = 64; c.init_std = 0.2;
   c.attention = "dsa"; c.dsa_topk = topk; c.dsa_index_heads = 2; c.dsa_index_dim = 8; c.dsa_index_share = share;
+  c.dsa_index_rope_dim = rope_dim;
   return c;
 }
 
@@ -73,15 +75,20 @@ TEST(DsaModel, SharingPutsIndexersInTheFirstLayerOfEachGroup) {
   EXPECT_NE(Find(all, "model.layers.3.self_attn.indexer.weights_proj.weight"), nullptr);
 }
 
+// Also with RoPE on half the indexer's dims: its backward (the inverse
+// rotation of dqi, dki) is part of what the finite differences check, on
+// the key weights (wk) and the query weights (wq).
 TEST(DsaModel, IndexerGradientIsTheDerivativeOfItsKl) {
   const int B = 1, T = 20;
-  for (int64_t topk : {int64_t{6}, int64_t{64}}) {  // sparse, and dense (every key)
-    Model m(TinyDsa(topk, 2));
+  for (auto [topk, rope, pname] : {std::tuple{int64_t{6}, int64_t{0}, "wk"}, {int64_t{64}, int64_t{0}, "wk"},
+                                   {int64_t{6}, int64_t{4}, "wk"}, {int64_t{6}, int64_t{4}, "wq"}}) {
+    SCOPED_TRACE(testing::Message() << "topk " << topk << " rope " << rope << " " << pname);
+    Model m(TinyDsa(topk, 2, rope));
     m.InitWeights(7);
     const auto tok = Tokens(B, T, 97, 3);
     m.ZeroGrads();
     m.Step(tok.data(), B, T, true);
-    const ParamInfo* p = Find(m, "model.layers.2.self_attn.indexer.wk.weight");
+    const ParamInfo* p = Find(m, std::string("model.layers.2.self_attn.indexer.") + pname + ".weight");
     ASSERT_NE(p, nullptr);
     const std::vector<float> g(m.grads().begin() + p->offset, m.grads().begin() + p->offset + p->numel);
     auto kl = [&] {

@@ -218,8 +218,8 @@ void Ffn(const ModelConfig& cfg, const InferenceWeights::Layer& L, const float* 
 
 // The indexer's rows of N tokens from the normed input a (as the training
 // block computes them): one GEMM for qi | ki | wi, split, wi scaled.
-void IndexerRows(const ModelConfig& cfg, const float* w, const float* a, int64_t N, InferenceScratch* s,
-                 DsaRows* rows) {
+void IndexerRows(const ModelConfig& cfg, const float* w, const float* a, int64_t N, const int32_t* pos,
+                 const RopeTables& rope, InferenceScratch* s, DsaRows* rows) {
   const int64_t C = cfg.d_model, Hi = cfg.dsa_index_heads, Di = cfg.dsa_index_dim, IA = Hi * Di + Di + Hi;
   s->ia.resize(N * IA); s->qi.resize(N * Hi * Di); s->ki.resize(N * Di); s->wi.resize(N * Hi);
   ops::Linear(a, w, N, C, IA, s->ia.data());
@@ -230,6 +230,7 @@ void IndexerRows(const ModelConfig& cfg, const float* w, const float* a, int64_t
     std::memcpy(s->ki.data() + n * Di, r + Hi * Di, Di * sizeof(float));
     for (int64_t j = 0; j < Hi; ++j) s->wi[n * Hi + j] = ws * r[Hi * Di + Di + j];
   }
+  IndexerRope(cfg, s->qi.data(), s->ki.data(), N, pos, rope, false);
   rows->qi = s->qi.data(); rows->ki = s->ki.data(); rows->wi = s->wi.data();
 }
 
@@ -297,7 +298,7 @@ void InferenceForward(const InferenceWeights& w, const int32_t* tokens, const in
     ops::Rope(s->q.data(), N, H, D, pos, rope.cos.data(), rope.sin.data(), false);
     ops::Rope(s->k.data(), N, Hkv, D, pos, rope.cos.data(), rope.sin.data(), false);
     DsaRows rows;
-    if (L.indexer) IndexerRows(cfg, L.indexer, s->a.data(), N, s, &rows);
+    if (L.indexer) IndexerRows(cfg, L.indexer, s->a.data(), N, pos, w.model().index_rope(), s, &rows);
     attn->Attend(l, s->q.data(), s->k.data(), s->v.data(), s->att.data(), L.indexer ? &rows : nullptr);
     L.wo.Apply(s->att.data(), N, s->tmp.data());
     for (int64_t i = 0; i < N * C; ++i) s->x[i] += s->tmp[i];

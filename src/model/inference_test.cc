@@ -84,6 +84,7 @@ ModelConfig TinyDsa(const char* precision) {
   c.dsa_index_heads = 2;
   c.dsa_index_dim = 8;
   c.dsa_index_share = 2;
+  c.dsa_index_rope_dim = 4;  // RoPE on half the indexer's dims, at the same positions as training
   c.dsa_index_precision = precision;
   return c;
 }

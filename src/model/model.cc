@@ -34,6 +34,7 @@ Model::Model(const ModelConfig& cfg, const ShardPlan& plan) : cfg_(cfg), layout_
   biases_.assign(nb, std::vector<float>(cfg.n_routed_experts, 0.f));
   load_.assign(nb, std::vector<int64_t>(cfg.n_routed_experts, 0));
   rope_.Build(cfg.max_seq_len, cfg.head_dim(), cfg.rope_theta);
+  if (cfg.dsa() && cfg.dsa_index_rope_dim > 0) index_rope_.Build(cfg.max_seq_len, cfg.dsa_index_rope_dim, cfg.rope_theta);
   l0_ = plan.layer_begin;
   l1_ = plan.layer_end < 0 ? static_cast<int>(cfg.n_layers) : plan.layer_end;
   set_slots(1);
@@ -90,6 +91,7 @@ BlockContext Model::Context(int block_index, const int32_t* pos) {
   BlockContext ctx;
   ctx.cfg = &cfg_;
   ctx.rope = &rope_;
+  ctx.index_rope = &index_rope_;
   ctx.pos = pos;
   int bi = bias_index_[block_index];
   ctx.bias = bi >= 0 ? biases_[bi].data() : nullptr;

@@ -81,6 +81,7 @@ class Model {
 
   // RoPE tables up to max_seq_len (shared with inference sessions).
   const RopeTables& rope() const { return rope_; }
+  const RopeTables& index_rope() const { return index_rope_; }  // DSA indexer (dsa_index_rope_dim)
 
   // Model FLOPs per trained token (forward+backward, matmuls and attention),
   // for MFU; counts only the active experts.
@@ -118,7 +119,7 @@ class Model {
   std::vector<std::vector<float>> biases_;
   std::vector<int> bias_index_;  // per block (layers, then MTP): index into biases_ or -1
   std::vector<std::vector<int64_t>> load_;
-  RopeTables rope_;
+  RopeTables rope_, index_rope_;
 
   std::vector<Slot> slots_;
   int l0_ = 0, l1_ = 0;  // this stage's main layers

@@ -124,6 +124,7 @@ TEST(RunnerTest, DsaBatchedMatchesSessions) {
   cfg.dsa_index_heads = 2;
   cfg.dsa_index_dim = 8;
   cfg.dsa_index_share = 2;
+  cfg.dsa_index_rope_dim = 4;
   EXPECT_EQ(BlockFloats(cfg), cfg.n_layers * 2 * kBlockTokens * cfg.n_kv_heads * cfg.head_dim() +
                                   2 * kBlockTokens * cfg.dsa_index_dim);
   CheckBatchedAgainstSessions(cfg);
