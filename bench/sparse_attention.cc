@@ -285,13 +285,17 @@ int main(int argc, char** argv) {
                1e3 * ddsa, 1e3 * didx, 1e3 * ddense, ddense / ddsa, 1e3 * dec1.dsa, 1e3 * dec1.dense);
 
   const dsa::SparseAttentionSchedule sched = dsa::ResolveSparseAttentionSchedule(pf.Sparse());
+  const dsa::SparseAttentionSchedule dflt = dsa::DefaultSparseAttentionSchedule(pf.Sparse());
+  const bool from_table = !tuned.value().empty() &&
+                          (sched.q_block != dflt.q_block || sched.key_chunk != dflt.key_chunk ||
+                           sched.dense_tile != dflt.dense_tile);
   nlohmann::json cfg = {{"T", T}, {"B", sh.B}, {"H", sh.H}, {"Hkv", sh.Hkv}, {"D", sh.D},
                         {"Hi", sh.Hi}, {"Di", sh.Di}, {"K", sh.K}, {"reps", reps},
                         {"decode_reps", decode_reps}, {"threads", threads},
                         {"backend", ops::Active()->name()}, {"precision", "fp32"},
                         {"index_precision", o["--index-precision"]},
                         {"schedule", {{"q_block", sched.q_block}, {"key_chunk", sched.key_chunk}, {"dense_tile", sched.dense_tile},
-                                      {"from", tuned.value().empty() ? "default" : tuned.value()}}}};
+                                      {"from", from_table ? tuned.value() : std::string("default")}}}};
   nlohmann::json prefill = {
       {"indexer_s", idx_s}, {"attention_s", att_s}, {"dsa_s", dsa_s},
       {"indexer_share", idx_s / dsa_s},

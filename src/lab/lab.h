@@ -297,7 +297,7 @@ Result<Kernel> BuildSparseAttentionKernel(const Params& params);
 
 // Hands the table's winners to the kernels that read them at run time: the
 // sparse_attention entries become ops::dsa's schedule lookup (same H, Hkv,
-// D, K; nearest T). A table without entries removes the lookup.
+// D, K; nearest T within a factor of 2). A table without entries removes the lookup.
 void InstallTunedKernels(const TunedTable& table);
 // Loads and installs the tuned table an engine process should use:
 // $MYRIAD_TUNED_TABLE when set (an error if it cannot be read), else

@@ -513,9 +513,11 @@ TEST(LabSparseAttention, TunedTableDrivesTheKernelSchedule) {
   InstallTunedKernels(table);
   dsa::SparseAttentionParams p;
   p.B = 1, p.H = 8, p.Hkv = 4, p.D = 64, p.K = 2048;
-  p.Tq = p.Tk = 65536;  // nearest tuned T: 16384
+  p.Tq = p.Tk = 30000;  // nearest tuned T: 16384
   EXPECT_EQ(dsa::ResolveSparseAttentionSchedule(p).q_block, 512);
   EXPECT_EQ(dsa::ResolveSparseAttentionSchedule(p).key_chunk, 256);
+  p.Tq = p.Tk = 65536;  // more than 2x from every tuned T: the default
+  EXPECT_EQ(dsa::ResolveSparseAttentionSchedule(p).q_block, dsa::DefaultSparseAttentionSchedule(p).q_block);
   p.Tq = p.Tk = 5000;  // nearest: 4096
   EXPECT_EQ(dsa::ResolveSparseAttentionSchedule(p).q_block, 64);
   p.Tq = p.Tk = 900;  // nearest: 1024, masked dense

@@ -235,7 +235,8 @@ std::optional<Task> MakeSparseAttentionTask() {
 }
 
 // The tuned table's sparse_attention entries as the kernel's schedule
-// lookup: same H, Hkv, D and K, the nearest T (log scale), prefill only.
+// lookup: same H, Hkv, D and K, the nearest T (log scale) within a factor
+// of 2, prefill only; other shapes get the kernel's default.
 void InstallTunedKernels(const TunedTable& table) {
   const json* entries = nullptr;
   if (table.root().contains("sparse_attention")) entries = &table.root()["sparse_attention"];
@@ -272,7 +273,7 @@ void InstallTunedKernels(const TunedTable& table) {
     for (const Row& r : rows) {
       if (r.H != p.H || r.Hkv != p.Hkv || r.D != p.D || r.K != p.K) continue;
       const double d = std::fabs(std::log2((double)r.T / (double)p.Tk));
-      if (d < best_d) best_d = d, best = r.s;
+      if (d <= 1.0 && d < best_d) best_d = d, best = r.s;
     }
     return best;
   });

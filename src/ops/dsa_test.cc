@@ -149,6 +149,8 @@ std::vector<Dims> AllDims() {
   std::vector<Dims> out;
   for (int K : {1, 5, 16, 64}) out.push_back({2, 37, 37, 4, 2, 24, 3, 16, K});
   for (int K : {5, 16, 64}) out.push_back({2, 1, 50, 4, 2, 24, 3, 16, K});
+  // Two query heads per kv head and D a multiple of 16: the paired forward.
+  for (int K : {7, 40}) out.push_back({1, 45, 45, 4, 2, 32, 2, 16, K});
   return out;
 }
 
@@ -811,8 +813,12 @@ TEST(Dsa, ScheduleResolution) {
   p.q_block = 5;
   EXPECT_EQ(ResolveSparseAttentionSchedule(p).q_block, 5);  // explicit wins
   p.q_block = 0;
-  p.Tk = p.Tq = 12288;
-  EXPECT_EQ(ResolveSparseAttentionSchedule(p).q_block, d.q_block);  // lookup has no answer
+  p.Tk = p.Tq = 12288;  // the lookup has no answer: the default
+  EXPECT_EQ(ResolveSparseAttentionSchedule(p).q_block, DefaultSparseAttentionSchedule(p).q_block);
+  EXPECT_EQ(DefaultSparseAttentionSchedule(p).q_block, 192);  // ~32 rows per selected key: 32 * 12288 / 2048
+  p.Tk = p.Tq = 65536;
+  EXPECT_EQ(DefaultSparseAttentionSchedule(p).q_block, 1024);
+  EXPECT_EQ(DefaultSparseAttentionSchedule(p).key_chunk, 256);
   SetSparseAttentionScheduleLookup(nullptr);
   p.Tk = p.Tq = 16384;
   EXPECT_EQ(ResolveSparseAttentionSchedule(p).q_block, d.q_block);
