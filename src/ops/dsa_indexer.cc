@@ -47,6 +47,7 @@ constexpr int kSampleStep = 16;  // the sample: keys s = 16 i + kSampleOffset
 constexpr int kSampleOffset = 7;
 constexpr int kRowBlock = 16;    // query rows per task, sharing each key tile
 constexpr int kMaxInt8Dim = 256; // Di of the int8 path
+constexpr int kDirectMaxRows = 4; // up to this many query rows: IndexerTopKDirect
 // Thread workspace slots (per thread; see backend/cpu/impl/common.h).
 enum Slot { kSlotSample = 0, kSlotCandKey, kSlotCandIdx, kSlotQuant };
 
@@ -350,6 +351,96 @@ inline int VisibleKeys(int Tq, int Tk, int t) { return std::max(0, std::min(Tk, 
 // Sample keys visible to a row that sees n keys: i with 16 i + offset < n.
 inline int VisibleSample(int n) { return n > kSampleOffset ? (n - kSampleOffset + kSampleStep - 1) / kSampleStep : 0; }
 
+// Floats of a row's int8 query state: q8 [Hi][Dg*4] bytes, c [Hi], corr [Hi].
+inline int64_t QuantFloats(int Hi, int Di) { return (int64_t)Hi * ((Di + 3) / 4) + 2 * Hi + 1; }
+
+// The int8 query of a row (q->qi, q->w set): q8 per head (zero-padded to
+// Dg*4), c = w * scale_q, corr = 128 * sum(q8) (the keys' +128 offset).
+void QuantizeQuery(int Hi, int Di, float* base, QueryRow* q) {
+  const int Dg = (Di + 3) / 4;
+  int8_t* q8 = reinterpret_cast<int8_t*>(base);  // Hi * Dg * 4 bytes = Hi * Dg floats
+  float* c = base + (int64_t)Hi * Dg;
+  int32_t* corr = reinterpret_cast<int32_t*>(c + Hi);
+  std::memset(q8, 0, (size_t)Hi * Dg * 4);
+  for (int j = 0; j < Hi; ++j) {
+    float sq;
+    QuantizeRow(q->qi + (int64_t)j * Di, Di, q8 + (int64_t)j * Dg * 4, &sq);
+    int32_t sum = 0;
+    for (int d = 0; d < Di; ++d) sum += q8[(int64_t)j * Dg * 4 + d];
+    c[j] = q->w[j] * sq;
+    corr[j] = 128 * sum;
+  }
+  q->q8 = q8, q->c = c, q->corr = corr;
+}
+
+// The selection among c >= K candidates (keys in ascending order): every
+// candidate above the K-th largest key, then the first (lowest s) ones
+// equal to it; branch-free (whether a candidate is in is a coin flip).
+void SelectAmongCandidates(const uint32_t* ck, const int32_t* ci, int c, int K, int32_t* out) {
+  const uint32_t thr = KthLargest(ck, c, K);
+  int above = 0;
+  for (int i = 0; i < c; ++i) above += ck[i] > thr ? 1 : 0;
+  int equal_left = K - above, o = 0;
+  for (int i = 0; i < c && o < K; ++i) {
+    const int eq = (ck[i] == thr) & (equal_left > 0);
+    const int take = (ck[i] > thr) | eq;
+    out[o] = ci[i];
+    o += take;
+    equal_left -= eq;
+  }
+}
+
+// Few query rows (decode): no per-call layout of every key and no sample.
+// Each row walks the keys 64 at a time, lays out just those in the tile
+// format (BuildTiles' code for one tile), and keeps every key as a
+// candidate; then the exact selection. The tile kernels are the ones of
+// the blocked path, so the scores, and the selection, are the same bits.
+void IndexerTopKDirect(const IndexerParams& p, const Kernels& kern) {
+  const int Tq = p.Tq, Tk = p.Tk, Hi = p.Hi, Di = p.Di, K = p.K, Dg = (Di + 3) / 4;
+  const bool int8 = p.precision == IndexerPrecision::kInt8;
+  std::vector<float> tile_f32(int8 ? 0 : (size_t)Di * kTile), scale(kTile), quant(QuantFloats(Hi, Di));
+  std::vector<uint8_t> tile_i8(int8 ? (size_t)Dg * kTile * 4 : 0);
+  std::vector<uint32_t> ckey((size_t)Tk + 16);
+  std::vector<int32_t> cidx((size_t)Tk + 16);
+  alignas(64) float sc[kTile];
+  int8_t q8[kMaxInt8Dim];
+  for (int b = 0; b < p.B; ++b)
+    for (int t = 0; t < Tq; ++t) {
+      const int n = VisibleKeys(Tq, Tk, t);
+      int32_t* out = p.idx + b * p.idx_batch_stride + (int64_t)t * K;
+      if (n <= K) {
+        for (int i = 0; i < K; ++i) out[i] = i < n ? i : -1;
+        continue;
+      }
+      QueryRow q;
+      q.qi = p.qi + b * p.qi_batch_stride + (int64_t)t * Hi * Di;
+      q.w = p.wi + b * p.wi_batch_stride + (int64_t)t * Hi;
+      if (int8) QuantizeQuery(Hi, Di, quant.data(), &q);
+      const float* ki = p.ki + b * p.ki_batch_stride;
+      int count = 0;
+      for (int s0 = 0; s0 < n; s0 += kTile) {
+        const int m = std::min(kTile, Tk - s0);
+        if (int8) {
+          std::fill(tile_i8.begin(), tile_i8.end(), (uint8_t)128);
+          std::fill(scale.begin(), scale.end(), 0.f);
+          for (int i = 0; i < m; ++i) {
+            QuantizeRow(ki + (int64_t)(s0 + i) * Di, Di, q8, &scale[i]);
+            for (int d = 0; d < Di; ++d) tile_i8[((size_t)(d / 4) * kTile + i) * 4 + d % 4] = (uint8_t)(q8[d] + 128);
+          }
+          count = kern.i8_collect(q, tile_i8.data(), scale.data(), Hi, Dg, n - s0, s0, 0, ckey.data(),
+                                  cidx.data(), count);
+        } else {
+          std::fill(tile_f32.begin(), tile_f32.end(), 0.f);
+          for (int i = 0; i < m; ++i)
+            for (int d = 0; d < Di; ++d) tile_f32[(size_t)d * kTile + i] = ki[(int64_t)(s0 + i) * Di + d];
+          TileScoresF32(q, tile_f32.data(), Hi, Di, sc);
+          count = kern.collect(sc, n - s0, s0, 0, ckey.data(), cidx.data(), count);
+        }
+      }
+      SelectAmongCandidates(ckey.data(), cidx.data(), count, K, out);
+    }
+}
+
 }  // namespace
 
 void UsePortableIndexerKernels(bool portable) { g_portable.store(portable); }
@@ -365,15 +456,15 @@ void IndexerTopK(const IndexerParams& p) {
   const bool int8 = p.precision == IndexerPrecision::kInt8;
   const bool any_select = VisibleKeys(Tq, Tk, Tq - 1) > K;
   const bool par = (int64_t)B * Tq * (Tk - Tq / 2) * Hi * Di >= (int64_t{1} << 20);
+  static const Kernels kPortable;
+  const Kernels& kern = g_portable.load() ? kPortable : Pick();
+  if ((int64_t)B * Tq <= kDirectMaxRows) return IndexerTopKDirect(p, kern);
   KeyTiles keys, sample;
   if (any_select) {
     BuildTiles(p, Tk, [](int i) { return i; }, par, &keys);
     const int ns = VisibleSample(Tk);
     BuildTiles(p, ns, [](int i) { return kSampleStep * i + kSampleOffset; }, par, &sample);
   }
-  static const Kernels kPortable;
-  const Kernels& kern = g_portable.load() ? kPortable : Pick();
-  const int Dg = (Di + 3) / 4;
   const int64_t cap = (keys.ld > 0 ? keys.ld : kTile) + 16;  // candidates per row (+ compress slack)
   const int64_t blocks = ((int64_t)Tq + kRowBlock - 1) / kRowBlock;
   const int rank = std::max(4, 3 * K / 32);  // sample rank of tau: ~1.5 K candidates
@@ -387,7 +478,7 @@ void IndexerTopK(const IndexerParams& p) {
     uint32_t* ckey = reinterpret_cast<uint32_t*>(ThreadWorkspace(kSlotCandKey, (int64_t)nr * cap));
     int32_t* cidx = reinterpret_cast<int32_t*>(ThreadWorkspace(kSlotCandIdx, (int64_t)nr * cap));
     // Per row: int8 query, c, corr (int8) and the tile scores of the sample.
-    float* quant = ThreadWorkspace(kSlotQuant, (int64_t)nr * (Hi * Dg + 2 * Hi + 1));
+    float* quant = ThreadWorkspace(kSlotQuant, (int64_t)nr * QuantFloats(Hi, Di));
     QueryRow rows[kRowBlock];
     int n[kRowBlock], count[kRowBlock];
     uint32_t tau[kRowBlock];
@@ -401,22 +492,7 @@ void IndexerTopK(const IndexerParams& p) {
       q.w = p.wi + b * p.wi_batch_stride + (int64_t)t * Hi;
       if (n[r] <= K) continue;
       nmax = std::max(nmax, n[r]);
-      if (int8) {
-        float* base = quant + (int64_t)r * (Hi * Dg + 2 * Hi + 1);
-        int8_t* q8 = reinterpret_cast<int8_t*>(base);  // Hi * Dg * 4 bytes = Hi * Dg floats
-        float* c = base + Hi * Dg;
-        int32_t* corr = reinterpret_cast<int32_t*>(c + Hi);
-        std::memset(q8, 0, (size_t)Hi * Dg * 4);
-        for (int j = 0; j < Hi; ++j) {
-          float sq;
-          QuantizeRow(q.qi + (int64_t)j * Di, Di, q8 + (int64_t)j * Dg * 4, &sq);
-          int32_t sum = 0;
-          for (int d = 0; d < Di; ++d) sum += q8[(int64_t)j * Dg * 4 + d];
-          c[j] = q.w[j] * sq;
-          corr[j] = 128 * sum;
-        }
-        q.q8 = q8, q.c = c, q.corr = corr;
-      }
+      if (int8) QuantizeQuery(Hi, Di, quant + (int64_t)r * QuantFloats(Hi, Di), &q);
       // tau: the score of rank `rank` among the row's visible sample keys.
       const int ms = VisibleSample(n[r]);
       tau[r] = 0;
@@ -454,20 +530,7 @@ void IndexerTopK(const IndexerParams& p) {
                                     ck, ci, count[r]);
         }
       }
-      const int c = count[r];
-      const uint32_t thr = KthLargest(ck, c, K);
-      int above = 0;
-      for (int i = 0; i < c; ++i) above += ck[i] > thr ? 1 : 0;
-      // Every candidate above thr, and the first (lowest s) ones equal to
-      // it; branch-free (whether a candidate is in is a coin flip).
-      int equal_left = K - above, o = 0;
-      for (int i = 0; i < c && o < K; ++i) {
-        const int eq = (ck[i] == thr) & (equal_left > 0);
-        const int take = (ck[i] > thr) | eq;
-        out[o] = ci[i];
-        o += take;
-        equal_left -= eq;
-      }
+      SelectAmongCandidates(ck, ci, count[r], K, out);
     }
   }
 }

@@ -85,6 +85,32 @@ TEST(Dsa, TopKRecoversWhenTheSampleOverestimates) {
   }
 }
 
+// Decode (a few query rows) scores keys tile by tile without laying out
+// every key or sampling a threshold: its selections must be the bits the
+// blocked path gives the same rows in a prefill, fp32 and int8.
+TEST(Dsa, DecodeSelectionEqualsPrefillRows) {
+  const Dims d{1, 700, 700, 1, 1, 8, 4, 30, 48};
+  const Case c(d, 31);
+  for (auto prec : {IndexerPrecision::kFp32, IndexerPrecision::kInt8}) {
+    SCOPED_TRACE(prec == IndexerPrecision::kInt8 ? "int8" : "fp32");
+    std::vector<int32_t> full = c.NewIdx();
+    IndexerParams p = c.Indexer(full.data());
+    p.precision = prec;
+    IndexerTopK(p);  // 700 rows: the blocked path with the sampled threshold
+    for (int t : {60, 333, 699}) {
+      std::vector<int32_t> one(d.K, -7);
+      IndexerParams q = p;
+      q.Tq = 1, q.Tk = t + 1;
+      q.qi = c.qi.p() + (int64_t)t * d.Hi * d.Di;
+      q.wi = c.wi.p() + (int64_t)t * d.Hi;
+      q.idx = one.data();
+      IndexerTopK(q);
+      EXPECT_EQ(std::vector<int32_t>(full.begin() + (int64_t)t * d.K, full.begin() + (int64_t)(t + 1) * d.K), one)
+          << "row " << t;
+    }
+  }
+}
+
 // The blocked forward kernel (q_block > 1) against the row kernel: every
 // schedule runs each row's blocks of 16 keys in the same order, so out and
 // lse are the same bits; rows IndexerTopK would never write (not ascending,
