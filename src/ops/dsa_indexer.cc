@@ -86,7 +86,15 @@ DSA_INLINE void QuantizeRow(const float* x, int n, int8_t* q, float* scale) {
   float amax = 0.f;
   for (int d = 0; d < n; ++d) amax = std::max(amax, std::fabs(x[d]));
   const float inv = amax > 0.f ? 127.f / amax : 0.f;
-  for (int d = 0; d < n; ++d) q[d] = (int8_t)std::clamp((int)std::nearbyint(x[d] * inv), -127, 127);
+  // Round half to even without a libm call: for |y| <= 127 (far below
+  // 2^22), y + 1.5 * 2^23 - 1.5 * 2^23 rounds to the nearest integer, ties
+  // to even, in float arithmetic (volatile-free: no -ffast-math here).
+  constexpr float kMagic = 12582912.f;
+#pragma omp simd
+  for (int d = 0; d < n; ++d) {
+    const float r = (x[d] * inv + kMagic) - kMagic;
+    q[d] = (int8_t)std::clamp((int)r, -127, 127);
+  }
   *scale = amax / 127.f;
 }
 
@@ -395,15 +403,50 @@ void SelectAmongCandidates(const uint32_t* ck, const int32_t* ci, int c, int K, 
 // format (BuildTiles' code for one tile), and keeps every key as a
 // candidate; then the exact selection. The tile kernels are the ones of
 // the blocked path, so the scores, and the selection, are the same bits.
-void IndexerTopKDirect(const IndexerParams& p, const Kernels& kern) {
-  const int Tq = p.Tq, Tk = p.Tk, Hi = p.Hi, Di = p.Di, K = p.K, Dg = (Di + 3) / 4;
+// The candidates (every key) of one query row over key tiles [tile0,
+// tile1), appended to (ckey, cidx); returns the new count. Lays out one
+// tile at a time (BuildTiles' code for one tile) into thread-local buffers.
+int DirectTiles(const IndexerParams& p, const Kernels& kern, const QueryRow& q, const float* ki,
+                int n, int64_t tile0, int64_t tile1, uint32_t* ckey, int32_t* cidx, int count) {
+  const int Tk = p.Tk, Hi = p.Hi, Di = p.Di, Dg = (Di + 3) / 4;
   const bool int8 = p.precision == IndexerPrecision::kInt8;
-  std::vector<float> tile_f32(int8 ? 0 : (size_t)Di * kTile), scale(kTile), quant(QuantFloats(Hi, Di));
-  std::vector<uint8_t> tile_i8(int8 ? (size_t)Dg * kTile * 4 : 0);
+  alignas(64) float sc[kTile];
+  alignas(64) float scale[kTile];
+  int8_t q8[kMaxInt8Dim];
+  float* tile_f32 = int8 ? nullptr : ThreadWorkspace(kSlotSample, (int64_t)Di * kTile);
+  uint8_t* tile_i8 = int8 ? reinterpret_cast<uint8_t*>(ThreadWorkspace(kSlotSample, (int64_t)Dg * kTile)) : nullptr;
+  for (int64_t tile = tile0; tile < tile1; ++tile) {
+    const int s0 = (int)(tile * kTile), m = std::min(kTile, Tk - s0);
+    if (int8) {
+      std::memset(tile_i8, 128, (size_t)Dg * kTile * 4);
+      for (int i = 0; i < kTile; ++i) scale[i] = 0.f;
+      for (int i = 0; i < m; ++i) {
+        QuantizeRow(ki + (int64_t)(s0 + i) * Di, Di, q8, &scale[i]);
+        for (int d = 0; d < Di; ++d) tile_i8[((size_t)(d / 4) * kTile + i) * 4 + d % 4] = (uint8_t)(q8[d] + 128);
+      }
+      count = kern.i8_collect(q, tile_i8, scale, Hi, Dg, n - s0, s0, 0, ckey, cidx, count);
+    } else {
+      std::memset(tile_f32, 0, (size_t)Di * kTile * sizeof(float));
+      for (int i = 0; i < m; ++i)
+        for (int d = 0; d < Di; ++d) tile_f32[(size_t)d * kTile + i] = ki[(int64_t)(s0 + i) * Di + d];
+      TileScoresF32(q, tile_f32, Hi, Di, sc);
+      count = kern.collect(sc, n - s0, s0, 0, ckey, cidx, count);
+    }
+  }
+  return count;
+}
+
+// Few query rows (decode): no per-call layout of every key and no sample.
+// Each row walks the keys 64 at a time, laying out just those in the tile
+// format, and keeps every key as a candidate; then the exact selection.
+// The tile kernels are the ones of the blocked path, so the scores, and the
+// selection, are the same bits. Long rows split their tiles over the
+// threads in contiguous ranges, concatenated in order (the same list).
+void IndexerTopKDirect(const IndexerParams& p, const Kernels& kern) {
+  const int Tq = p.Tq, Tk = p.Tk, Hi = p.Hi, Di = p.Di, K = p.K;
+  std::vector<float> quant(QuantFloats(Hi, Di));
   std::vector<uint32_t> ckey((size_t)Tk + 16);
   std::vector<int32_t> cidx((size_t)Tk + 16);
-  alignas(64) float sc[kTile];
-  int8_t q8[kMaxInt8Dim];
   for (int b = 0; b < p.B; ++b)
     for (int t = 0; t < Tq; ++t) {
       const int n = VisibleKeys(Tq, Tk, t);
@@ -415,27 +458,37 @@ void IndexerTopKDirect(const IndexerParams& p, const Kernels& kern) {
       QueryRow q;
       q.qi = p.qi + b * p.qi_batch_stride + (int64_t)t * Hi * Di;
       q.w = p.wi + b * p.wi_batch_stride + (int64_t)t * Hi;
-      if (int8) QuantizeQuery(Hi, Di, quant.data(), &q);
+      if (p.precision == IndexerPrecision::kInt8) QuantizeQuery(Hi, Di, quant.data(), &q);
       const float* ki = p.ki + b * p.ki_batch_stride;
+      const int64_t tiles = (n + kTile - 1) / kTile;
+      const int threads = omp_in_parallel() || (int64_t)n * Hi * Di < (int64_t{1} << 20)
+                              ? 1 : std::min<int>(omp_get_max_threads(), (int)tiles);
+      if (threads == 1) {
+        const int count = DirectTiles(p, kern, q, ki, n, 0, tiles, ckey.data(), cidx.data(), 0);
+        SelectAmongCandidates(ckey.data(), cidx.data(), count, K, out);
+        continue;
+      }
+      // Thread r takes tiles [tiles*r/threads, tiles*(r+1)/threads) into its
+      // own slice of the buffers (offset by its first key), then the slices
+      // are packed in order.
+      if ((int64_t)ckey.size() < tiles * kTile + 16 * (threads + 1)) {
+        ckey.resize(tiles * kTile + 16 * (threads + 1));
+        cidx.resize(ckey.size());
+      }
+      std::vector<int> got(threads);
+#pragma omp parallel num_threads(threads)
+      {
+        const int r = omp_get_thread_num();
+        const int64_t t0 = tiles * r / threads, t1 = tiles * (r + 1) / threads;
+        const int64_t off = t0 * kTile + 16 * r;
+        got[r] = DirectTiles(p, kern, q, ki, n, t0, t1, ckey.data() + off, cidx.data() + off, 0);
+      }
       int count = 0;
-      for (int s0 = 0; s0 < n; s0 += kTile) {
-        const int m = std::min(kTile, Tk - s0);
-        if (int8) {
-          std::fill(tile_i8.begin(), tile_i8.end(), (uint8_t)128);
-          std::fill(scale.begin(), scale.end(), 0.f);
-          for (int i = 0; i < m; ++i) {
-            QuantizeRow(ki + (int64_t)(s0 + i) * Di, Di, q8, &scale[i]);
-            for (int d = 0; d < Di; ++d) tile_i8[((size_t)(d / 4) * kTile + i) * 4 + d % 4] = (uint8_t)(q8[d] + 128);
-          }
-          count = kern.i8_collect(q, tile_i8.data(), scale.data(), Hi, Dg, n - s0, s0, 0, ckey.data(),
-                                  cidx.data(), count);
-        } else {
-          std::fill(tile_f32.begin(), tile_f32.end(), 0.f);
-          for (int i = 0; i < m; ++i)
-            for (int d = 0; d < Di; ++d) tile_f32[(size_t)d * kTile + i] = ki[(int64_t)(s0 + i) * Di + d];
-          TileScoresF32(q, tile_f32.data(), Hi, Di, sc);
-          count = kern.collect(sc, n - s0, s0, 0, ckey.data(), cidx.data(), count);
-        }
+      for (int r = 0; r < threads; ++r) {
+        const int64_t off = tiles * r / threads * kTile + 16 * r;
+        std::memmove(ckey.data() + count, ckey.data() + off, got[r] * sizeof(uint32_t));
+        std::memmove(cidx.data() + count, cidx.data() + off, got[r] * sizeof(int32_t));
+        count += got[r];
       }
       SelectAmongCandidates(ckey.data(), cidx.data(), count, K, out);
     }

@@ -21,7 +21,9 @@ using namespace dsatest;
 // the portable ones; Di not a multiple of 4, decode, K small and large.
 TEST(Dsa, Int8IndexerMatchesReference) {
   for (const Dims& d : {Dims{2, 300, 300, 1, 1, 8, 4, 32, 40}, Dims{1, 257, 400, 1, 1, 8, 3, 30, 64},
-                        Dims{3, 1, 2000, 1, 1, 8, 2, 16, 128}, Dims{1, 200, 200, 1, 1, 8, 4, 32, 5}}) {
+                        Dims{3, 1, 2000, 1, 1, 8, 2, 16, 128}, Dims{1, 200, 200, 1, 1, 8, 4, 32, 5},
+                        // decode over 9000 keys: the key tiles split over the threads
+                        Dims{1, 1, 9000, 1, 1, 8, 4, 32, 256}}) {
     SCOPED_TRACE(d.Name());
     const Case c(d, 21);
     for (bool portable : {false, true}) {
