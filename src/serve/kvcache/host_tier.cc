@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <numeric>
 
 #include "core/check.h"
 #include "core/half.h"
@@ -26,7 +27,10 @@ const char* KvStorageFormatName(KvStorageFormat f) {
   return "?";
 }
 
-int64_t KvRowFloats(const ModelConfig& cfg) { return cfg.n_kv_heads * cfg.head_dim(); }
+int64_t KvRowFloats(const ModelConfig& cfg) {
+  const int64_t kvd = cfg.n_kv_heads * cfg.head_dim();
+  return cfg.dsa() ? std::gcd(kvd, cfg.dsa_index_dim) : kvd;
+}
 
 HostTier::HostTier(const HostTierOptions& options) : options_(options) {
   CHECK_MSG(options.capacity_blocks > 0, "HostTier: capacity_blocks=%lld must be > 0",

@@ -29,7 +29,9 @@ enum class KvStorageFormat {
 Result<KvStorageFormat> ParseKvStorageFormat(const std::string& s);
 const char* KvStorageFormatName(KvStorageFormat f);
 
-// Floats in one [layer][k|v][token] row: Hkv * D (the int8 scale granularity).
+// The int8 scale granularity: one [layer][k|v][token] row, Hkv * D floats;
+// for a DSA model, whose blocks end with dsa_index_dim floats of indexer key
+// per token, gcd(Hkv * D, dsa_index_dim), so rows tile the whole block.
 int64_t KvRowFloats(const ModelConfig& cfg);
 
 struct HostTierOptions {

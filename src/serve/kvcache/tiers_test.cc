@@ -67,6 +67,13 @@ ModelFingerprint Fp(uint64_t v) { return ModelFingerprint{v}; }
 
 TEST(KvTier, BlockFloatsAndChainKeys) {
   EXPECT_EQ(BlockFloats(DemoConfig()), 4 * 2 * 16 * 4 * 32);
+  EXPECT_EQ(KvRowFloats(DemoConfig()), 4 * 32);
+  // DSA: the indexer keys after the layers' k/v; int8 rows tile the whole block.
+  ModelConfig dsa = DemoConfig();
+  dsa.attention = "dsa", dsa.dsa_index_dim = 24, dsa.dsa_index_share = 3;  // 2 groups over 4 layers
+  EXPECT_EQ(BlockFloats(dsa), 4 * 2 * 16 * 4 * 32 + 2 * 16 * 24);
+  EXPECT_EQ(KvRowFloats(dsa), 8);
+  EXPECT_EQ(BlockFloats(dsa) % KvRowFloats(dsa), 0);
   std::vector<int32_t> a(kBlockTokens), b(kBlockTokens);
   for (int i = 0; i < kBlockTokens; ++i) a[i] = b[i] = i + 100;
   b[15] = 7;
