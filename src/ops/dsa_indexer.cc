@@ -19,6 +19,9 @@
 // scores tie or the sample misjudged) is scored again with every key a
 // candidate. Exactness needs only that every key at or above the K-th
 // score is a candidate, which count >= K guarantees.
+// Decode (up to kDirectMaxRows query rows): IndexerTopKDirect lays out 64
+// keys at a time and keeps every key as a candidate (no per-call layout of
+// all keys, no sample); the same tile kernels, so the same bits.
 #include <immintrin.h>
 
 // GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own
