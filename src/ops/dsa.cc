@@ -159,7 +159,7 @@ DSA_INLINE void FwdKeyBlockPair(const float* const* kr, const float* const* vr, 
   }
   const float alpha0 = OnlineSoftmax(s0, bk, m, l), alpha1 = OnlineSoftmax(s1, bk, m + 1, l + 1);
   const int nv = D / kLanes;
-  V16 o0[8], o1[8];
+  V16 o0[8] = {}, o1[8] = {};  // lanes v >= nv stay unused
 #pragma GCC unroll 8
   for (int v = 0; v < 8; ++v)
     if (v < nv) o0[v] = LoadV(acc + v * kLanes) * alpha0, o1[v] = LoadV(acc + D + v * kLanes) * alpha1;
@@ -243,21 +243,6 @@ DSA_MULTIVERSION void AttnFwdTask(const AttnView& a, int t, const int32_t* keys,
   }
   FwdFinish(a, acc, m, l, nh, out_row + (int64_t)h0 * D, lse_t ? lse_t + (int64_t)h0 * a.Tq : nullptr,
             a.Tq);
-}
-
-// The number of valid entries of a selection row when they form an
-// ascending prefix followed by -1 pads only (what IndexerTopK writes);
-// -1 when the row is in any other form (the blocked kernel then hands the
-// row to the row kernel).
-int RegularPrefix(const int32_t* sel, int K) {
-  int n = 0;
-  while (n < K && sel[n] >= 0) {
-    if (n > 0 && sel[n] <= sel[n - 1]) return -1;
-    ++n;
-  }
-  for (int j = n; j < K; ++j)
-    if (sel[j] != -1) return -1;
-  return n;
 }
 
 // Blocked forward: rows [t0, t1) of one batch element, kv head hk. The keys

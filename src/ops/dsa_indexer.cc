@@ -101,6 +101,19 @@ DSA_INLINE void QuantizeRow(const float* x, int n, int8_t* q, float* scale) {
   *scale = amax / 127.f;
 }
 
+// One key into lane `lane` of a tile: fp32 [Di][64] (tile_f32), or int8
+// [Dg][64][4] bytes offset by 128 with scale[lane] (tile_i8, scale).
+DSA_INLINE void LayOutKey(const float* row, int Di, int lane, float* tile_f32, uint8_t* tile_i8,
+                          float* scale) {
+  if (tile_i8) {
+    int8_t q[kMaxInt8Dim];
+    QuantizeRow(row, Di, q, &scale[lane]);
+    for (int d = 0; d < Di; ++d) tile_i8[((size_t)(d / 4) * kTile + lane) * 4 + d % 4] = (uint8_t)(q[d] + 128);
+  } else {
+    for (int d = 0; d < Di; ++d) tile_f32[(size_t)d * kTile + lane] = row[d];
+  }
+}
+
 // Builds the tiles of keys key(b, i) = ki row `row_of(i)` for i < count
 // (zero / scale 0 past count).
 template <typename RowOf>
@@ -121,21 +134,12 @@ void BuildTiles(const IndexerParams& p, int count, RowOf row_of, bool par, KeyTi
     const int b = (int)(task / tiles);
     const int i0 = (int)(task % tiles) * kTile;
     const float* src = p.ki + b * p.ki_batch_stride;
-    int8_t q[kMaxInt8Dim];
-    for (int i = i0; i < std::min(count, i0 + kTile); ++i) {
-      const float* row = src + (int64_t)row_of(i) * Di;
-      if (int8) {
-        float s;
-        QuantizeRow(row, Di, q, &s);
-        kt->scale[(size_t)b * kt->ld + i] = s;
-        uint8_t* tile = kt->i8.data() + ((size_t)b * kt->ld + i0) * kt->Dg * 4;
-        for (int d = 0; d < Di; ++d)
-          tile[((size_t)(d / 4) * kTile + (i - i0)) * 4 + d % 4] = (uint8_t)(q[d] + 128);
-      } else {
-        float* tile = kt->f32.data() + ((size_t)b * kt->ld + i0) * Di;
-        for (int d = 0; d < Di; ++d) tile[(size_t)d * kTile + (i - i0)] = row[d];
-      }
-    }
+    const size_t first = (size_t)b * kt->ld + i0;  // the tile's first key
+    float* f32 = int8 ? nullptr : kt->f32.data() + first * Di;
+    uint8_t* i8 = int8 ? kt->i8.data() + first * kt->Dg * 4 : nullptr;
+    float* scale = int8 ? kt->scale.data() + first : nullptr;
+    for (int i = i0; i < std::min(count, i0 + kTile); ++i)
+      LayOutKey(src + (int64_t)row_of(i) * Di, Di, i - i0, f32, i8, scale);
   }
 }
 
@@ -415,7 +419,6 @@ int DirectTiles(const IndexerParams& p, const Kernels& kern, const QueryRow& q, 
   const bool int8 = p.precision == IndexerPrecision::kInt8;
   alignas(64) float sc[kTile];
   alignas(64) float scale[kTile];
-  int8_t q8[kMaxInt8Dim];
   float* tile_f32 = int8 ? nullptr : ThreadWorkspace(kSlotSample, (int64_t)Di * kTile);
   uint8_t* tile_i8 = int8 ? reinterpret_cast<uint8_t*>(ThreadWorkspace(kSlotSample, (int64_t)Dg * kTile)) : nullptr;
   for (int64_t tile = tile0; tile < tile1; ++tile) {
@@ -423,15 +426,11 @@ int DirectTiles(const IndexerParams& p, const Kernels& kern, const QueryRow& q, 
     if (int8) {
       std::memset(tile_i8, 128, (size_t)Dg * kTile * 4);
       for (int i = 0; i < kTile; ++i) scale[i] = 0.f;
-      for (int i = 0; i < m; ++i) {
-        QuantizeRow(ki + (int64_t)(s0 + i) * Di, Di, q8, &scale[i]);
-        for (int d = 0; d < Di; ++d) tile_i8[((size_t)(d / 4) * kTile + i) * 4 + d % 4] = (uint8_t)(q8[d] + 128);
-      }
+      for (int i = 0; i < m; ++i) LayOutKey(ki + (int64_t)(s0 + i) * Di, Di, i, nullptr, tile_i8, scale);
       count = kern.i8_collect(q, tile_i8, scale, Hi, Dg, n - s0, s0, 0, ckey, cidx, count);
     } else {
       std::memset(tile_f32, 0, (size_t)Di * kTile * sizeof(float));
-      for (int i = 0; i < m; ++i)
-        for (int d = 0; d < Di; ++d) tile_f32[(size_t)d * kTile + i] = ki[(int64_t)(s0 + i) * Di + d];
+      for (int i = 0; i < m; ++i) LayOutKey(ki + (int64_t)(s0 + i) * Di, Di, i, tile_f32, nullptr, nullptr);
       TileScoresF32(q, tile_f32, Hi, Di, sc);
       count = kern.collect(sc, n - s0, s0, 0, ckey, cidx, count);
     }

@@ -58,13 +58,8 @@ bool MaskedDenseAttention(const SparseAttentionParams& p, int tile) {
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < Tq; ++t) {
       const int32_t* sel = p.idx + b * p.idx_batch_stride + (int64_t)t * K;
-      int n = 0;
-      while (n < K && sel[n] >= 0) {
-        if ((n > 0 && sel[n] <= sel[n - 1]) || sel[n] > Tk - Tq + t) return false;
-        ++n;
-      }
-      for (int j = n; j < K; ++j)
-        if (sel[j] != -1) return false;
+      const int n = RegularPrefix(sel, K);
+      if (n < 0 || (n > 0 && sel[n - 1] > Tk - Tq + t)) return false;
       nsel[(size_t)b * Tq + t] = n;
     }
   tile = std::max(1, std::min(tile, Tq));

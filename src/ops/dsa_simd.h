@@ -29,6 +29,21 @@ struct SparseAttentionParams;
 // query rows; false (nothing written) when a selection row is not an
 // ascending prefix of causal keys followed by -1 pads.
 bool MaskedDenseAttention(const SparseAttentionParams& p, int tile);
+
+// The number of valid entries of a selection row when they form an
+// ascending prefix followed by -1 pads only (what IndexerTopK writes);
+// -1 when the row is in any other form (the blocked kernel then hands the
+// row to the row kernel).
+inline int RegularPrefix(const int32_t* sel, int K) {
+  int n = 0;
+  while (n < K && sel[n] >= 0) {
+    if (n > 0 && sel[n] <= sel[n - 1]) return -1;
+    ++n;
+  }
+  for (int j = n; j < K; ++j)
+    if (sel[j] != -1) return -1;
+  return n;
+}
 }  // namespace myriad::ops::dsa
 
 namespace myriad::ops::dsa::simd {
