@@ -85,11 +85,17 @@ int RunServe(int argc, char** argv) {
   app.add_option("--kv-redis", kv_redis_url, "T3: remote KV store shared by servers, e.g. redis://127.0.0.1:6379");
   app.add_flag("--kv-write-through", ecfg.write_through,
                "send each full KV block to the lower tiers at once (servers sharing Redis see each other's prefixes)");
+  std::string kv_load = "auto";
+  app.add_option("--kv-load", kv_load,
+                 "a prefix hit in a lower tier: auto (load it or recompute it, whichever the cost model says is faster) "
+                 "or always (load it)")
+      ->check(CLI::IsMember({"auto", "always"}));
   app.add_option("--kv-redis-ttl", kv_redis_ttl, "T3: seconds a block lives in Redis (0: no expiry)")
       ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   scfg.max_body_bytes = static_cast<size_t>(max_body);
   ecfg.prefix_cache = !no_prefix_cache;
+  ecfg.load_or_recompute = kv_load == "auto";
   if (scfg.api_key.empty()) {
     if (const char* k = std::getenv("MYRIAD_API_KEY")) scfg.api_key = k;
   }

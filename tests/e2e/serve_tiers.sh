@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `myriad serve` with its lower KV tiers, end to end on a tiny trained model:
 # greedy outputs with cache hits served from the host tier, from the disk tier
-# after a restart and from Redis (shared by two servers) are identical to the
-# outputs of a server without any prefix cache; a corrupt disk block is
+# after a restart and from Redis (shared by servers) are identical to the
+# outputs of a server without any prefix cache, whether a hit is loaded or
+# the cost model recomputes it (--kv-load auto); a corrupt disk block is
 # detected and recomputed (same output). Starts its own redis-server.
 # Usage: serve_tiers.sh MYRIAD_BINARY SOURCE_DIR
 source "$(dirname "$0")/lib.sh" "$1" "$2"
@@ -57,12 +58,12 @@ h=$(tier_hits "$URL" host)
 stop_server
 
 echo "== disk tier across a restart"
-start_server --kv-disk "$WORK/kvdisk"
+start_server --kv-disk "$WORK/kvdisk" --kv-load always
 complete "$URL" "$P2" >/dev/null
 stop_server
 n=$(ls "$WORK/kvdisk" | grep -c '\.kvb$' || true)
 [ "$n" -gt 0 ] && pass "shutdown wrote $n blocks to the disk tier" || fail "no blocks on disk after shutdown"
-start_server --kv-disk "$WORK/kvdisk"
+start_server --kv-disk "$WORK/kvdisk" --kv-load always
 r=$(complete "$URL" "$P2"); expect "restarted server hits its disk tier" "$r" "${REF[$P2]}" 16
 h=$(tier_hits "$URL" disk)
 [ "${h:-0}" -gt 0 ] && pass "metrics: $h prompt tokens served from disk" || fail "no disk tier hits in /metrics"
@@ -78,7 +79,7 @@ b[len(b) // 2] ^= 0xFF
 open(p, 'wb').write(b)
 PYEOF
 done
-start_server --kv-disk "$WORK/kvdisk"
+start_server --kv-disk "$WORK/kvdisk" --kv-load always
 r=$(complete "$URL" "$P2")
 text=$(cut -f1 <<<"$r"); cached=$(cut -f3 <<<"$r")
 if [ "$text" = "${REF[$P2]}" ] && [ "$cached" -eq 0 ]; then pass "corrupt blocks refused: recomputed, same output, cached_tokens 0"
@@ -96,20 +97,43 @@ for _ in $(seq 50); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break; slee
 REDIS="redis://127.0.0.1:$RPORT"
 start_server --kv-redis "$REDIS" --kv-write-through
 A_URL="$URL"
-# Server B: its own log, the same Redis.
-"$MYRIAD" serve --ckpt "$WORK/run" --port 0 --model-name tiny --kv-redis "$REDIS" 2>"$WORK/serve_b.log" &
-B_PID=$!
-B_URL=""
-for _ in $(seq 1 600); do
-  B_URL=$(grep -oE 'listening on http://[0-9.:]+' "$WORK/serve_b.log" | awk '{print $3}' || true)
-  [ -n "$B_URL" ] && break; sleep 0.1
-done
-[ -n "$B_URL" ] || { fail "server B did not start: $(tail -3 "$WORK/serve_b.log")"; finish; exit 1; }
+# start_peer NAME ARGS...: another server on the same Redis, its own log;
+# sets PEER_PID and PEER_URL.
+start_peer() {
+  local name="$1"; shift
+  "$MYRIAD" serve --ckpt "$WORK/run" --port 0 --model-name tiny --kv-redis "$REDIS" "$@" 2>"$WORK/serve_$name.log" &
+  PEER_PID=$!
+  PEER_URL=""
+  for _ in $(seq 1 600); do
+    PEER_URL=$(grep -oE 'listening on http://[0-9.:]+' "$WORK/serve_$name.log" | awk '{print $3}' || true)
+    [ -n "$PEER_URL" ] && return 0; sleep 0.1
+  done
+  fail "server $name did not start: $(tail -3 "$WORK/serve_$name.log")"; finish; exit 1
+}
+# Server B loads every hit (--kv-load always): with a model this small the
+# cost model may rightly find recomputing two blocks faster than a round trip
+# to Redis plus the step the request waits for it, which is server C's case.
+start_peer b --kv-load always
+B_PID=$PEER_PID; B_URL=$PEER_URL
 complete "$A_URL" "$P3" >/dev/null
-for _ in $(seq 50); do [ "$(redis-cli -p "$RPORT" dbsize)" -gt 0 ] && break; sleep 0.1; done
+for _ in $(seq 50); do [ "$(redis-cli -p "$RPORT" dbsize)" -ge 2 ] && break; sleep 0.1; done
 r=$(complete "$B_URL" "$P3"); expect "server B hits server A's blocks in Redis" "$r" "${REF[$P3]}" 16
 h=$(tier_hits "$B_URL" redis)
-[ "${h:-0}" -gt 0 ] && pass "metrics: $h prompt tokens served to B from Redis" || fail "no redis tier hits in B's /metrics"
+[ "${h:-0}" -gt 0 ] && pass "metrics: $h prompt tokens served to B from Redis" || {
+  fail "no redis tier hits in B's /metrics"
+  echo "redis keys: $(redis-cli -p "$RPORT" dbsize)"
+  curl -sf "$B_URL/metrics" | grep -E '^myriad_kv_(hit|recomputed|skipped)' | head -20
+}
+kill -TERM "$B_PID"; wait "$B_PID" || true; B_PID=""
+# Server C leaves it to the cost model: the same output, and the hit is either
+# loaded from Redis or counted as recomputed by choice -- never lost.
+start_peer c
+B_PID=$PEER_PID
+r=$(complete "$PEER_URL" "$P3"); expect "server C (--kv-load auto) on the same prefix" "$r" "${REF[$P3]}" 0
+h=$(tier_hits "$PEER_URL" redis)
+rc=$(curl -sf "$PEER_URL/metrics" | awk '$1 == "myriad_kv_recomputed_hit_tokens_total" {print $2}')
+[ $(( ${h:-0} + ${rc:-0} )) -ge 16 ] && pass "C's hit: $h tokens loaded from Redis, $rc recomputed by the cost model" ||
+  fail "C found no hit in Redis: loaded ${h:-0}, recomputed ${rc:-0}"
 kill -TERM "$B_PID"; wait "$B_PID" || true; B_PID=""
 stop_server
 finish
