@@ -25,6 +25,8 @@ const Verb kVerbs[] = {
     {"inspect", myriad::cli::RunInspect, "show a checkpoint's manifest and tensors"},
     {"serve", myriad::cli::RunServe, "serve a checkpoint over an OpenAI-compatible HTTP API"},
     {"tune", myriad::lab::RunTuneCli, "kernel lab: verify, time and tune kernels into a tuned table"},
+    {"plan", myriad::cli::RunPlan, "cost model and parallel planner: layout, step time, MFU, time to train"},
+    {"simulate", myriad::cli::RunSimulate, "failure simulator: ETTR, checkpoint interval, recovery"},
 };
 
 void Usage(FILE* f) {
@@ -53,7 +55,7 @@ int main(int argc, char** argv) {
     }
     return v.run(argc - 1, argv + 1);
   }
-  std::fprintf(stderr, "myriad: unknown verb '%s' (hint: one of prepare, train, launch, preflight, eval, generate, doctor, inspect, serve, tune)\n",
+  std::fprintf(stderr, "myriad: unknown verb '%s' (hint: one of prepare, train, launch, preflight, eval, generate, doctor, inspect, serve, tune, plan, simulate)\n",
                argv[1]);
   return 2;
 }

@@ -10,4 +10,6 @@ int RunGenerate(int argc, char** argv);
 int RunDoctor(int argc, char** argv);
 int RunInspect(int argc, char** argv);
 int RunServe(int argc, char** argv);
+int RunPlan(int argc, char** argv);
+int RunSimulate(int argc, char** argv);
 }  // namespace myriad::cli

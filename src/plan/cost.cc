@@ -1,0 +1,648 @@
+// The cost model's terms; docs/planning.md has the derivations.
+#include "plan/cost.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "core/check.h"
+
+namespace myriad::plan {
+
+const char* RecomputeName(Recompute r) {
+  switch (r) {
+    case Recompute::kNone: return "none";
+    case Recompute::kSelective: return "selective";
+    case Recompute::kFull: return "full";
+  }
+  return "?";
+}
+
+const char* AlgoName(Algo a) {
+  switch (a) {
+    case Algo::kNone: return "-";
+    case Algo::kRing: return "ring";
+    case Algo::kTree: return "tree";
+    case Algo::kHierarchical: return "hierarchical";
+  }
+  return "?";
+}
+
+std::string Layout::ToString() const {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "dp%lld tp%lld pp%lld ep%lld cp%lld mb%lld zero%d rc=%s v%lld", (long long)dp,
+                (long long)tp, (long long)pp, (long long)ep, (long long)cp, (long long)micro_batch, zero,
+                RecomputeName(recompute), (long long)interleave);
+  return buf;
+}
+
+Result<Layout> ParseLayout(const std::string& spec) {
+  Layout l;
+  size_t pos = 0;
+  while (pos < spec.size()) {
+    size_t end = spec.find_first_of(", ", pos);
+    if (end == std::string::npos) end = spec.size();
+    const std::string item = spec.substr(pos, end - pos);
+    pos = end + 1;
+    if (item.empty()) continue;
+    // "key=value", or "key<digits>" as ToString prints it ("dp8", "zero1").
+    size_t eq = item.find('=');
+    size_t vstart = eq == std::string::npos ? std::string::npos : eq + 1;
+    if (eq == std::string::npos) {
+      eq = item.find_first_of("0123456789");
+      vstart = eq;
+    }
+    const std::string key = item.substr(0, eq), val = eq == std::string::npos ? "" : item.substr(vstart);
+    auto bad = [&](const std::string& why) {
+      return Status::Error("layout '" + spec + "': " + item + ": " + why +
+                           " (hint: e.g. dp=6,tp=8,pp=64,ep=1,cp=1,mb=1,zero=1,rc=full,v=2)");
+    };
+    if (eq == std::string::npos || val.empty()) return bad("expected key=value");
+    if (key == "rc") {
+      if (val == "none") l.recompute = Recompute::kNone;
+      else if (val == "selective") l.recompute = Recompute::kSelective;
+      else if (val == "full") l.recompute = Recompute::kFull;
+      else return bad("rc is none, selective or full");
+      continue;
+    }
+    int64_t v = 0;
+    try {
+      size_t used = 0;
+      v = std::stoll(val, &used);
+      if (used != val.size()) throw std::invalid_argument(val);
+    } catch (const std::exception&) {
+      return bad("not an integer");
+    }
+    if (key == "dp") l.dp = v;
+    else if (key == "tp") l.tp = v;
+    else if (key == "pp") l.pp = v;
+    else if (key == "ep") l.ep = v;
+    else if (key == "cp") l.cp = v;
+    else if (key == "mb") l.micro_batch = v;
+    else if (key == "zero") l.zero = static_cast<int>(v);
+    else if (key == "v") l.interleave = v;
+    else return bad("unknown key");
+  }
+  return l;
+}
+
+// ---------------------------------------------------------------- collectives
+
+int64_t GroupSpan::size() const {
+  int64_t n = 1;
+  for (int64_t l : per_level) n *= l;
+  return n;
+}
+
+int GroupSpan::outermost() const {
+  for (int k = static_cast<int>(per_level.size()) - 1; k >= 0; --k)
+    if (per_level[k] > 1) return k;
+  return -1;
+}
+
+GroupSpan SpanOf(const ClusterDesc& c, const std::vector<std::pair<int64_t, int64_t>>& dims) {
+  // Members inside one tier-k block: for each dimension, those of its
+  // members whose strides fit in the block (nested dims multiply).
+  GroupSpan g;
+  int64_t inner = 1;  // members in one block of the level below
+  for (const TierDesc& t : c.tiers) {
+    int64_t in_block = 1;
+    for (auto [stride, size] : dims) {
+      if (size <= 1) continue;
+      const int64_t fit = stride >= t.size ? 1 : std::min(size, std::max<int64_t>(1, t.size / stride));
+      in_block *= fit;
+    }
+    g.per_level.push_back(std::max<int64_t>(1, in_block / inner));
+    inner = std::max(inner, in_block);
+  }
+  // Whatever does not fit the last tier (a layout larger than the cluster
+  // description) is counted at the outermost level.
+  int64_t total = 1;
+  for (auto [stride, size] : dims) total *= std::max<int64_t>(1, size);
+  if (!g.per_level.empty() && g.size() < total) g.per_level.back() *= total / g.size();
+  return g;
+}
+
+namespace {
+
+// Ring over the slowest tier the group crosses: 2(g-1)/g * n / beta + 2(g-1) alpha
+// for an all-reduce (half of that for all-gather / reduce-scatter).
+double RingSeconds(const ClusterDesc& c, const GroupSpan& g, double bytes, double passes) {
+  const int64_t n = g.size();
+  const int k = g.outermost();
+  if (k < 0) return 0;
+  const TierDesc& t = c.tiers[k];
+  return passes * (static_cast<double>(n - 1) / n * bytes / t.bandwidth + (n - 1) * t.latency);
+}
+
+// Double binary tree: every byte crosses each member's link about twice
+// (reduce up, broadcast down, pipelined), latency log2(g) per phase.
+double TreeSeconds(const ClusterDesc& c, const GroupSpan& g, double bytes) {
+  const int64_t n = g.size();
+  const int k = g.outermost();
+  if (k < 0) return 0;
+  const TierDesc& t = c.tiers[k];
+  return 2 * bytes / t.bandwidth + 2 * std::ceil(std::log2(static_cast<double>(n))) * t.latency;
+}
+
+// Hierarchical: a ring per tier on a shrinking buffer (reduce-scatter in
+// the inner tier, the next tier works on 1/l of it, ...).
+double HierarchicalSeconds(const ClusterDesc& c, const GroupSpan& g, double bytes, double passes) {
+  double s = 0, n = bytes;
+  for (size_t k = 0; k < g.per_level.size(); ++k) {
+    const int64_t l = g.per_level[k];
+    if (l <= 1) continue;
+    const TierDesc& t = c.tiers[k];
+    s += passes * (static_cast<double>(l - 1) / l * n / t.bandwidth + (l - 1) * t.latency);
+    n /= static_cast<double>(l);
+  }
+  return s;
+}
+
+}  // namespace
+
+CollCost AllReduce(const ClusterDesc& c, const GroupSpan& g, double bytes) {
+  if (g.size() <= 1 || bytes <= 0) return {};
+  CollCost best{RingSeconds(c, g, bytes, 2), Algo::kRing};
+  const double tree = TreeSeconds(c, g, bytes);
+  if (tree < best.seconds) best = {tree, Algo::kTree};
+  int levels = 0;
+  for (int64_t l : g.per_level) levels += l > 1;
+  if (levels > 1) {
+    const double h = HierarchicalSeconds(c, g, bytes, 2);
+    if (h < best.seconds) best = {h, Algo::kHierarchical};
+  }
+  return best;
+}
+
+CollCost AllGather(const ClusterDesc& c, const GroupSpan& g, double bytes) {
+  if (g.size() <= 1 || bytes <= 0) return {};
+  CollCost best{RingSeconds(c, g, bytes, 1), Algo::kRing};
+  int levels = 0;
+  for (int64_t l : g.per_level) levels += l > 1;
+  if (levels > 1) {
+    const double h = HierarchicalSeconds(c, g, bytes, 1);
+    if (h < best.seconds) best = {h, Algo::kHierarchical};
+  }
+  return best;
+}
+
+CollCost AllToAll(const ClusterDesc& c, const GroupSpan& g, double bytes, double imbalance) {
+  const int64_t n = g.size();
+  if (n <= 1 || bytes <= 0) return {};
+  // Members reachable inside one block of each level: traffic to the ones
+  // in the same level-k block but not the level-(k-1) block uses tier k.
+  double worst = 0, inner = 1;
+  const int top = g.outermost();
+  for (size_t k = 0; k < g.per_level.size(); ++k) {
+    const double reach = inner * static_cast<double>(g.per_level[k]);
+    const double share = bytes * imbalance * (reach - inner) / static_cast<double>(n);
+    worst = std::max(worst, share / c.tiers[k].bandwidth);
+    inner = reach;
+  }
+  return {worst + static_cast<double>(n - 1) * c.tiers[top].latency, Algo::kRing};
+}
+
+double SendRecv(const ClusterDesc& c, int64_t stride, double bytes) {
+  if (bytes <= 0) return 0;
+  for (const TierDesc& t : c.tiers)
+    if (stride < t.size) return bytes / t.bandwidth + t.latency;
+  const TierDesc& t = c.tiers.back();
+  return bytes / t.bandwidth + t.latency;
+}
+
+// ---------------------------------------------------------------- layers
+
+namespace {
+
+// One GEMM [M,K] x [K,N]: the slower of its FLOPs at the device's GEMM
+// efficiency and of moving its three operands once (small or skinny GEMMs
+// are memory bound).
+double Gemm(const DeviceDesc& d, double M, double N, double K, double elem_bytes) {
+  if (M <= 0 || N <= 0 || K <= 0) return 0;
+  const double flops = 2 * M * N * K;
+  const double bytes = (M * K + K * N + M * N) * elem_bytes;
+  return std::max(flops / (d.peak_flops * d.gemm_efficiency), bytes / (d.memory_bw * d.memory_efficiency));
+}
+
+// Query-key pairs of causal attention over `s` tokens where each query sees
+// at most `k` keys (k >= s: dense causal, s(s+1)/2).
+double CausalPairs(double s, double k) {
+  if (k >= s) return s * (s + 1) / 2;
+  return s * k - k * (k - 1) / 2;
+}
+
+// One layer's pass on one rank for one micro-batch.
+struct LayerCost {
+  double gemm_fwd = 0, attn_fwd = 0, elem_fwd = 0;  // seconds
+  double flops_fwd = 0, core_flops = 0;               // executed FLOPs (this rank); the attention core's part
+  double tp_fwd = 0, ep_fwd = 0, cp_fwd = 0;          // comm seconds of the forward (before overlap)
+  double act_none = 0, act_selective = 0, act_input = 0;  // activation bytes kept for the backward
+};
+
+struct Ctx {
+  const JobDesc& job;
+  const ClusterDesc& c;
+  const Layout& l;
+  const ModelConfig& m;
+  double s, tokS;  // sequence length, tokens of this rank's micro-batch (its CP shard)
+};
+
+LayerCost LayerOf(const Ctx& x, bool moe, bool indexer) {
+  const DeviceDesc& d = x.c.device;
+  const ModelConfig& m = x.m;
+  const Layout& l = x.l;
+  const double ab = x.job.activation_bytes;
+  const double tp = static_cast<double>(l.tp), C = static_cast<double>(m.d_model);
+  const double hd = static_cast<double>(m.head_dim());
+  const double Hl = m.n_heads / tp, Hkvl = m.n_kv_heads / tp;
+  const double tok = x.tokS;
+  LayerCost r;
+  auto gemm = [&](double M, double N, double K) {
+    r.gemm_fwd += Gemm(d, M, N, K, ab);
+    r.flops_fwd += 2 * M * N * K;
+  };
+  // Attention: projections, then the causal (or top-k sparse) core.
+  gemm(tok, (Hl + 2 * Hkvl) * hd, C);
+  gemm(tok, C, Hl * hd);
+  const double k = m.dsa() ? static_cast<double>(m.dsa_topk) : x.s;
+  const double pairs = CausalPairs(x.s, k) / static_cast<double>(l.cp) * l.micro_batch;
+  double core = 4 * pairs * Hl * hd;
+  if (indexer) {
+    const double Hi = static_cast<double>(m.dsa_index_heads), Di = static_cast<double>(m.dsa_index_dim);
+    gemm(tok, Hi * Di + Di + Hi, C);
+    core += 2 * CausalPairs(x.s, x.s) / static_cast<double>(l.cp) * l.micro_batch * Hi * Di;
+  }
+  r.attn_fwd = core / (d.peak_flops * d.attention_efficiency);
+  r.flops_fwd += core;
+  r.core_flops = core;
+  // FFN: dense, or router + routed experts (the busiest rank's tokens) + shared.
+  double ffn_width = 0;
+  if (!moe) {
+    const double F = m.d_ff / tp;
+    gemm(tok, 2 * F, C);
+    gemm(tok, C, F);
+    ffn_width = F;
+  } else {
+    const double E = static_cast<double>(m.n_routed_experts), Fe = m.d_expert / tp;
+    const double local_experts = E / static_cast<double>(l.ep);
+    const double per_expert = tok * m.top_k * static_cast<double>(l.ep) / E * x.job.moe_imbalance;
+    gemm(tok, E, C);
+    for (int i = 0; i < 2; ++i) {  // gate+up, then down, for each local expert
+      const double t = i == 0 ? Gemm(d, per_expert, 2 * Fe, C, ab) : Gemm(d, per_expert, C, Fe, ab);
+      r.gemm_fwd += t * local_experts;
+      r.flops_fwd += 2 * per_expert * (i == 0 ? 2 * Fe * C : C * Fe) * local_experts;
+    }
+    const double SF = static_cast<double>(m.n_shared_experts * m.d_expert) / tp;
+    if (SF > 0) {
+      gemm(tok, 2 * SF, C);
+      gemm(tok, C, SF);
+    }
+    ffn_width = m.top_k * Fe * x.job.moe_imbalance + SF;
+  }
+  // Element-wise passes (norms, residuals, RoPE, the FFN activation, the
+  // experts' permutation copies), each a read and a write.
+  double elems = 12 * tok * C / tp + 2 * tok * (Hl + Hkvl) * hd + 3 * tok * ffn_width;
+  if (moe) elems += 4 * tok * m.top_k * C / tp;
+  r.elem_fwd = elems * ab / (d.memory_bw * d.memory_efficiency) + d.kernel_overhead_s;
+
+  // Communication of the forward. TP with sequence parallelism: an
+  // all-gather and a reduce-scatter around attention and around the FFN.
+  if (l.tp > 1) {
+    const GroupSpan g = SpanOf(x.c, {{1, l.tp}});
+    r.tp_fwd = 4 * AllGather(x.c, g, tok * C * ab).seconds;
+  }
+  if (moe && l.ep > 1) {  // dispatch and combine of this rank's tokens
+    const GroupSpan g = SpanOf(x.c, {{l.tp * l.cp, l.ep}});
+    r.ep_fwd = 2 * AllToAll(x.c, g, tok / tp * m.top_k * C * ab, x.job.moe_imbalance).seconds;
+  }
+  if (l.cp > 1) {  // ring attention: the other cp-1 shards' keys and values pass by
+    double kv = tok * 2 * Hkvl * hd * ab;
+    if (indexer) kv += tok * m.dsa_index_dim * ab;
+    r.cp_fwd = static_cast<double>(l.cp - 1) * SendRecv(x.c, l.tp, kv);
+  }
+
+  // Activations kept for the backward (bytes): the layer input and norm
+  // outputs (sequence-parallel: /tp), q, k, v and the attention output, the
+  // FFN's inputs and intermediates; indexer selections as int32.
+  const double attn_keep = tok * (2 * C / tp + (2 * Hl + 2 * Hkvl) * hd) * ab;
+  double ffn_keep, ffn_recomputable;
+  if (!moe) {
+    ffn_keep = tok * (2 * C / tp + 3 * ffn_width) * ab;
+    ffn_recomputable = tok * (C / tp + ffn_width) * ab;  // norm output, activation output
+  } else {
+    ffn_keep = tok * (2 * C / tp + 2 * m.top_k * C / tp + 3 * ffn_width) * ab + tok * m.n_routed_experts * 4;
+    ffn_recomputable = tok * (C / tp + ffn_width) * ab;
+  }
+  double sel = 0;
+  if (indexer && k < x.s) sel = tok * k * 4;
+  r.act_none = attn_keep + ffn_keep + sel;
+  r.act_selective = r.act_none - ffn_recomputable - tok * C / tp * ab;
+  r.act_input = tok * C / tp * ab + sel;
+  return r;
+}
+
+}  // namespace
+
+double ForwardFlopsPerToken(const ModelConfig& m, int64_t seq_len) {
+  const ParamCounts p = CountParams(m);
+  // Every active weight but the embedding lookup does one multiply-add.
+  double f = 2 * (p.active - p.embedding + (m.tie_embeddings ? p.embedding : 0));
+  const double s = static_cast<double>(seq_len);
+  const double k = m.dsa() ? static_cast<double>(m.dsa_topk) : s;
+  const double per_token_pairs = CausalPairs(s, k) / s;
+  f += 4 * per_token_pairs * m.n_heads * m.head_dim() * static_cast<double>(m.n_layers + m.mtp_depth);
+  if (m.dsa())
+    f += 2 * CausalPairs(s, s) / s * m.dsa_index_heads * m.dsa_index_dim * static_cast<double>(m.dsa_indexer_layers());
+  return f;
+}
+
+double MegatronFlopsPerIteration(double B, double s, double l, double h, double V) {
+  return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
+}
+
+Status CheckLayout(const JobDesc& job, const ClusterDesc& c, const Layout& l) {
+  const ModelConfig& m = job.model;
+  auto err = [&](const std::string& s) { return Status::Error(l.ToString() + ": " + s); };
+  for (int64_t v : {l.dp, l.tp, l.pp, l.ep, l.cp, l.micro_batch, l.interleave})
+    if (v < 1) return err("every degree, the micro-batch and the interleave must be >= 1");
+  if (l.zero < 0 || l.zero > 3) return err("zero stage must be 0-3");
+  if (l.devices() != c.devices)
+    return err("dp*tp*pp*ep*cp = " + std::to_string(l.devices()) + " but the cluster has " + std::to_string(c.devices));
+  auto divides = [&](const char* what, int64_t v, const char* by, int64_t d) -> Status {
+    if (d > 0 && v % d) return err(std::string(what) + "=" + std::to_string(v) + " is not divisible by " + by + "=" + std::to_string(d));
+    return Status::Ok();
+  };
+  RETURN_IF_ERROR(divides("n_heads", m.n_heads, "tp", l.tp));
+  RETURN_IF_ERROR(divides("n_kv_heads", m.n_kv_heads, "tp", l.tp));
+  if (m.n_dense_layers > 0 || m.n_routed_experts == 0) RETURN_IF_ERROR(divides("d_ff", m.d_ff, "tp", l.tp));
+  if (m.n_routed_experts > 0) {
+    RETURN_IF_ERROR(divides("d_expert", m.d_expert, "tp", l.tp));
+    RETURN_IF_ERROR(divides("n_routed_experts", m.n_routed_experts, "ep", l.ep));
+  } else if (l.ep > 1) {
+    return err("ep > 1 but the model has no routed experts");
+  }
+  if (l.pp * l.interleave > m.n_layers) return err("pp*interleave exceeds n_layers");
+  if (l.interleave > 1 && l.pp == 1) return err("interleaving needs pp > 1");
+  if (l.cp > 1) RETURN_IF_ERROR(divides("seq_len", job.seq_len, "2*cp", 2 * l.cp));
+  RETURN_IF_ERROR(divides("global_batch_tokens", job.global_batch_tokens, "seq_len", job.seq_len));
+  const int64_t B = job.sequences();
+  RETURN_IF_ERROR(divides("sequences per step", B, "dp*ep", l.dp * l.ep));
+  RETURN_IF_ERROR(divides("sequences per replica", B / (l.dp * l.ep), "micro_batch", l.micro_batch));
+  return Status::Ok();
+}
+
+std::vector<int64_t> BalanceStages(const std::vector<double>& t, double first_extra, double last_extra, int64_t P) {
+  const int64_t L = static_cast<int64_t>(t.size());
+  CHECK(P >= 1 && P <= L);
+  // Greedy from the last stage back: the fewest stages whose times stay
+  // within T; returns their sizes (last stage first), empty if T is too small.
+  auto pack = [&](double T) {
+    std::vector<int64_t> sizes;
+    double cur = last_extra;
+    int64_t n = 0;
+    for (int64_t i = L - 1; i >= 0; --i) {
+      const double extra = i == 0 ? first_extra : 0;
+      if (n > 0 && cur + t[i] + extra > T) {
+        sizes.push_back(n);
+        cur = 0, n = 0;
+      }
+      cur += t[i] + extra;
+      ++n;
+      if (cur > T) return std::vector<int64_t>{};
+    }
+    sizes.push_back(n);
+    return sizes;
+  };
+  double lo = 0, hi = first_extra + last_extra;
+  for (double x : t) hi += x;
+  std::vector<int64_t> best = pack(hi);
+  for (int it = 0; it < 60 && hi - lo > 1e-9 * hi; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    std::vector<int64_t> s = pack(mid);
+    if (!s.empty() && static_cast<int64_t>(s.size()) <= P) {
+      hi = mid;
+      best = std::move(s);
+    } else {
+      lo = mid;
+    }
+  }
+  std::reverse(best.begin(), best.end());
+  // Fewer stages than P: split the largest (never raises the maximum).
+  while (static_cast<int64_t>(best.size()) < P) {
+    auto it = std::max_element(best.begin(), best.end());
+    const int64_t n = *it, keep = n / 2;
+    *it = n - keep;
+    best.insert(it, keep);
+  }
+  return best;
+}
+
+StepEstimate Estimate(const JobDesc& job, const ClusterDesc& c, const Layout& l) {
+  StepEstimate e;
+  const Status ok = CheckLayout(job, c, l);
+  if (!ok.ok()) {
+    e.why = ok.message();
+    return e;
+  }
+  const ModelConfig& m = job.model;
+  const DeviceDesc& d = c.device;
+  const Ctx x{job, c, l, m, static_cast<double>(job.seq_len),
+              static_cast<double>(l.micro_batch * job.seq_len) / static_cast<double>(l.cp)};
+  const int64_t mb_count = job.sequences() / (l.dp * l.ep * l.micro_batch);
+  e.microbatches = mb_count;
+  const double ab = job.activation_bytes, tp = static_cast<double>(l.tp), C = static_cast<double>(m.d_model);
+
+  // The four kinds of layer: dense or MoE FFN, with or without an indexer.
+  LayerCost kinds[4];
+  for (int i = 0; i < 4; ++i) kinds[i] = LayerOf(x, i >= 2, i % 2 == 1);
+  const int64_t L = m.n_layers, P = l.pp;
+  const double rc_fwd = l.recompute == Recompute::kFull ? 1.0 : 0.0;
+  // A layer's time per micro-batch: forward, backward (and recompute), and
+  // its exposed communication. TP: the same collectives again in the
+  // backward (and in a full recompute); EP: dispatch and combine again; CP:
+  // twice the bytes (keys/values and their gradients), hidden behind the core.
+  auto layer_time = [&](const LayerCost& lc, double* f, double* b, double* tps, double* eps, double* cps) {
+    *f = lc.gemm_fwd + lc.attn_fwd + lc.elem_fwd;
+    *b = 2 * lc.gemm_fwd + 2.5 * lc.attn_fwd + 2 * lc.elem_fwd + rc_fwd * *f;
+    if (l.recompute == Recompute::kSelective) *b += lc.attn_fwd + lc.elem_fwd;
+    *tps = lc.tp_fwd * (2 + rc_fwd);
+    *eps = lc.ep_fwd * (2 + rc_fwd);
+    // Overlapped communication (job.overlap_*: GEMMs split around the TP
+    // collectives; expert all-to-alls behind another micro-batch's compute)
+    // hides behind the layer's compute, a tenth always exposed.
+    if (job.overlap_tp_comm) *tps = std::max(0.1 * *tps, *tps - (*f + *b));
+    if (job.overlap_ep_comm) *eps = std::max(0.1 * *eps, *eps - (*f + *b));
+    *cps = std::max(0.0, lc.cp_fwd - lc.attn_fwd) * (1 + rc_fwd) + std::max(0.0, 2 * lc.cp_fwd - 2.5 * lc.attn_fwd);
+    return *f + *b + *tps + *eps + *cps;
+  };
+  auto kind_of = [&](int64_t li) { return (m.is_moe_layer(li) ? 2 : 0) + (m.dsa_indexer_layer(li) ? 1 : 0); };
+  // The last stage's extra work: final norm, head and loss; the MTP modules
+  // (a block, a projection and the head each).
+  const double V = static_cast<double>(m.vocab_size);
+  const double head = Gemm(d, x.tokS, V / tp, C, ab);
+  const double loss_s = x.tokS * V / tp * 3 * 4 / (d.memory_bw * d.memory_efficiency);
+  const double proj = Gemm(d, x.tokS, C, 2 * C, ab) + head;
+  double last_extra = 3 * head + 2 * loss_s;
+  {
+    double f, b, t1, t2, t3;
+    const double block = layer_time(kinds[m.mtp_block_is_moe() ? 2 : 0], &f, &b, &t1, &t2, &t3);
+    last_extra += static_cast<double>(m.mtp_depth) * (block + 3 * proj);
+  }
+  // Stages: layers balanced so that no stage's time exceeds what it must
+  // (job.balance_stages, Myriad's parallel.pp_layers), or as even as possible.
+  std::vector<int64_t> sizes;
+  if (job.balance_stages && P > 1) {
+    std::vector<double> t(L);
+    for (int64_t li = 0; li < L; ++li) {
+      double f, b, t1, t2, t3;
+      t[li] = layer_time(kinds[kind_of(li)], &f, &b, &t1, &t2, &t3);
+    }
+    sizes = BalanceStages(t, 0.0, last_extra, P);
+  } else {
+    for (int64_t st = 0; st < P; ++st) sizes.push_back(L / P + (st < L % P ? 1 : 0));
+  }
+  double stage_max = 0, stage_bwd_max = 0, hw_flops = 0, mem_max = 0;
+  MemoryBreakdown worst;
+  const ParamCounts pc = CountParams(m);
+  const int64_t D_dense = l.dp * l.ep * l.cp, D_expert = l.dp * l.cp;
+  double tp_total = 0, ep_total = 0, cp_total = 0, pp_total = 0, dp_total = 0, z3_total = 0, opt_total = 0;
+  for (int64_t st = 0, begin = 0; st < P; ++st) {
+    const int64_t n = sizes[st];
+    const int64_t end = begin + n;
+    double fwd = 0, bwd = 0, tp_s = 0, ep_s = 0, cp_s = 0, flops = 0, act = 0, act_work = 0;
+    double dense_params = 0, expert_params = 0;
+    auto add_layer = [&](const LayerCost& lc) {
+      double f, b, t1, t2, t3;
+      layer_time(lc, &f, &b, &t1, &t2, &t3);
+      fwd += f, bwd += b, tp_s += t1, ep_s += t2, cp_s += t3;
+      flops += lc.flops_fwd * (3 + rc_fwd) + (l.recompute == Recompute::kSelective ? lc.core_flops : 0);
+      const double keep = l.recompute == Recompute::kNone ? lc.act_none
+                          : l.recompute == Recompute::kSelective ? lc.act_selective : lc.act_input;
+      act += keep;
+      act_work = std::max(act_work, lc.act_none);
+    };
+    for (int64_t li = begin; li < end; ++li) {
+      const bool moe = m.is_moe_layer(li);
+      add_layer(kinds[kind_of(li)]);
+      dense_params += pc.dense_per_layer + (moe ? pc.ffn_moe_shared : pc.ffn_dense);
+      if (moe) expert_params += pc.expert * static_cast<double>(m.n_routed_experts);
+    }
+    const bool first = st == 0, last = st == P - 1;
+    if (first) dense_params += pc.embedding;
+    double logits = 0;
+    if (last) {
+      fwd += head + loss_s;
+      bwd += 2 * head + loss_s;
+      flops += 3 * 2 * x.tokS * V / tp * C;
+      for (int64_t j = 0; j < m.mtp_depth; ++j) {
+        const bool moe = m.mtp_block_is_moe();
+        add_layer(kinds[moe ? 2 : 0]);
+        fwd += proj;
+        bwd += 2 * proj;
+        flops += 3 * 2 * x.tokS * (C * 2 * C + V / tp * C);
+        dense_params += pc.dense_per_layer + 3 * C + 2 * C * C + (moe ? pc.ffn_moe_shared : pc.ffn_dense);
+        if (moe) expert_params += pc.expert * static_cast<double>(m.n_routed_experts);
+      }
+      dense_params += pc.head;
+      if (m.tie_embeddings && P > 1) dense_params += pc.embedding;  // the head's copy of the embedding
+      logits = x.tokS * V / tp * 8;  // fp32 logits and their gradient
+    }
+    // Per rank: TP splits the matrices (norms too, as an approximation),
+    // EP the routed experts.
+    dense_params /= tp;
+    expert_params /= tp * static_cast<double>(l.ep);
+    const double local = dense_params + expert_params;
+
+    // Pipeline p2p: the boundary activation (sequence-parallel shard) out
+    // and its gradient back, per micro-batch and model chunk.
+    double pp_s = 0;
+    if (P > 1) pp_s = 2 * static_cast<double>(l.interleave) * SendRecv(c, l.tp * l.cp * l.ep * l.dp, x.tokS * C / tp * ab);
+
+    // Memory.
+    MemoryBreakdown mem;
+    const double Dd = static_cast<double>(D_dense), De = static_cast<double>(D_expert);
+    auto shard = [&](double params, double D, double bytes, bool sharded) { return params * bytes / (sharded ? D : 1.0); };
+    mem.weights = shard(dense_params, Dd, job.weight_bytes, l.zero >= 3) + shard(expert_params, De, job.weight_bytes, l.zero >= 3);
+    mem.grads = shard(dense_params, Dd, job.grad_bytes, l.zero >= 2) + shard(expert_params, De, job.grad_bytes, l.zero >= 2);
+    mem.optimizer = shard(dense_params, Dd, job.optimizer_bytes, l.zero >= 1) + shard(expert_params, De, job.optimizer_bytes, l.zero >= 1);
+    // 1F1B: stage st holds min(m, P - st) micro-batches in flight
+    // (interleaving adds (P-1)/(P v) more at the first stage).
+    double inflight = static_cast<double>(std::min<int64_t>(mb_count, P - st));
+    if (l.interleave > 1) inflight *= 1 + static_cast<double>(P - 1) / static_cast<double>(P * l.interleave);
+    // Full recomputation rebuilds one layer's whole working set at a time.
+    mem.activations = act * inflight + (l.recompute == Recompute::kFull ? act_work : 0);
+    mem.logits = logits;
+    const double layer_params = n > 0 ? local / static_cast<double>(n) : 0;
+    mem.buffers = 2 * x.tokS * C * ab + (l.zero >= 3 ? 2 * layer_params * job.weight_bytes : 0);
+    mem.total = mem.weights + mem.grads + mem.optimizer + mem.activations + mem.logits + mem.buffers;
+    mem.capacity = d.memory_bytes * d.usable_memory;
+    if (mem.total > mem_max) {
+      mem_max = mem.total;
+      worst = mem;
+    }
+
+    // Data parallel: gradients reduced over each parameter's replicas
+    // (ZeRO >= 1: reduce-scatter + all-gather of the new weights, the same
+    // bytes as an all-reduce when weights and gradients are as wide).
+    const GroupSpan gd = SpanOf(c, {{l.tp, l.cp * l.ep * l.dp}});
+    const GroupSpan ge = SpanOf(c, {{l.tp, l.cp}, {l.tp * l.cp * l.ep, l.dp}});
+    double dp_s = 0, z3 = 0;
+    auto reduce = [&](const GroupSpan& g, double params) {
+      if (l.zero == 0) return AllReduce(c, g, params * job.grad_bytes).seconds;
+      return AllGather(c, g, params * job.grad_bytes).seconds + AllGather(c, g, params * job.weight_bytes).seconds;
+    };
+    dp_s = reduce(gd, dense_params) + reduce(ge, expert_params);
+    if (l.zero >= 3) {
+      // Weights gathered before each micro-batch's forward and backward,
+      // prefetched behind the previous layer's compute.
+      const double ag = AllGather(c, gd, dense_params * job.weight_bytes).seconds +
+                        AllGather(c, ge, expert_params * job.weight_bytes).seconds;
+      z3 = static_cast<double>(mb_count) * (std::max(0.0, ag - fwd) + std::max(0.0, ag - bwd));
+    }
+    // Optimizer: stream the shard's master weights, moments, gradients, weights.
+    const double shard_params = l.zero >= 1 ? dense_params / Dd + expert_params / De : local;
+    const double opt = shard_params * (2 * job.optimizer_bytes + job.grad_bytes + 2 * job.weight_bytes) /
+                       (d.memory_bw * d.memory_efficiency);
+
+    const double per_mb = fwd + bwd + tp_s + ep_s + cp_s + pp_s;
+    if (per_mb > stage_max) {
+      stage_max = per_mb;
+      stage_bwd_max = bwd;
+      tp_total = tp_s, ep_total = ep_s, cp_total = cp_s, pp_total = pp_s;
+    }
+    dp_total = std::max(dp_total, dp_s);
+    z3_total = std::max(z3_total, z3);
+    opt_total = std::max(opt_total, opt);
+    hw_flops += flops * static_cast<double>(mb_count);
+    begin = end;
+  }
+  const double mbs = static_cast<double>(mb_count);
+  e.compute_s = mbs * (stage_max - tp_total - ep_total - cp_total - pp_total);
+  e.tp_s = mbs * tp_total, e.ep_s = mbs * ep_total, e.cp_s = mbs * cp_total, e.pp_s = mbs * pp_total;
+  e.bubble_s = P > 1 ? static_cast<double>(P - 1) / static_cast<double>(l.interleave) * stage_max : 0;
+  // Gradient reduction overlaps the last micro-batch's backward (bucketed;
+  // the last bucket, an eighth, is always exposed).
+  e.dp_s = std::max(dp_total - (job.overlap_grad_reduce ? stage_bwd_max : 0), dp_total / 8);
+  e.zero3_s = z3_total;
+  e.optimizer_s = opt_total;
+  e.step_s = e.compute_s + e.tp_s + e.ep_s + e.cp_s + e.pp_s + e.bubble_s + e.dp_s + e.zero3_s + e.optimizer_s;
+  e.mem = worst;
+  const double tokens = static_cast<double>(job.global_batch_tokens);
+  e.tokens_per_s = tokens / e.step_s;
+  e.model_flops_per_token = 3 * ForwardFlopsPerToken(m, job.seq_len);
+  e.mfu = e.model_flops_per_token * tokens / (e.step_s * static_cast<double>(c.devices) * d.peak_flops);
+  // hw_flops counted one pipeline (one dp*ep*cp replica's stages, each
+  // tp-sharded): scale to the whole cluster.
+  e.hw_flops_per_step = hw_flops * static_cast<double>(l.dp * l.ep * l.cp * l.tp);
+  if (worst.total > worst.capacity) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "needs %.1f GB per device, %.1f GB usable", worst.total / 1e9, worst.capacity / 1e9);
+    e.why = buf;
+    return e;
+  }
+  e.feasible = true;
+  return e;
+}
+
+}  // namespace myriad::plan
