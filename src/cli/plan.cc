@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/plan_calibrate.h"
 #include "cli/verbs.h"
 #include <optional>
 
@@ -47,7 +48,32 @@ int RunPlan(int argc, char** argv) {
   app.add_option("--top", top, "runners-up to show");
   app.add_flag("--json", json, "print JSON instead of text");
   app.add_option("--show-preset", show_preset, "print a cluster preset's TOML and exit");
+  CalibrateOptions cal;
+  bool calibrate = false;
+  std::string measure_comm;
+  app.add_flag("--calibrate", calibrate,
+               "measure this machine's kernels and MPI collectives, predict the step time of each of --layouts for "
+               "the training config -c, run each with mpirun and compare");
+  app.add_option("--layouts", cal.layouts, "calibration: layouts separated by ';'")
+      ->default_str("dp=1;dp=2;dp=2,zero=3;tp=2;pp=2;ep=2;cp=2");
+  app.add_option("--steps", cal.steps, "calibration: training steps per run (default 12)")->check(CLI::Range(3, 100000));
+  app.add_option("--repeats", cal.rounds, "calibration: runs of every layout, interleaved (default 3)")->check(CLI::Range(1, 100));
+  app.add_option("--report", cal.report, "calibration: write a JSON report here");
+  app.add_option("--work-dir", cal.work_dir, "calibration: keep the runs' logs and metrics here");
+  app.add_option("--measure-comm", measure_comm, "(internal) one rank of the collective benchmark, under mpirun")
+      ->group("");
+  cal.layouts = "dp=1;dp=2;dp=2,zero=3;tp=2;pp=2;ep=2;cp=2";
   CLI11_PARSE(app, argc, argv);
+  if (!measure_comm.empty()) return RunMeasureComm(measure_comm, config, overrides);
+  if (calibrate) {
+    if (config.empty()) {
+      std::fprintf(stderr, "myriad plan --calibrate: no training config (hint: -c configs/demo-moe.toml)\n");
+      return 2;
+    }
+    cal.config = config;
+    cal.overrides = overrides;
+    return RunCalibrate(cal);
+  }
 
   auto fail = [](const Status& s) {
     std::fprintf(stderr, "myriad plan: %s\n", s.message().c_str());

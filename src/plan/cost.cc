@@ -127,12 +127,15 @@ namespace {
 
 // Ring over the slowest tier the group crosses: 2(g-1)/g * n / beta + 2(g-1) alpha
 // for an all-reduce (half of that for all-gather / reduce-scatter).
-double RingSeconds(const ClusterDesc& c, const GroupSpan& g, double bytes, double passes) {
+// `eff`: the collective's achieved fraction of a tier's bandwidth.
+using EffOf = double TierDesc::*;
+
+double RingSeconds(const ClusterDesc& c, const GroupSpan& g, double bytes, double passes, EffOf eff) {
   const int64_t n = g.size();
   const int k = g.outermost();
   if (k < 0) return 0;
   const TierDesc& t = c.tiers[k];
-  return passes * (static_cast<double>(n - 1) / n * bytes / t.bandwidth + (n - 1) * t.latency);
+  return passes * (static_cast<double>(n - 1) / n * bytes / (t.bandwidth * (t.*eff)) + (n - 1) * t.latency);
 }
 
 // Double binary tree: every byte crosses each member's link about twice
@@ -142,49 +145,74 @@ double TreeSeconds(const ClusterDesc& c, const GroupSpan& g, double bytes) {
   const int k = g.outermost();
   if (k < 0) return 0;
   const TierDesc& t = c.tiers[k];
-  return 2 * bytes / t.bandwidth + 2 * std::ceil(std::log2(static_cast<double>(n))) * t.latency;
+  return 2 * bytes / (t.bandwidth * t.allreduce_eff) + 2 * std::ceil(std::log2(static_cast<double>(n))) * t.latency;
 }
 
 // Hierarchical: a ring per tier on a shrinking buffer (reduce-scatter in
 // the inner tier, the next tier works on 1/l of it, ...).
-double HierarchicalSeconds(const ClusterDesc& c, const GroupSpan& g, double bytes, double passes) {
+double HierarchicalSeconds(const ClusterDesc& c, const GroupSpan& g, double bytes, double passes, EffOf eff) {
   double s = 0, n = bytes;
   for (size_t k = 0; k < g.per_level.size(); ++k) {
     const int64_t l = g.per_level[k];
     if (l <= 1) continue;
     const TierDesc& t = c.tiers[k];
-    s += passes * (static_cast<double>(l - 1) / l * n / t.bandwidth + (l - 1) * t.latency);
+    s += passes * (static_cast<double>(l - 1) / l * n / (t.bandwidth * (t.*eff)) + (l - 1) * t.latency);
     n /= static_cast<double>(l);
   }
   return s;
 }
 
-}  // namespace
+double ReductionSeconds(const ClusterDesc& c, const GroupSpan& g, double bytes) {
+  if (c.device.reduce_bw <= 0 || g.size() <= 1) return 0;
+  const double n = static_cast<double>(g.size());
+  return 3 * (n - 1) / n * bytes / c.device.reduce_bw;
+}
 
-CollCost AllReduce(const ClusterDesc& c, const GroupSpan& g, double bytes) {
+// The all-reduce's traffic only: the fastest algorithm.
+CollCost AllReduceTraffic(const ClusterDesc& c, const GroupSpan& g, double bytes) {
   if (g.size() <= 1 || bytes <= 0) return {};
-  CollCost best{RingSeconds(c, g, bytes, 2), Algo::kRing};
+  CollCost best{RingSeconds(c, g, bytes, 2, &TierDesc::allreduce_eff), Algo::kRing};
   const double tree = TreeSeconds(c, g, bytes);
   if (tree < best.seconds) best = {tree, Algo::kTree};
   int levels = 0;
   for (int64_t l : g.per_level) levels += l > 1;
   if (levels > 1) {
-    const double h = HierarchicalSeconds(c, g, bytes, 2);
+    const double h = HierarchicalSeconds(c, g, bytes, 2, &TierDesc::allreduce_eff);
     if (h < best.seconds) best = {h, Algo::kHierarchical};
   }
   return best;
 }
 
-CollCost AllGather(const ClusterDesc& c, const GroupSpan& g, double bytes) {
+}  // namespace
+
+CollCost AllReduce(const ClusterDesc& c, const GroupSpan& g, double bytes) {
+  CollCost r = AllReduceTraffic(c, g, bytes);
+  r.seconds += ReductionSeconds(c, g, bytes);
+  return r;
+}
+
+namespace {
+CollCost HalfRing(const ClusterDesc& c, const GroupSpan& g, double bytes, EffOf eff) {
   if (g.size() <= 1 || bytes <= 0) return {};
-  CollCost best{RingSeconds(c, g, bytes, 1), Algo::kRing};
+  CollCost best{RingSeconds(c, g, bytes, 1, eff), Algo::kRing};
   int levels = 0;
   for (int64_t l : g.per_level) levels += l > 1;
   if (levels > 1) {
-    const double h = HierarchicalSeconds(c, g, bytes, 1);
+    const double h = HierarchicalSeconds(c, g, bytes, 1, eff);
     if (h < best.seconds) best = {h, Algo::kHierarchical};
   }
   return best;
+}
+}  // namespace
+
+CollCost AllGather(const ClusterDesc& c, const GroupSpan& g, double bytes) {
+  return HalfRing(c, g, bytes, &TierDesc::allgather_eff);
+}
+
+CollCost ReduceScatter(const ClusterDesc& c, const GroupSpan& g, double bytes) {
+  CollCost r = HalfRing(c, g, bytes, &TierDesc::allreduce_eff);  // it reduces, like the all-reduce's first half
+  r.seconds += ReductionSeconds(c, g, bytes);
+  return r;
 }
 
 CollCost AllToAll(const ClusterDesc& c, const GroupSpan& g, double bytes, double imbalance) {
@@ -197,7 +225,7 @@ CollCost AllToAll(const ClusterDesc& c, const GroupSpan& g, double bytes, double
   for (size_t k = 0; k < g.per_level.size(); ++k) {
     const double reach = inner * static_cast<double>(g.per_level[k]);
     const double share = bytes * imbalance * (reach - inner) / static_cast<double>(n);
-    worst = std::max(worst, share / c.tiers[k].bandwidth);
+    worst = std::max(worst, share / (c.tiers[k].bandwidth * c.tiers[k].alltoall_eff));
     inner = reach;
   }
   return {worst + static_cast<double>(n - 1) * c.tiers[top].latency, Algo::kRing};
@@ -222,7 +250,8 @@ double Gemm(const DeviceDesc& d, double M, double N, double K, double elem_bytes
   if (M <= 0 || N <= 0 || K <= 0) return 0;
   const double flops = 2 * M * N * K;
   const double bytes = (M * K + K * N + M * N) * elem_bytes;
-  return std::max(flops / (d.peak_flops * d.gemm_efficiency), bytes / (d.memory_bw * d.memory_efficiency));
+  return std::max(flops / (d.peak_flops * d.gemm_efficiency), bytes / (d.memory_bw * d.memory_efficiency)) +
+         d.gemm_overhead_s;
 }
 
 // Query-key pairs of causal attention over `s` tokens where each query sees
@@ -310,7 +339,7 @@ LayerCost LayerOf(const Ctx& x, bool moe, bool indexer) {
   // all-gather and a reduce-scatter around attention and around the FFN.
   if (l.tp > 1) {
     const GroupSpan g = SpanOf(x.c, {{1, l.tp}});
-    r.tp_fwd = 4 * AllGather(x.c, g, tok * C * ab).seconds;
+    r.tp_fwd = 2 * AllGather(x.c, g, tok * C * ab).seconds + 2 * ReduceScatter(x.c, g, tok * C * ab).seconds;
   }
   if (moe && l.ep > 1) {  // dispatch and combine of this rank's tokens
     const GroupSpan g = SpanOf(x.c, {{l.tp * l.cp, l.ep}});
@@ -473,7 +502,9 @@ StepEstimate Estimate(const JobDesc& job, const ClusterDesc& c, const Layout& l)
     // hides behind the layer's compute, a tenth always exposed.
     if (job.overlap_tp_comm) *tps = std::max(0.1 * *tps, *tps - (*f + *b));
     if (job.overlap_ep_comm) *eps = std::max(0.1 * *eps, *eps - (*f + *b));
-    *cps = std::max(0.0, lc.cp_fwd - lc.attn_fwd) * (1 + rc_fwd) + std::max(0.0, 2 * lc.cp_fwd - 2.5 * lc.attn_fwd);
+    *cps = d.comm_on_cores ? lc.cp_fwd * (3 + rc_fwd)
+                           : std::max(0.0, lc.cp_fwd - lc.attn_fwd) * (1 + rc_fwd) +
+                                 std::max(0.0, 2 * lc.cp_fwd - 2.5 * lc.attn_fwd);
     return *f + *b + *tps + *eps + *cps;
   };
   auto kind_of = [&](int64_t li) { return (m.is_moe_layer(li) ? 2 : 0) + (m.dsa_indexer_layer(li) ? 1 : 0); };
@@ -482,11 +513,18 @@ StepEstimate Estimate(const JobDesc& job, const ClusterDesc& c, const Layout& l)
   const double V = static_cast<double>(m.vocab_size);
   const double head = Gemm(d, x.tokS, V / tp, C, ab);
   const double loss_s = x.tokS * V / tp * 3 * 4 / (d.memory_bw * d.memory_efficiency);
-  const double proj = Gemm(d, x.tokS, C, 2 * C, ab) + head;
+  // With context parallelism an engine may run the MTP modules on whole
+  // sequences on every cp rank (job.mtp_whole_sequences; Myriad does).
+  const bool mtp_whole = job.mtp_whole_sequences && l.cp > 1;
+  Layout lm = l;
+  if (mtp_whole) lm.cp = 1;
+  const Ctx xm{job, c, lm, m, x.s, mtp_whole ? x.tokS * static_cast<double>(l.cp) : x.tokS};
+  const LayerCost mtp_kind = LayerOf(xm, m.mtp_block_is_moe(), false);
+  const double proj = Gemm(d, xm.tokS, C, 2 * C, ab) + Gemm(d, xm.tokS, V / tp, C, ab);
   double last_extra = 3 * head + 2 * loss_s;
   {
     double f, b, t1, t2, t3;
-    const double block = layer_time(kinds[m.mtp_block_is_moe() ? 2 : 0], &f, &b, &t1, &t2, &t3);
+    const double block = layer_time(mtp_kind, &f, &b, &t1, &t2, &t3);
     last_extra += static_cast<double>(m.mtp_depth) * (block + 3 * proj);
   }
   // Stages: layers balanced so that no stage's time exceeds what it must
@@ -502,7 +540,7 @@ StepEstimate Estimate(const JobDesc& job, const ClusterDesc& c, const Layout& l)
   } else {
     for (int64_t st = 0; st < P; ++st) sizes.push_back(L / P + (st < L % P ? 1 : 0));
   }
-  double stage_max = 0, stage_bwd_max = 0, hw_flops = 0, mem_max = 0;
+  double stage_max = 0, stage_sum = 0, stage_bwd_max = 0, hw_flops = 0, mem_max = 0;
   MemoryBreakdown worst;
   const ParamCounts pc = CountParams(m);
   const int64_t D_dense = l.dp * l.ep * l.cp, D_expert = l.dp * l.cp;
@@ -537,10 +575,10 @@ StepEstimate Estimate(const JobDesc& job, const ClusterDesc& c, const Layout& l)
       flops += 3 * 2 * x.tokS * V / tp * C;
       for (int64_t j = 0; j < m.mtp_depth; ++j) {
         const bool moe = m.mtp_block_is_moe();
-        add_layer(kinds[moe ? 2 : 0]);
+        add_layer(mtp_kind);
         fwd += proj;
         bwd += 2 * proj;
-        flops += 3 * 2 * x.tokS * (C * 2 * C + V / tp * C);
+        flops += 3 * 2 * xm.tokS * (C * 2 * C + V / tp * C);
         dense_params += pc.dense_per_layer + 3 * C + 2 * C * C + (moe ? pc.ffn_moe_shared : pc.ffn_dense);
         if (moe) expert_params += pc.expert * static_cast<double>(m.n_routed_experts);
       }
@@ -590,15 +628,18 @@ StepEstimate Estimate(const JobDesc& job, const ClusterDesc& c, const Layout& l)
     double dp_s = 0, z3 = 0;
     auto reduce = [&](const GroupSpan& g, double params) {
       if (l.zero == 0) return AllReduce(c, g, params * job.grad_bytes).seconds;
-      return AllGather(c, g, params * job.grad_bytes).seconds + AllGather(c, g, params * job.weight_bytes).seconds;
+      return ReduceScatter(c, g, params * job.grad_bytes).seconds + AllGather(c, g, params * job.weight_bytes).seconds;
     };
     dp_s = reduce(gd, dense_params) + reduce(ge, expert_params);
     if (l.zero >= 3) {
-      // Weights gathered before each micro-batch's forward and backward,
-      // prefetched behind the previous layer's compute.
-      const double ag = AllGather(c, gd, dense_params * job.weight_bytes).seconds +
-                        AllGather(c, ge, expert_params * job.weight_bytes).seconds;
-      z3 = static_cast<double>(mb_count) * (std::max(0.0, ag - fwd) + std::max(0.0, ag - bwd));
+      // Weights gathered before each micro-batch's forward and backward
+      // (into fresh pages when the engine returns them to the OS after),
+      // prefetched behind the previous layer's compute or waited for.
+      double ag = AllGather(c, gd, dense_params * job.weight_bytes).seconds +
+                  AllGather(c, ge, expert_params * job.weight_bytes).seconds;
+      if (job.zero3_release_pages && d.page_touch_bw > 0) ag += local * job.weight_bytes / d.page_touch_bw;
+      z3 = static_cast<double>(mb_count) *
+           (job.zero3_prefetch ? std::max(0.0, ag - fwd) + std::max(0.0, ag - bwd) : 2 * ag);
     }
     // Optimizer: stream the shard's master weights, moments, gradients, weights.
     const double shard_params = l.zero >= 1 ? dense_params / Dd + expert_params / De : local;
@@ -606,6 +647,7 @@ StepEstimate Estimate(const JobDesc& job, const ClusterDesc& c, const Layout& l)
                        (d.memory_bw * d.memory_efficiency);
 
     const double per_mb = fwd + bwd + tp_s + ep_s + cp_s + pp_s;
+    stage_sum += per_mb;
     if (per_mb > stage_max) {
       stage_max = per_mb;
       stage_bwd_max = bwd;
@@ -620,10 +662,15 @@ StepEstimate Estimate(const JobDesc& job, const ClusterDesc& c, const Layout& l)
   const double mbs = static_cast<double>(mb_count);
   e.compute_s = mbs * (stage_max - tp_total - ep_total - cp_total - pp_total);
   e.tp_s = mbs * tp_total, e.ep_s = mbs * ep_total, e.cp_s = mbs * cp_total, e.pp_s = mbs * pp_total;
-  e.bubble_s = P > 1 ? static_cast<double>(P - 1) / static_cast<double>(l.interleave) * stage_max : 0;
+  // 1F1B fills and drains through the other stages: (sum - max) of the
+  // stage times ((P-1) stage times when balanced), over v with interleaving.
+  e.bubble_s = P > 1 ? (stage_sum - stage_max) / static_cast<double>(l.interleave) : 0;
   // Gradient reduction overlaps the last micro-batch's backward (bucketed;
   // the last bucket, an eighth, is always exposed).
-  e.dp_s = std::max(dp_total - (job.overlap_grad_reduce ? stage_bwd_max : 0), dp_total / 8);
+  // (Ranks whose collectives run on their own compute cores hide nothing.)
+  const bool hide = job.overlap_grad_reduce && !d.comm_on_cores;
+  e.dp_s = std::max(dp_total - (hide ? stage_bwd_max : 0), dp_total / 8);
+  if (d.comm_on_cores) e.dp_s = dp_total;
   e.zero3_s = z3_total;
   e.optimizer_s = opt_total;
   e.step_s = e.compute_s + e.tp_s + e.ep_s + e.cp_s + e.pp_s + e.bubble_s + e.dp_s + e.zero3_s + e.optimizer_s;

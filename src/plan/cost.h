@@ -60,7 +60,10 @@ struct CollCost {
 // ring over the slowest tier crossed, a double binary tree, and a
 // hierarchical ring per tier (reduce-scatter in, all-reduce across, gather out).
 CollCost AllReduce(const ClusterDesc& c, const GroupSpan& g, double bytes);
-CollCost AllGather(const ClusterDesc& c, const GroupSpan& g, double bytes);  // also reduce-scatter
+CollCost AllGather(const ClusterDesc& c, const GroupSpan& g, double bytes);
+// An all-gather's traffic plus the reduction: (g-1)/g of the buffer read
+// twice and written once at the device's reduce_bw (free when 0).
+CollCost ReduceScatter(const ClusterDesc& c, const GroupSpan& g, double bytes);
 // Each member sends `bytes` in total, an equal share to every member; the
 // traffic leaving each tier block goes over that tier's links, all tiers at
 // once; `imbalance` (>= 1) scales the busiest member's share.

@@ -132,6 +132,9 @@ Result<ClusterDesc> ReadClusterOver(ConfigDoc* doc, const ClusterDesc& base) {
   d.memory_efficiency = doc->GetFloat("cluster.device.memory_efficiency", base.device.memory_efficiency);
   d.usable_memory = doc->GetFloat("cluster.device.usable_memory", base.device.usable_memory);
   d.kernel_overhead_s = doc->GetFloat("cluster.device.kernel_overhead_us", base.device.kernel_overhead_s * 1e6) * 1e-6;
+  d.gemm_overhead_s = doc->GetFloat("cluster.device.gemm_overhead_us", base.device.gemm_overhead_s * 1e6) * 1e-6;
+  d.reduce_bw = doc->GetFloat("cluster.device.reduce_gbs", base.device.reduce_bw / 1e9) * 1e9;
+  d.page_touch_bw = doc->GetFloat("cluster.device.page_touch_gbs", base.device.page_touch_bw / 1e9) * 1e9;
 
   auto find = [&](const std::string& name) -> const TierDesc* {
     for (const auto& t : base.tiers)
@@ -259,6 +262,9 @@ Result<JobDesc> ReadJob(ConfigDoc* doc) {
   j.balance_stages = doc->GetBool("job.balance_stages", j.balance_stages);
   j.overlap_tp_comm = doc->GetBool("job.overlap_tp_comm", j.overlap_tp_comm);
   j.overlap_ep_comm = doc->GetBool("job.overlap_ep_comm", j.overlap_ep_comm);
+  j.zero3_prefetch = doc->GetBool("job.zero3_prefetch", j.zero3_prefetch);
+  j.zero3_release_pages = doc->GetBool("job.zero3_release_pages", j.zero3_release_pages);
+  j.mtp_whole_sequences = doc->GetBool("job.mtp_whole_sequences", j.mtp_whole_sequences);
   const std::string precision = doc->GetString("job.precision", "bf16");
   if (precision == "bf16") {
     j.weight_bytes = 2, j.grad_bytes = 4, j.optimizer_bytes = 12, j.activation_bytes = 2;

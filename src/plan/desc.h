@@ -35,6 +35,10 @@ struct DeviceDesc {
   double memory_efficiency = 0.8;   // streaming element-wise kernels
   double usable_memory = 0.9;       // the rest: allocator slack, runtime, workspace
   double kernel_overhead_s = 0;     // fixed cost per layer pass (launches, syncs)
+  double gemm_overhead_s = 0;       // fixed cost per GEMM call (calibrated)
+  double reduce_bw = 0;             // bytes/s at which collectives sum (0: free; CPUs sum in memory)
+  double page_touch_bw = 0;         // bytes/s of first-touching fresh pages (0: free; a VM's page faults are slow)
+  bool comm_on_cores = false;       // collectives run on the compute cores (CPU ranks): overlap hides nothing
 };
 
 // One level of the network: `size` devices share it (a node, a scale-up
@@ -44,6 +48,9 @@ struct TierDesc {
   int64_t size = 1;
   double bandwidth = 1e9;  // bytes/s per device
   double latency = 1e-5;   // seconds per message (alpha)
+  // Achieved fraction of `bandwidth` per collective (calibrated: MPI's
+  // all-reduce on a CPU also sums, its all-to-all has more messages).
+  double allreduce_eff = 1, allgather_eff = 1, alltoall_eff = 1;
 };
 
 struct ClusterDesc {
@@ -71,6 +78,9 @@ struct JobDesc {
   bool overlap_grad_reduce = true;         // gradient reduction hides behind the backward
   bool overlap_tp_comm = false;            // TP collectives overlapped with the GEMMs around them
   bool overlap_ep_comm = false;            // expert all-to-alls overlapped with other micro-batches' compute
+  bool zero3_prefetch = true;              // ZeRO-3 gathers the next layer's weights behind this one's compute
+  bool zero3_release_pages = false;        // ZeRO-3 returns gathered weights' pages to the OS (refaulted each gather)
+  bool mtp_whole_sequences = false;        // with cp > 1 every cp rank runs the MTP modules on whole sequences
   bool balance_stages = true;              // pipeline stages get layers by time (false: as even as possible)
   int64_t sequences() const { return global_batch_tokens / seq_len; }
   Status Validate() const;

@@ -347,6 +347,18 @@ DynamicPlan PlanDynamic(const JobDesc& job, const ClusterDesc& c, const SearchSp
     p.static_mfu += p.buckets[i].static_hours * e.mfu / p.static_hours;
   }
   p.static_layout.micro_batch = 0;
+  {
+    Layout ll = p.buckets.back().dynamic.layout;
+    const ClusterDesc cl = UsingDevices(c, ll.devices());
+    for (size_t i = 0; i < buckets.size(); ++i) {
+      auto [mb, e] = BestMicroBatch(jobs[i], cl, ll, mbs);
+      if (mb == 0) {
+        p.longest_layout_hours = 0;
+        break;
+      }
+      p.longest_layout_hours += Hours(jobs[i], buckets[i], e);
+    }
+  }
   p.found = true;
   return p;
 }

@@ -89,7 +89,11 @@ struct DynamicPlan {
   double static_hours = 0, dynamic_hours = 0;
   double switch_hours = 0;  // re-sharding between layouts (weights + optimizer state moved once per switch)
   int64_t switches = 0;
-  double static_mfu = 0, dynamic_mfu = 0;  // token-weighted
+  double static_mfu = 0, dynamic_mfu = 0;  // time-weighted
+  // The naive static plan: the longest bucket's own layout used for every
+  // bucket (what a run sized for its longest sequences does); 0 if it does
+  // not fit some bucket.
+  double longest_layout_hours = 0;
 };
 
 // Plans every bucket (`job.seq_len` is replaced by each bucket's), and the

@@ -108,7 +108,9 @@ std::string FormatPlan(const JobDesc& job, const ClusterDesc& c, const PlanResul
 
 std::string FormatDynamic(const JobDesc& job, const ClusterDesc& c, const DynamicPlan& p) {
   if (!p.found) return "dynamic plan: " + p.why + "\n";
-  std::string o = "static layout for every bucket: " + p.static_layout.ToString() + " (micro-batch per bucket)\n\n";
+  std::string st = p.static_layout.ToString();
+  if (auto k = st.find(" mb0"); k != std::string::npos) st.erase(k, 4);
+  std::string o = "static layout for every bucket: " + st + " (micro-batch per bucket)\n\n";
   o += "  length   tokens  | dynamic layout                                        step      MFU   | static step  MFU\n";
   for (const auto& b : p.buckets) {
     char buf[320];
@@ -123,6 +125,9 @@ std::string FormatDynamic(const JobDesc& job, const ClusterDesc& c, const Dynami
   o += "  dynamic  " + Duration(p.dynamic_hours) + "  (MFU " + F("%.1f%%", 100 * p.dynamic_mfu) + ", incl. " +
        std::to_string(p.switches) + " re-shardings, " + Duration(p.switch_hours) + ")\n";
   o += "  speedup  " + F("%.2fx", p.static_hours / p.dynamic_hours) + "\n";
+  if (p.longest_layout_hours > 0)
+    o += "  (the longest bucket's layout for every bucket: " + Duration(p.longest_layout_hours) + ", " +
+         F("%.2fx", p.longest_layout_hours / p.dynamic_hours) + " the dynamic plan's time)\n";
   (void)c;
   return o;
 }
@@ -139,6 +144,7 @@ nlohmann::json DynamicJson(const JobDesc& job, const ClusterDesc& c, const Dynam
   j["switch_hours"] = p.switch_hours;
   j["switches"] = p.switches;
   j["static_mfu"] = p.static_mfu;
+  j["longest_layout_hours"] = p.longest_layout_hours;
   j["dynamic_mfu"] = p.dynamic_mfu;
   for (const auto& b : p.buckets) {
     JobDesc bj = job;

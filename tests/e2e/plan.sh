@@ -27,6 +27,20 @@ out=$("$MYRIAD" simulate -c "$P/spark-293b.toml" --work-hours 100 --set failures
 grep -q 'best checkpoint interval' <<<"$out" && grep -q 'automatic recovery' <<<"$out" &&
   pass "simulate: $(grep 'best checkpoint' <<<"$out")" || fail "simulate: $out"
 
+# Calibration end to end on the tiny config: kernels and collectives
+# measured, two layouts predicted and run under mpirun (no timing asserted:
+# the report has both, measured and predicted, positive).
+make_tiny_data
+if "$MYRIAD" plan --calibrate -c "$SRC/configs/tiny.toml" --set "data.dir=\"$WORK/data\"" --layouts "dp=1;dp=2" \
+    --steps 6 --repeats 1 --report "$WORK/cal.json" >"$WORK/cal.out" 2>&1; then
+  "$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); L=j["layouts"]; assert len(L)==2 and all(l["measured_s"]>0 and l["predicted_s"]>0 for l in L); assert j["calibration"]["gemm_gflops"]>0 and j["calibration"]["comm_gbs"]>0' "$WORK/cal.json" &&
+    pass "calibrate: $(grep 'mean |error|' "$WORK/cal.out")" || fail "calibrate report: $(cat "$WORK/cal.json")"
+else
+  fail "calibrate failed: $(tail -5 "$WORK/cal.out")"
+fi
+expect_error "calibrate without a config" "no training config" "$MYRIAD" plan --calibrate
+expect_error "calibrate with a bad layout" "not an integer" "$MYRIAD" plan --calibrate -c "$SRC/configs/tiny.toml" --layouts "dp=x"
+
 expect_error "bad layout" "not an integer.*hint" "$MYRIAD" plan -c "$P/megatron-1t.toml" --layout dp=x
 expect_error "layout that breaks a rule" "n_heads=160 is not divisible by tp=3" "$MYRIAD" plan -c "$P/megatron-1t.toml" --layout dp=1,tp=3,pp=1024,mb=1
 expect_error "unknown preset" "unknown cluster preset 'tpu'.*hint" "$MYRIAD" plan -c "$P/megatron-1t.toml" --cluster tpu
