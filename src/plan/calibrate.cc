@@ -258,7 +258,7 @@ ClusterDesc CalibratedCluster(const Calibration& cal, int64_t devices) {
   c.devices = devices;
   DeviceDesc& d = c.device;
   d.name = std::to_string(cal.threads) + "-thread rank";
-  d.peak_flops = cal.gemm_flops;
+  d.peak_flops = d.peak_flops_fp32 = cal.gemm_flops;  // Myriad trains in fp32 here
   d.gemm_efficiency = 1;
   d.attention_efficiency = std::min(1.0, cal.attention_flops / cal.gemm_flops);
   d.memory_bw = cal.memory_bw;

@@ -386,6 +386,37 @@ double ForwardFlopsPerToken(const ModelConfig& m, int64_t seq_len) {
   return f;
 }
 
+ServingMemory EstimateServing(const JobDesc& job, const ClusterDesc& c, int64_t devices, double kv_bytes) {
+  const ModelConfig& m = job.model;
+  ServingMemory s;
+  s.devices = devices;
+  s.tp = std::min(devices, c.devices_per_node());
+  while (s.tp > 1 && (m.n_kv_heads % s.tp || m.n_heads % s.tp)) s.tp /= 2;  // tp splits whole kv heads
+  s.pp = std::max<int64_t>(1, devices / s.tp);
+  const ParamCounts pc = CountParams(m);
+  // Inference keeps one copy of the weights (no optimizer state), split tp x pp.
+  s.weights_per_device = pc.total * job.weight_bytes / static_cast<double>(s.tp * s.pp);
+  const double layers = static_cast<double>(m.n_layers + m.mtp_depth) / static_cast<double>(s.pp);
+  s.kv_bytes_per_token = layers * 2.0 * static_cast<double>(m.n_kv_heads / s.tp * m.head_dim()) * kv_bytes;
+  if (m.dsa())  // indexer keys, one per sharing group, whole on every tp rank
+    s.kv_bytes_per_token += static_cast<double>(m.dsa_indexer_layers()) / static_cast<double>(s.pp) *
+                            static_cast<double>(m.dsa_index_dim) * kv_bytes;
+  const double free = c.device.memory_bytes * c.device.usable_memory - s.weights_per_device;
+  s.fits = free > 0;
+  s.kv_capacity_tokens = s.fits ? free / s.kv_bytes_per_token : 0;
+  return s;
+}
+
+ServingMemory SmallestServing(const JobDesc& job, const ClusterDesc& c, double kv_fraction, double kv_bytes) {
+  ServingMemory s;
+  for (int64_t n = 1; n <= c.devices; n *= 2) {
+    s = EstimateServing(job, c, n, kv_bytes);
+    if (s.fits && s.kv_capacity_tokens * s.kv_bytes_per_token >= kv_fraction * c.device.memory_bytes * c.device.usable_memory)
+      return s;
+  }
+  return s;
+}
+
 double MegatronFlopsPerIteration(double B, double s, double l, double h, double V) {
   return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h));
 }
@@ -467,8 +498,15 @@ std::vector<int64_t> BalanceStages(const std::vector<double>& t, double first_ex
   return best;
 }
 
-StepEstimate Estimate(const JobDesc& job, const ClusterDesc& c, const Layout& l) {
+StepEstimate Estimate(const JobDesc& job, const ClusterDesc& cluster, const Layout& l) {
   StepEstimate e;
+  // The device at the job's precision.
+  ClusterDesc c = cluster;
+  c.device.peak_flops = PeakFlops(cluster.device, job);
+  if (!(c.device.peak_flops > 0)) {
+    e.why = "the cluster gives no " + job.precision + " peak (hint: cluster.device.peak_tflops_" + job.precision + ")";
+    return e;
+  }
   const Status ok = CheckLayout(job, c, l);
   if (!ok.ok()) {
     e.why = ok.message();

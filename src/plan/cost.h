@@ -112,6 +112,21 @@ std::vector<int64_t> BalanceStages(const std::vector<double>& t, double first_ex
 // The estimate; infeasible layouts (CheckLayout or memory) say why.
 StepEstimate Estimate(const JobDesc& job, const ClusterDesc& c, const Layout& l);
 
+// Serving memory: weights on `devices` devices (tensor-parallel inside a
+// node, pipelined across nodes) and what is left for the KV cache.
+struct ServingMemory {
+  int64_t devices = 0, tp = 0, pp = 0;
+  double weights_per_device = 0;     // bytes
+  double kv_bytes_per_token = 0;     // per device: k and v of its layers' kv heads (+ DSA indexer keys)
+  double kv_capacity_tokens = 0;     // per replica: what fits beside the weights (0 if the weights do not)
+  bool fits = false;
+};
+// `kv_bytes`: bytes per cached element (2: bf16, 1: int8/fp8).
+ServingMemory EstimateServing(const JobDesc& job, const ClusterDesc& c, int64_t devices, double kv_bytes = 2);
+// The fewest devices (1, 2, 4, ... up to the cluster) whose weights leave
+// at least `kv_fraction` of their memory to the KV cache.
+ServingMemory SmallestServing(const JobDesc& job, const ClusterDesc& c, double kv_fraction = 0.2, double kv_bytes = 2);
+
 // Forward FLOPs of one token through the whole model (GEMMs and causal
 // attention at sequence length `seq_len`), no recomputation.
 double ForwardFlopsPerToken(const ModelConfig& m, int64_t seq_len);

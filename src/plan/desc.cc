@@ -39,6 +39,7 @@ devices = 3072
 [cluster.device]
 name = "A100 80GB SXM"
 peak_tflops = 312        # bf16 dense tensor core
+peak_tflops_fp32 = 19.5  # fp32 without TF32
 memory_gb = 80
 memory_bw_gbs = 2039
 gemm_efficiency = 0.75
@@ -59,6 +60,8 @@ devices = 16384
 [cluster.device]
 name = "H100 80GB SXM"
 peak_tflops = 989        # bf16 dense tensor core
+peak_tflops_fp32 = 67    # fp32 without TF32
+peak_tflops_fp8 = 1979   # fp8 dense tensor core
 memory_gb = 80
 memory_bw_gbs = 3350
 gemm_efficiency = 0.7
@@ -79,7 +82,8 @@ name = "cpu"
 devices = 2
 [cluster.device]
 name = "CPU core"
-peak_tflops = 0.19       # fp32 FMA per core
+peak_tflops = 0.19       # fp32 FMA per core (no faster bf16 GEMM here)
+peak_tflops_fp32 = 0.19
 memory_gb = 12
 memory_bw_gbs = 27
 gemm_efficiency = 0.7
@@ -125,6 +129,8 @@ Result<ClusterDesc> ReadClusterOver(ConfigDoc* doc, const ClusterDesc& base) {
   DeviceDesc& d = c.device;
   d.name = doc->GetString("cluster.device.name", base.device.name);
   d.peak_flops = doc->GetFloat("cluster.device.peak_tflops", base.device.peak_flops / 1e12) * 1e12;
+  d.peak_flops_fp32 = doc->GetFloat("cluster.device.peak_tflops_fp32", base.device.peak_flops_fp32 / 1e12) * 1e12;
+  d.peak_flops_fp8 = doc->GetFloat("cluster.device.peak_tflops_fp8", base.device.peak_flops_fp8 / 1e12) * 1e12;
   d.memory_bytes = doc->GetFloat("cluster.device.memory_gb", base.device.memory_bytes / 1e9) * 1e9;
   d.memory_bw = doc->GetFloat("cluster.device.memory_bw_gbs", base.device.memory_bw / 1e9) * 1e9;
   d.gemm_efficiency = doc->GetFloat("cluster.device.gemm_efficiency", base.device.gemm_efficiency);
@@ -265,19 +271,27 @@ Result<JobDesc> ReadJob(ConfigDoc* doc) {
   j.zero3_prefetch = doc->GetBool("job.zero3_prefetch", j.zero3_prefetch);
   j.zero3_release_pages = doc->GetBool("job.zero3_release_pages", j.zero3_release_pages);
   j.mtp_whole_sequences = doc->GetBool("job.mtp_whole_sequences", j.mtp_whole_sequences);
-  const std::string precision = doc->GetString("job.precision", "bf16");
-  if (precision == "bf16") {
+  j.precision = doc->GetString("job.precision", "bf16");
+  if (j.precision == "bf16") {
     j.weight_bytes = 2, j.grad_bytes = 4, j.optimizer_bytes = 12, j.activation_bytes = 2;
-  } else if (precision == "fp32") {
+  } else if (j.precision == "fp32") {
     j.weight_bytes = 4, j.grad_bytes = 4, j.optimizer_bytes = 8, j.activation_bytes = 4;
+  } else if (j.precision == "fp8") {  // fp8 GEMM copies of the weights; bf16 activations; fp32 master and moments
+    j.weight_bytes = 1, j.grad_bytes = 4, j.optimizer_bytes = 12, j.activation_bytes = 2;
   } else {
-    doc->Fail(doc->source() + ": job.precision='" + precision + "' (hint: \"bf16\" or \"fp32\")");
+    doc->Fail("job.precision='" + j.precision + "' (hint: \"bf16\", \"fp32\" or \"fp8\")");
   }
   // Planning reaches lengths far beyond what the model was configured to
   // train at: the model's limit follows the job.
   j.model.max_seq_len = std::max(j.model.max_seq_len, j.seq_len);
   RETURN_IF_ERROR(j.Validate().With(doc->source()));
   return j;
+}
+
+double PeakFlops(const DeviceDesc& d, const JobDesc& job) {
+  if (job.precision == "fp32") return d.peak_flops_fp32;
+  if (job.precision == "fp8") return d.peak_flops_fp8;
+  return d.peak_flops;
 }
 
 ParamCounts CountParams(const ModelConfig& m) {

@@ -25,7 +25,9 @@ namespace myriad::plan {
 
 struct DeviceDesc {
   std::string name = "device";
-  double peak_flops = 312e12;       // dense bf16 (or the training precision) FLOP/s
+  double peak_flops = 312e12;       // dense bf16/fp16 FLOP/s (the default training precision)
+  double peak_flops_fp32 = 0;       // dense fp32 FLOP/s (0: not given)
+  double peak_flops_fp8 = 0;        // dense fp8 FLOP/s (0: not given)
   double memory_bytes = 80e9;       // device memory
   double memory_bw = 2.0e12;        // bytes/s
   // Achieved fractions of peak, for the cost model (calibrated on this CPU
@@ -72,6 +74,7 @@ struct JobDesc {
   double train_tokens = 1e12;              // for time-to-train
   // Bytes per parameter: weights (compute copy), gradients, optimizer state
   // (Adam: fp32 master + two moments when weights are bf16).
+  std::string precision = "bf16";          // GEMM precision: "bf16", "fp32" or "fp8" (picks the device's peak)
   double weight_bytes = 2, grad_bytes = 4, optimizer_bytes = 12;
   double activation_bytes = 2;             // per activation element
   double moe_imbalance = 1.1;              // busiest expert rank / mean
@@ -98,6 +101,9 @@ std::vector<std::string> ClusterPresetNames();
 // that names it); empty if unknown.
 std::string ClusterPresetToml(const std::string& name);
 Result<ClusterDesc> ClusterPreset(const std::string& name, int64_t devices = 0);
+
+// The device's peak for the job's precision (0 when the cluster does not give it).
+double PeakFlops(const DeviceDesc& d, const JobDesc& job);
 
 // Parameter counts from the model's shapes (closed forms, not a layout).
 struct ParamCounts {

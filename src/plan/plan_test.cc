@@ -184,6 +184,47 @@ TEST(PlanMemory, HandComputedBreakdown) {
   EXPECT_NE(small.why.find("GB per device"), std::string::npos) << small.why;
 }
 
+TEST(PlanMemory, ServingKvByHand) {
+  // Tiny dense model, bf16 weights: 259392 parameters; KV per token: 2
+  // layers x (k, v) x 4 kv heads x 16 dims x 2 bytes = 512 B on one device;
+  // two devices split the heads (tp 2): 256 B and half the weights.
+  JobDesc j = TinyJob(4);
+  ClusterDesc c = FlopBound(2);
+  c.device.memory_bytes = 1e6, c.device.usable_memory = 1;
+  ServingMemory s = EstimateServing(j, c, 1);
+  EXPECT_EQ(s.tp, 1);
+  EXPECT_DOUBLE_EQ(s.weights_per_device, 259392.0 * 2);
+  EXPECT_DOUBLE_EQ(s.kv_bytes_per_token, 512);
+  EXPECT_DOUBLE_EQ(s.kv_capacity_tokens, (1e6 - 259392.0 * 2) / 512);
+  s = EstimateServing(j, c, 2);
+  EXPECT_EQ(s.tp, 2);
+  EXPECT_DOUBLE_EQ(s.weights_per_device, 259392.0);
+  EXPECT_DOUBLE_EQ(s.kv_bytes_per_token, 256);
+  // DSA: one indexer key of 32 floats per sharing group (2 layers share): +64 B.
+  j.model.attention = "dsa", j.model.dsa_index_dim = 32, j.model.dsa_index_share = 2;
+  EXPECT_DOUBLE_EQ(EstimateServing(j, c, 1).kv_bytes_per_token, 512 + 64);
+  // Too little memory for the weights: does not fit; the smallest fitting count.
+  c.device.memory_bytes = 4e5;
+  EXPECT_FALSE(EstimateServing(JobDesc(TinyJob(4)), c, 1).fits);
+  EXPECT_EQ(SmallestServing(TinyJob(4), c, 0.2).devices, 2);
+}
+
+TEST(PlanCost, PeakFollowsThePrecision) {
+  // fp32 on a device that gives only a bf16 peak: no estimate, a clear reason.
+  JobDesc j = TinyJob(4);
+  ClusterDesc c = FlopBound(1);
+  const double bf16 = Estimate(j, c, Layout{}).step_s;
+  j.precision = "fp32";
+  StepEstimate e = Estimate(j, c, Layout{});
+  EXPECT_FALSE(e.feasible);
+  EXPECT_NE(e.why.find("peak_tflops_fp32"), std::string::npos) << e.why;
+  // With an fp32 peak a quarter of bf16's, the (FLOP-bound) step is 4x.
+  c.device.peak_flops_fp32 = c.device.peak_flops / 4;
+  e = Estimate(j, c, Layout{});
+  ASSERT_TRUE(e.feasible) << e.why;
+  EXPECT_NEAR(e.step_s, 4 * bf16, 1e-3 * e.step_s);
+}
+
 TEST(PlanCost, RulesOfTheLayout) {
   const JobDesc j = TinyJob(4);
   const ClusterDesc c = FlopBound(8);

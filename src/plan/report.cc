@@ -59,7 +59,7 @@ std::string FormatEstimate(const JobDesc& job, const ClusterDesc& c, const Layou
   o += "\n";
   o += "throughput  " + F("%.4g", e.tokens_per_s) + " tokens/s, " + F("%.4g", e.tokens_per_s / static_cast<double>(l.devices())) +
        " per device; MFU " + F("%.1f%%", 100 * e.mfu) + " (" +
-       F("%.4g", e.mfu * c.device.peak_flops / 1e12) + " model TFLOP/s per device; " +
+       F("%.4g", e.mfu * PeakFlops(c.device, job) / 1e12) + " model TFLOP/s per device; " +
        F("%.4g", e.hw_flops_per_step / st / static_cast<double>(l.devices()) / 1e12) + " executed, recompute included)\n";
   const MemoryBreakdown& m = e.mem;
   o += "memory      " + Bytes(m.total) + " of " + Bytes(m.capacity) + " usable: weights " + Bytes(m.weights) +
@@ -67,6 +67,13 @@ std::string FormatEstimate(const JobDesc& job, const ClusterDesc& c, const Layou
        (m.logits > 0 ? ", logits " + Bytes(m.logits) : "") + ", buffers " + Bytes(m.buffers) + "\n";
   o += "train       " + F("%.4g", job.train_tokens) + " tokens in " + Duration(job.train_tokens / e.tokens_per_s / 3600) + "\n";
   if (!e.feasible) o += "infeasible  " + e.why + "\n";
+  const ServingMemory sv = SmallestServing(job, c);
+  if (sv.fits)
+    o += "serving     " + std::to_string(sv.devices) + " devices (tp" + std::to_string(sv.tp) + " pp" +
+         std::to_string(sv.pp) + "): weights " + Bytes(sv.weights_per_device) + " per device, KV " +
+         F("%.4g", sv.kv_bytes_per_token / 1024) + " KiB per token (bf16): " + F("%.3g", sv.kv_capacity_tokens) +
+         " tokens, " + F("%.3g", sv.kv_capacity_tokens / static_cast<double>(job.seq_len)) + " sequences of " +
+         std::to_string(job.seq_len) + "\n";
   return o;
 }
 
