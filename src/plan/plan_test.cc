@@ -365,8 +365,35 @@ TEST(PlanDynamic, PerBucketNeverLosesToStaticBeforeSwitching) {
   EXPECT_LE(p.dynamic_hours - p.switch_hours, p.static_hours * (1 + 1e-12));
   EXPECT_NEAR(p.static_hours, p.buckets[0].static_hours + p.buckets[1].static_hours + p.buckets[2].static_hours,
               1e-9 * p.static_hours);
-  // The static layout is a searched one: brute force over the same
-  // candidates on every bucket finds none faster.
+  // The static layout is the best one: brute force over every candidate
+  // (every micro-batch of every bucket, no pruning) finds none faster.
+  double brute = 1e30;
+  std::vector<JobDesc> jobs;
+  for (const auto& b : *buckets) {
+    JobDesc bj = j;
+    bj.seq_len = b.seq_len;
+    bj.model.max_seq_len = std::max(bj.model.max_seq_len, b.seq_len);
+    bj.global_batch_tokens = j.global_batch_tokens / b.seq_len * b.seq_len;
+    jobs.push_back(bj);
+  }
+  const ClusterDesc c = SmallCluster(0.2);
+  for (const Layout& dims : ParallelLayouts(jobs.back(), c, s))
+    for (int z : s.zero_stages)
+      for (Recompute rc : s.recompute) {
+        double hours = 0;
+        for (size_t i = 0; i < jobs.size() && hours < 1e29; ++i) {
+          double best = 0;
+          for (int64_t mb : s.micro_batches) {
+            Layout l = dims;
+            l.zero = z, l.recompute = rc, l.micro_batch = mb;
+            const StepEstimate e = Estimate(jobs[i], c, l);
+            if (e.feasible) best = std::max(best, e.tokens_per_s);
+          }
+          hours += best > 0 ? j.train_tokens * (*buckets)[i].token_fraction / best / 3600 : 1e30;
+        }
+        brute = std::min(brute, hours);
+      }
+  EXPECT_NEAR(p.static_hours, brute, 1e-9 * brute);
   for (const char* bad : {"", "4096", "4096:-1", "x:0.5", "1024:0.5,,2048:1", "1024x:1"}) EXPECT_FALSE(ParseBuckets(bad).ok()) << bad;
 }
 
