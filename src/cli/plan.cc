@@ -54,15 +54,13 @@ int RunPlan(int argc, char** argv) {
   app.add_flag("--calibrate", calibrate,
                "measure this machine's kernels and MPI collectives, predict the step time of each of --layouts for "
                "the training config -c, run each with mpirun and compare");
-  app.add_option("--layouts", cal.layouts, "calibration: layouts separated by ';'")
-      ->default_str("dp=1;dp=2;dp=2,zero=3;tp=2;pp=2;ep=2;cp=2");
+  app.add_option("--layouts", cal.layouts, "calibration: layouts separated by ';'")->capture_default_str();
   app.add_option("--steps", cal.steps, "calibration: training steps per run (default 12)")->check(CLI::Range(3, 100000));
   app.add_option("--repeats", cal.rounds, "calibration: runs of every layout, interleaved (default 3)")->check(CLI::Range(1, 100));
   app.add_option("--report", cal.report, "calibration: write a JSON report here");
   app.add_option("--work-dir", cal.work_dir, "calibration: keep the runs' logs and metrics here");
   app.add_option("--measure-comm", measure_comm, "(internal) one rank of the collective benchmark, under mpirun")
       ->group("");
-  cal.layouts = "dp=1;dp=2;dp=2,zero=3;tp=2;pp=2;ep=2;cp=2";
   CLI11_PARSE(app, argc, argv);
   if (!measure_comm.empty()) return RunMeasureComm(measure_comm, config, overrides);
   if (calibrate) {

@@ -12,7 +12,7 @@ namespace myriad::cli {
 struct CalibrateOptions {
   std::string config;                  // a training config (configs/*.toml)
   std::vector<std::string> overrides;  // --set
-  std::string layouts;                 // "dp=1;dp=2;tp=2;..." (';' between layouts)
+  std::string layouts = "dp=1;dp=2;dp=2,zero=3;tp=2;pp=2;ep=2;cp=2";  // ';' between layouts
   int64_t steps = 12;                  // training steps per run
   int rounds = 3;                      // runs of every layout, interleaved (medians reported)
   int threads = 1;                     // per rank
