@@ -16,26 +16,6 @@
 
 namespace myriad::plan {
 
-LineFit FitLine(const std::vector<double>& x, const std::vector<double>& t) {
-  CHECK(x.size() == t.size() && x.size() >= 2);
-  // Weighted normal equations for (a, b), weights 1/t^2.
-  double s = 0, sx = 0, sxx = 0, st = 0, sxt = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double w = 1 / (t[i] * t[i]);
-    s += w, sx += w * x[i], sxx += w * x[i] * x[i], st += w * t[i], sxt += w * x[i] * t[i];
-  }
-  LineFit f;
-  const double det = s * sxx - sx * sx;
-  f.b = det != 0 ? (s * sxt - sx * st) / det : 0;
-  f.a = (st - f.b * sx) / s;
-  if (f.a < 0) {  // a negative intercept is not an overhead: fit through the origin
-    f.a = 0;
-    f.b = sxt / sxx;
-  }
-  for (size_t i = 0; i < x.size(); ++i) f.max_rel_err = std::max(f.max_rel_err, std::abs(f.a + f.b * x[i] - t[i]) / t[i]);
-  return f;
-}
-
 std::pair<double, double> FitTwo(const std::vector<double>& x1, const std::vector<double>& x2,
                                  const std::vector<double>& t, double* max_rel_err) {
   CHECK(x1.size() == t.size() && x2.size() == t.size() && t.size() >= 2);

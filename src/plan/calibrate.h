@@ -14,13 +14,8 @@
 
 namespace myriad::plan {
 
-// A least-squares line t = a + b x through samples, weighted by 1/t^2 (so
-// the fit minimises relative error); max_rel_err is the worst sample's.
-struct LineFit {
-  double a = 0, b = 0, max_rel_err = 0;
-};
-LineFit FitLine(const std::vector<double>& x, const std::vector<double>& t);
-// t = x1 * p1 + x2 * p2 (no constant), weighted by 1/t^2.
+// Least squares for t = x1 * p1 + x2 * p2 (no constant), weighted by 1/t^2
+// (so it minimises relative error); max_rel_err is the worst sample's.
 std::pair<double, double> FitTwo(const std::vector<double>& x1, const std::vector<double>& x2,
                                  const std::vector<double>& t, double* max_rel_err = nullptr);
 

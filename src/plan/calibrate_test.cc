@@ -7,18 +7,12 @@ namespace myriad::plan {
 namespace {
 
 TEST(PlanCalibrate, FitsRecoverKnownParameters) {
-  // t = 3e-6 + x / 2e11 exactly: both recovered; the worst error is 0.
-  std::vector<double> x{1e6, 1e8, 1e9, 5e9}, t;
-  for (double v : x) t.push_back(3e-6 + v / 2e11);
-  LineFit f = FitLine(x, t);
-  EXPECT_NEAR(f.a, 3e-6, 1e-12);
-  EXPECT_NEAR(1 / f.b, 2e11, 1e3);
-  EXPECT_LT(f.max_rel_err, 1e-9);
-  // A negative intercept is not an overhead: the line goes through 0.
-  f = FitLine({1, 2, 3}, {0.5, 1.9, 2.9});
-  EXPECT_EQ(f.a, 0);
-  EXPECT_GT(f.max_rel_err, 0);
-
+  // FitTwo: t = 3 x1 + 0.5 x2 exactly: both recovered, worst error 0.
+  double err = 1;
+  const auto [p1, p2] = FitTwo({1, 2, 3, 4}, {5, 1, 7, 2}, {5.5, 6.5, 12.5, 13}, &err);
+  EXPECT_NEAR(p1, 3, 1e-9);
+  EXPECT_NEAR(p2, 0.5, 1e-9);
+  EXPECT_LT(err, 1e-9);
   // Collectives on 4 ranks from beta = 10 GB/s (send/recv), all-reduce at
   // half of it, all-to-all at 0.8, alpha = 2 us: the fits give them back.
   std::vector<CommSample> s;

@@ -706,9 +706,8 @@ StepEstimate Estimate(const JobDesc& job, const ClusterDesc& cluster, const Layo
   // Gradient reduction overlaps the last micro-batch's backward (bucketed;
   // the last bucket, an eighth, is always exposed).
   // (Ranks whose collectives run on their own compute cores hide nothing.)
-  const bool hide = job.overlap_grad_reduce && !d.comm_on_cores;
-  e.dp_s = std::max(dp_total - (hide ? stage_bwd_max : 0), dp_total / 8);
-  if (d.comm_on_cores) e.dp_s = dp_total;
+  e.dp_s = d.comm_on_cores ? dp_total
+                           : std::max(dp_total - (job.overlap_grad_reduce ? stage_bwd_max : 0), dp_total / 8);
   e.zero3_s = z3_total;
   e.optimizer_s = opt_total;
   e.step_s = e.compute_s + e.tp_s + e.ep_s + e.cp_s + e.pp_s + e.bubble_s + e.dp_s + e.zero3_s + e.optimizer_s;

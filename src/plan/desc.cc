@@ -160,13 +160,12 @@ Result<ClusterDesc> ReadClusterOver(ConfigDoc* doc, const ClusterDesc& base) {
   if (tiers.size() == 1 && tiers[0].size > c.devices) tiers[0].size = c.devices;  // part of one node
   // The outermost tier spans the cluster (a scale-out tier's size is implied).
   TierDesc& last = tiers.back();
-  if (last.name == "scaleout" || last.size < c.devices) {
-    if (last.name != "scaleout" && last.size < c.devices) {
-      return Status::Error("cluster: " + std::to_string(c.devices) + " devices but the largest tier, cluster." +
-                           last.name + ", has " + std::to_string(last.size) +
-                           " (hint: add [cluster.scaleout] with bandwidth_gbs and latency_us)");
-    }
+  if (last.name == "scaleout") {
     last.size = c.devices;
+  } else if (last.size < c.devices) {
+    return Status::Error("cluster: " + std::to_string(c.devices) + " devices but the largest tier, cluster." +
+                         last.name + ", has " + std::to_string(last.size) +
+                         " (hint: add [cluster.scaleout] with bandwidth_gbs and latency_us)");
   }
   c.tiers = std::move(tiers);
   return c;
