@@ -48,13 +48,12 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr int64_t kMinParallelWork = int64_t{1} << 20;
 
 // Thread workspace slots (grow-only, per thread; see backend/cpu/impl/common.h).
-enum Slot { kSlotWork = 2, kSlotKeys, kSlotU };
-// Prefetch strides (floats): the row kernel requests every cache line of
-// the next block's rows (they come from L3 or DRAM); the blocked kernel,
-// whose rows mostly sit in L2 already, only each row's first line (measured:
-// 1.12 s instead of 1.24 s at T = 16K, where all lines cost the row kernel
-// nothing and saved it 25%).
-constexpr int kPrefetchAllLines = 16, kPrefetchFirstLine = 1 << 20;
+enum Slot { kSlotWork = 2, kSlotKeys, kSlotU, kSlotScores, kSlotPacked };
+// Whether a kernel's steps request their k/v rows ahead: the row kernel's
+// rows come from L3 or DRAM (at 64K: 41 instead of 49 ns per key and kv
+// head); the blocked kernel's sit in L2, where the requests only cost
+// instructions (16 instead of 13 ns).
+constexpr bool kRowPrefetch = true, kBlockedPrefetch = false;
 
 // Row pointers of a block: rows[j] = base + keys[min(j, bk - 1)] * ld, so
 // the lanes past bk repeat a valid row (their weights are set to 0).
@@ -92,8 +91,9 @@ void CheckAttn(const char* op, const SparseAttentionParams& p) {
 // One batch element of the attention tensors.
 struct AttnView {
   const float *q, *k, *v, *dout, *lse, *drow;  // lse [H, Tq], drow [Tq, H]
-  int Tq, H, Hkv, D, g;
+  int Tq, Tk, H, Hkv, D, g;
   int64_t ldq, ldkv;
+  int64_t kv_head_stride;  // floats from one kv head's k (v) row to the next head's
   float scale;
 };
 
@@ -105,8 +105,8 @@ AttnView ViewOf(const SparseAttentionParams& p, int b) {
   a.dout = nullptr;
   a.lse = p.lse ? p.lse + (int64_t)b * p.H * p.Tq : nullptr;
   a.drow = nullptr;
-  a.Tq = p.Tq, a.H = p.H, a.Hkv = p.Hkv, a.D = p.D, a.g = p.H / p.Hkv;
-  a.ldq = (int64_t)p.H * p.D, a.ldkv = (int64_t)p.Hkv * p.D;
+  a.Tq = p.Tq, a.Tk = p.Tk, a.H = p.H, a.Hkv = p.Hkv, a.D = p.D, a.g = p.H / p.Hkv;
+  a.ldq = (int64_t)p.H * p.D, a.ldkv = (int64_t)p.Hkv * p.D, a.kv_head_stride = p.D;
   a.scale = p.scale;
   return a;
 }
@@ -116,94 +116,159 @@ AttnView ViewOf(const SparseAttentionParams& p, int b) {
 // keep the threads busy (decode). Per-head results do not depend on it.
 int KvChunks(int64_t rows, int Hkv) { return rows >= 4 * (int64_t)omp_get_max_threads() ? 1 : Hkv; }
 
-// Online-softmax update of one head with a block's scores s (lanes >= bk
-// ignored): s becomes the block's weights exp(s - m_new), m and l are
-// updated; returns the factor the accumulator is rescaled by.
-DSA_INLINE float OnlineSoftmax(float* s, int bk, float* m, float* l) {
-  const V16 sv = Masked(LoadV(s), bk, kNegInf);
-  const float mx = std::max(*m, HMax(sv));
-  const V16 e = ExpV(sv - mx);  // 0 in the masked lanes
-  StoreV(s, e);
-  const float alpha = ExpF(*m - mx);  // 0 while m = -inf
-  *m = mx;
-  *l = *l * alpha + HSum(e);
+// Keys per online-softmax step (at most): a step scores all its keys first,
+// then takes one max, one rescale of the accumulators and one exp per score,
+// then the weighted sum of the values. Steps of a few dozen keys or more
+// keep the arithmetic independent; per 16-key step, the max, exp and rescale
+// chain serialised the kernel (measured in L1, g = 2, D = 64: 13.6 ns per
+// key and kv head with 16-key steps, 7.3 with 64, 6.6 with 128).
+constexpr int kStep = 128;
+
+DSA_INLINE int Round16(int n) { return (n + kLanes - 1) / kLanes * kLanes; }
+
+// Scores of one step: s[h * kStep + j] = qs_h . k[keys[j]] for the g heads of
+// kv head hk (qs already scaled), j < n; lanes [n, Round16(n)) are -inf.
+// While scoring, the step's v rows and the k rows two groups ahead are
+// requested (rows at unpredictable addresses the hardware cannot guess).
+DSA_INLINE void StepScores(const AttnView& a, int hk, const int32_t* keys, int n, const float* qs,
+                           bool prefetch, float* s) {
+  const int D = a.D, g = a.g;
+  const float* kb = a.k + hk * a.kv_head_stride;
+  const float* vb = a.v + hk * a.kv_head_stride;
+  const int64_t ld = a.ldkv;
+  if (g == 2 && D % kLanes == 0 && D <= 8 * kLanes) {
+    // Groups of 8 keys x 2 heads: 16 accumulators, one reduction tree.
+    alignas(64) float r[kLanes];
+    for (int j0 = 0; j0 < n; j0 += 8) {
+      const float* kr[8];
+#pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) kr[j] = kb + keys[std::min(j0 + j, n - 1)] * ld;
+      if (prefetch) {
+        for (int j = j0 + 16; j < std::min(n, j0 + 24); ++j)
+          for (int d = 0; d < D; d += kLanes) __builtin_prefetch(kb + keys[j] * ld + d);
+        for (int j = j0; j < std::min(n, j0 + 8); ++j)
+          for (int d = 0; d < D; d += kLanes) __builtin_prefetch(vb + keys[j] * ld + d);
+      }
+      V16 sums[kLanes] = {};
+      for (int c = 0; c < D; c += kLanes) {
+        const V16 q0 = LoadV(qs + c), q1 = LoadV(qs + D + c);
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; ++j) {
+          const V16 kv = LoadV(kr[j] + c);
+          sums[j] += q0 * kv;
+          sums[8 + j] += q1 * kv;
+        }
+      }
+      StoreV(r, Reduce16(sums));
+      std::memcpy(s + j0, r, 8 * sizeof(float));
+      std::memcpy(s + kStep + j0, r + 8, 8 * sizeof(float));
+    }
+  } else {
+    const float* kr[kLanes];
+    for (int j0 = 0; j0 < n; j0 += kLanes) {
+      BlockRows(kb, ld, keys + j0, std::min(kLanes, n - j0), kr);
+      if (prefetch)
+        for (int j = j0; j < std::min(n, j0 + kLanes); ++j)
+          for (int d = 0; d < D; d += kLanes) __builtin_prefetch(vb + keys[j] * ld + d);
+      for (int h = 0; h < g; ++h) Dots16(qs + (int64_t)h * D, kr, D, s + h * kStep + j0);
+    }
+  }
+  for (int h = 0; h < g; ++h)
+    for (int j = n; j < Round16(n); ++j) s[h * kStep + j] = kNegInf;
+}
+
+// Online softmax over one step's scores of head h (Round16(n) lanes): the
+// scores become weights exp(s - m_new); m and l are updated; returns the
+// factor the accumulator is rescaled by.
+DSA_INLINE float StepSoftmax(float* s, int n, float* m, float* l) {
+  const int n16 = Round16(n);
+  V16 mx = SplatV(kNegInf);
+  for (int j = 0; j < n16; j += kLanes) mx = MaxV(mx, LoadV(s + j));
+  const float mnew = std::max(*m, HMax(mx));
+  V16 sum = {};
+  for (int j = 0; j < n16; j += kLanes) {
+    const V16 e = ExpV(LoadV(s + j) - mnew);  // 0 in the -inf lanes
+    StoreV(s + j, e);
+    sum += e;
+  }
+  const float alpha = ExpF(*m - mnew);  // 0 while m = -inf
+  *m = mnew;
+  *l = *l * alpha + HSum(sum);
   return alpha;
 }
 
-// One block of bk (<= 16) selected keys for the g query heads of kv head
-// hk: scores, online softmax, weighted sum of the values. qs/acc/m/l point
-// at the group's first head. Shared by the row and the blocked kernels, so
-// both do the same operations in the same order (bit-identical results).
-// FwdKeyBlock for two query heads per kv head (the common grouped-query
-// case), D a multiple of 16 up to 128: each gathered k and v row is loaded
-// once for both heads. Scores in two halves of 8 keys (16 accumulators: 8
-// keys x 2 heads, one reduction tree for both), the weighted sums of both
-// heads in registers across the 16 rows.
-DSA_INLINE void FwdKeyBlockPair(const float* const* kr, const float* const* vr, int bk, int D,
-                                const float* qs, float* acc, float* m, float* l) {
-  alignas(64) float s0[kLanes], s1[kLanes], r[kLanes];
-  for (int half = 0; half < kLanes; half += 8) {
-    V16 sums[kLanes] = {};  // [0, 8): head 0's keys, [8, 16): head 1's
-    for (int c = 0; c < D; c += kLanes) {
-      const V16 q0 = LoadV(qs + c), q1 = LoadV(qs + D + c);
+// acc_h = alpha_h acc_h + sum_j w_h[j] v[keys[j]] for two heads sharing the
+// rows, NV vectors of 16 per row, in registers; with NV <= 4 even and odd
+// keys go to separate accumulators (twice the independent chains).
+template <int NV>
+DSA_INLINE void StepValuesPair(const float* vb, int64_t ld, const int32_t* keys, int n, const float* w0,
+                               const float* w1, float alpha0, float alpha1, float* acc, int D) {
+  constexpr bool kTwo = NV <= 4;
+  V16 o0[NV], o1[NV], p0[NV], p1[NV];
 #pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j) {
-        const V16 kv = LoadV(kr[half + j] + c);
-        sums[j] += q0 * kv;
-        sums[8 + j] += q1 * kv;
+  for (int v = 0; v < NV; ++v) {
+    o0[v] = LoadV(acc + v * kLanes) * alpha0, o1[v] = LoadV(acc + D + v * kLanes) * alpha1;
+    p0[v] = V16{}, p1[v] = V16{};
+  }
+  int j = 0;
+  if constexpr (kTwo) {
+    for (; j + 2 <= n; j += 2) {
+      const float* ra = vb + keys[j] * ld;
+      const float* rb = vb + keys[j + 1] * ld;
+      const V16 a0 = SplatV(w0[j]), a1 = SplatV(w1[j]), b0 = SplatV(w0[j + 1]), b1 = SplatV(w1[j + 1]);
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) {
+        const V16 x = LoadV(ra + v * kLanes), y = LoadV(rb + v * kLanes);
+        o0[v] += a0 * x, o1[v] += a1 * x;
+        p0[v] += b0 * y, p1[v] += b1 * y;
       }
     }
-    StoreV(r, Reduce16(sums));
-    std::memcpy(s0 + half, r, 8 * sizeof(float));
-    std::memcpy(s1 + half, r + 8, 8 * sizeof(float));
   }
-  const float alpha0 = OnlineSoftmax(s0, bk, m, l), alpha1 = OnlineSoftmax(s1, bk, m + 1, l + 1);
-  const int nv = D / kLanes;
-  V16 o0[8] = {}, o1[8] = {};  // lanes v >= nv stay unused
+  for (; j < n; ++j) {
+    const float* ra = vb + keys[j] * ld;
+    const V16 a0 = SplatV(w0[j]), a1 = SplatV(w1[j]);
 #pragma GCC unroll 8
-  for (int v = 0; v < 8; ++v)
-    if (v < nv) o0[v] = LoadV(acc + v * kLanes) * alpha0, o1[v] = LoadV(acc + D + v * kLanes) * alpha1;
-  for (int j = 0; j < kLanes; ++j) {
-    const V16 w0 = SplatV(s0[j]), w1 = SplatV(s1[j]);
-    const float* row = vr[j];
-#pragma GCC unroll 8
-    for (int v = 0; v < 8; ++v)
-      if (v < nv) {
-        const V16 x = LoadV(row + v * kLanes);
-        o0[v] += w0 * x;
-        o1[v] += w1 * x;
-      }
+    for (int v = 0; v < NV; ++v) {
+      const V16 x = LoadV(ra + v * kLanes);
+      o0[v] += a0 * x, o1[v] += a1 * x;
+    }
   }
 #pragma GCC unroll 8
-  for (int v = 0; v < 8; ++v)
-    if (v < nv) StoreV(acc + v * kLanes, o0[v]), StoreV(acc + D + v * kLanes, o1[v]);
+  for (int v = 0; v < NV; ++v) {
+    StoreV(acc + v * kLanes, kTwo ? o0[v] + p0[v] : o0[v]);
+    StoreV(acc + D + v * kLanes, kTwo ? o1[v] + p1[v] : o1[v]);
+  }
 }
 
-DSA_INLINE void FwdKeyBlock(const AttnView& a, int hk, const int32_t* keys, int bk, int ahead,
-                            int pf_stride, const float* qs, float* acc, float* m, float* l) {
-  const int D = a.D;
-  // The next block's k/v rows (keys[bk .. bk + ahead)) are requested now:
-  // they sit at unpredictable addresses the hardware prefetcher cannot guess.
-  for (int j = bk; j < bk + ahead; ++j)
-    for (int d = 0; d < D; d += pf_stride) {
-      __builtin_prefetch(a.k + keys[j] * a.ldkv + (int64_t)hk * D + d);
-      __builtin_prefetch(a.v + keys[j] * a.ldkv + (int64_t)hk * D + d);
+// One online-softmax step of one row over n (1..kStep) selected keys for
+// the g query heads of kv head hk: qs/acc/m/l point at the group's first
+// head; s is scratch of g * kStep floats.
+DSA_INLINE void FwdStep(const AttnView& a, int hk, const int32_t* keys, int n, bool prefetch,
+                        const float* qs, float* acc, float* m, float* l, float* s) {
+  const int D = a.D, g = a.g;
+  StepScores(a, hk, keys, n, qs, prefetch, s);
+  const float* vb = a.v + hk * a.kv_head_stride;
+  if (g == 2 && D % kLanes == 0 && D <= 8 * kLanes) {
+    const float alpha0 = StepSoftmax(s, n, m, l), alpha1 = StepSoftmax(s + kStep, n, m + 1, l + 1);
+    switch (D / kLanes) {
+#define DSA_PAIR_CASE(nv) \
+  case nv: StepValuesPair<nv>(vb, a.ldkv, keys, n, s, s + kStep, alpha0, alpha1, acc, D); break;
+      DSA_PAIR_CASE(1) DSA_PAIR_CASE(2) DSA_PAIR_CASE(3) DSA_PAIR_CASE(4)
+      DSA_PAIR_CASE(5) DSA_PAIR_CASE(6) DSA_PAIR_CASE(7) DSA_PAIR_CASE(8)
+#undef DSA_PAIR_CASE
     }
-  const float* kr[kLanes];
-  const float* vr[kLanes];
-  alignas(64) float s[kLanes];
-  BlockRows(a.k + (int64_t)hk * D, a.ldkv, keys, bk, kr);
-  BlockRows(a.v + (int64_t)hk * D, a.ldkv, keys, bk, vr);
-  if (a.g == 2 && D % kLanes == 0 && D <= 8 * kLanes) {
-    FwdKeyBlockPair(kr, vr, bk, D, qs, acc, m, l);
     return;
   }
-  for (int h = 0; h < a.g; ++h) {
-    Dots16(qs + (int64_t)h * D, kr, D, s);
-    const float alpha = OnlineSoftmax(s, bk, m + h, l + h);
+  const float* vr[kLanes];
+  for (int h = 0; h < g; ++h) {
+    float* sh = s + h * kStep;
+    const float alpha = StepSoftmax(sh, n, m + h, l + h);
     float* ah = acc + (int64_t)h * D;
     if (alpha != 1.f) ScaleRow(ah, alpha, D);
-    AccumRows16(ah, vr, s, D);
+    for (int j0 = 0; j0 < n; j0 += kLanes) {  // lanes past n weigh 0
+      BlockRows(vb, a.ldkv, keys + j0, std::min(kLanes, n - j0), vr);
+      AccumRows16(ah, vr, sh + j0, D);
+    }
   }
 }
 
@@ -220,11 +285,10 @@ DSA_INLINE void FwdFinish(const AttnView& a, const float* acc, const float* m, c
   }
 }
 
-// Forward of row t, kv heads [hk0, hk1): keys[0..n) the valid selection.
-// Each block of 16 keys is gathered once per kv head (row pointers) and
-// used by the g query heads of its group.
+// Forward of row t, kv heads [hk0, hk1): keys[0..n) the valid selection,
+// in steps of kStep keys; ws holds the row's state, s the step's scores.
 DSA_MULTIVERSION void AttnFwdTask(const AttnView& a, int t, const int32_t* keys, int n, int hk0,
-                                  int hk1, float* ws, float* out_row, float* lse_t) {
+                                  int hk1, float* ws, float* s, float* out_row, float* lse_t) {
   const int D = a.D, g = a.g, h0 = hk0 * g, nh = (hk1 - hk0) * g;
   float* qs = ws;
   float* acc = qs + (int64_t)nh * D;
@@ -233,12 +297,11 @@ DSA_MULTIVERSION void AttnFwdTask(const AttnView& a, int t, const int32_t* keys,
   const float* q = a.q + t * a.ldq + (int64_t)h0 * D;
   for (int64_t x = 0; x < (int64_t)nh * D; ++x) qs[x] = q[x] * a.scale, acc[x] = 0.f;
   for (int h = 0; h < nh; ++h) m[h] = kNegInf, l[h] = 0.f;
-  for (int j0 = 0; j0 < n; j0 += kLanes) {
-    const int bk = std::min(kLanes, n - j0);
+  for (int j0 = 0; j0 < n; j0 += kStep) {
+    const int bn = std::min(kStep, n - j0);
     for (int hk = hk0; hk < hk1; ++hk) {
       const int64_t o = (int64_t)(hk - hk0) * g;
-      FwdKeyBlock(a, hk, keys + j0, bk, std::min(kLanes, n - j0 - bk), kPrefetchAllLines, qs + o * D,
-                  acc + o * D, m + o, l + o);
+      FwdStep(a, hk, keys + j0, bn, kRowPrefetch, qs + o * D, acc + o * D, m + o, l + o, s);
     }
   }
   FwdFinish(a, acc, m, l, nh, out_row + (int64_t)h0 * D, lse_t ? lse_t + (int64_t)h0 * a.Tq : nullptr,
@@ -247,25 +310,24 @@ DSA_MULTIVERSION void AttnFwdTask(const AttnView& a, int t, const int32_t* keys,
 
 // Blocked forward: rows [t0, t1) of one batch element, kv head hk. The keys
 // are walked in chunks of `chunk` positions; in each chunk every row of the
-// block takes its next blocks of 16 selected keys whose first key lies in
-// the chunk, so a chunk's k/v rows are read from DRAM once and reused from
-// cache by every row of the block that selected them. Each row still runs
-// its blocks 0, 16, 32 ... in order: results are bit-identical to the row
-// kernel's. ws holds the rows' state; cur/nv two ints per row.
+// block takes the selected keys that lie in it (in steps of at most kStep),
+// so a chunk's k/v rows are read from DRAM once and reused from cache by
+// every row of the block that selected them. ws holds the rows' states, s
+// the step's scores; nv[r] is RegularPrefix of row t0 + r, cur one int per
+// row.
 DSA_MULTIVERSION void AttnFwdBlockTask(const AttnView& a, const int32_t* idx, int K, int t0, int t1,
-                                       int hk, int chunk, float* ws, int32_t* nv, int32_t* cur,
-                                       int32_t* spare, float* out, float* lse) {
+                                       int hk, int chunk, float* ws, float* s, const int32_t* nv,
+                                       int32_t* cur, int32_t* spare, float* out, float* lse) {
   const int D = a.D, g = a.g, h0 = hk * g, nr = t1 - t0;
   const int64_t stride = ((int64_t)2 * g * D + 2 * g + 15) / 16 * 16;
   for (int r = 0; r < nr; ++r) {
     const int t = t0 + r;
     const int32_t* sel = idx + (int64_t)t * K;
-    nv[r] = RegularPrefix(sel, K);
     cur[r] = 0;
     float* st = ws + r * stride;
     if (nv[r] < 0) {  // not an ascending prefix: the row kernel, on its own
       const int n = Compact(sel, K, spare, nullptr);
-      AttnFwdTask(a, t, spare, n, hk, hk + 1, st, out + (int64_t)t * a.ldq,
+      AttnFwdTask(a, t, spare, n, hk, hk + 1, st, s, out + (int64_t)t * a.ldq,
                   lse ? lse + t : nullptr);
       continue;
     }
@@ -280,12 +342,14 @@ DSA_MULTIVERSION void AttnFwdBlockTask(const AttnView& a, const int32_t* idx, in
       int j = cur[r];
       if (j >= n) continue;
       const int32_t* keys = idx + (int64_t)(t0 + r) * K;
+      int e = j;
+      while (e < n && keys[e] < end) ++e;
       float* st = ws + r * stride;
-      for (; j < n && keys[j] < end; j += kLanes)
-        FwdKeyBlock(a, hk, keys + j, std::min(kLanes, n - j), std::clamp(n - j - kLanes, 0, kLanes),
-                    kPrefetchFirstLine, st, st + g * D, st + 2 * g * D, st + 2 * g * D + g);
-      cur[r] = j;
-      more |= j < n;
+      for (; j < e; j += kStep)
+        FwdStep(a, hk, keys + j, std::min(kStep, e - j), kBlockedPrefetch, st, st + g * D, st + 2 * g * D,
+                st + 2 * g * D + g, s);
+      cur[r] = e;
+      more |= e < n;
     }
     if (!more) break;
   }
@@ -546,13 +610,15 @@ SparseAttentionSchedule DefaultSparseAttentionSchedule(const SparseAttentionPara
   // Below a few blocks of keys per row there is little to reuse.
   if ((int64_t)p.B * p.Tq < 64 || p.Tk <= 2 * p.K) return {1, 0, 0};
   // Blocked: enough rows per block that each key is selected by ~32 of them
-  // on average (K / Tk of the rows select a given key), short chunks. The
-  // lab's winners: q_block 256 / chunk 128 at T = 16K, K = 2048; measured
-  // by hand at 64K, q_block 1024 / chunk 256 (5.8 s against 7.2 s with the
-  // 16K schedule).
+  // on average (K / Tk of the rows select a given key), and chunks long
+  // enough that a row takes ~32 keys per visit (a softmax step each).
+  // Measured (H 8, Hkv 4, D 64, K 2048): 16K flat within 5% over q_block
+  // 256-1024 x chunk 256-1024; 64K, 1024/1024 best (13 ns per key and kv
+  // head at the last rows against 16 with chunks of 512, 19 with 256).
   const int64_t ratio = std::max<int64_t>(1, p.Tk / std::max(1, p.K));
   const int q_block = (int)std::clamp<int64_t>(32 * ratio, 64, 2048) / 64 * 64;
-  return {q_block, ratio <= 8 ? 128 : 256, 0};
+  const int chunk = (int)std::clamp<int64_t>(32 * ratio, 256, 2048);
+  return {q_block, chunk, 0};
 }
 
 SparseAttentionSchedule ResolveSparseAttentionSchedule(const SparseAttentionParams& p) {
@@ -584,6 +650,30 @@ void SparseAttention(const SparseAttentionParams& p) {
     const int qb = std::min(sched.q_block, Tq), g = H / Hkv;
     const int64_t blocks = (Tq + qb - 1) / qb, tasks = (int64_t)p.B * blocks * Hkv;
     const int64_t stride = ((int64_t)2 * g * D + 2 * g + 15) / 16 * 16;
+    // k and v repacked per kv head ([B, Hkv, Tk, D]): a chunk of one head's
+    // rows is then contiguous (measured at 64K: 19 -> 14 ns per key and kv
+    // head); the copy costs about 1% of the kernel.
+    const int Tk = p.Tk;
+    const int64_t per_b = (int64_t)Hkv * Tk * D;
+    float* packed = Hkv > 1 ? ThreadWorkspace(kSlotPacked, 2 * p.B * per_b) : nullptr;
+    if (packed) {
+#pragma omp parallel for schedule(static) if (par)
+      for (int64_t bs = 0; bs < (int64_t)p.B * Tk; ++bs) {
+        const int64_t b = bs / Tk, pos = bs % Tk;
+        const float* kr = p.k + b * p.kv_batch_stride + pos * Hkv * D;
+        const float* vr = p.v + b * p.kv_batch_stride + pos * Hkv * D;
+        for (int hk = 0; hk < Hkv; ++hk) {
+          std::memcpy(packed + b * per_b + ((int64_t)hk * Tk + pos) * D, kr + (int64_t)hk * D, D * sizeof(float));
+          std::memcpy(packed + (p.B + b) * per_b + ((int64_t)hk * Tk + pos) * D, vr + (int64_t)hk * D,
+                      D * sizeof(float));
+        }
+      }
+    }
+    // Each selection row's form, once for all its kv heads.
+    std::vector<int32_t> nv(rows);
+#pragma omp parallel for schedule(static) if (par)
+    for (int64_t r = 0; r < rows; ++r)
+      nv[r] = RegularPrefix(p.idx + (r / Tq) * p.idx_batch_stride + (r % Tq) * K, K);
     // Later blocks (more keys) first: the dynamic schedule then ends evenly.
 #pragma omp parallel for schedule(dynamic, 1) if (par)
     for (int64_t task = 0; task < tasks; ++task) {
@@ -592,10 +682,16 @@ void SparseAttention(const SparseAttentionParams& p) {
       const int64_t bb = rev / Hkv;
       const int b = (int)(bb / blocks), t0 = (int)(bb % blocks) * qb, t1 = std::min(Tq, t0 + qb);
       float* ws = ThreadWorkspace(kSlotWork, qb * stride);
-      int32_t* ints = reinterpret_cast<int32_t*>(ThreadWorkspace(kSlotKeys, 2 * (int64_t)qb + K));
-      AttnFwdBlockTask(ViewOf(p, b), p.idx + b * p.idx_batch_stride, K, t0, t1, hk, sched.key_chunk,
-                       ws, ints, ints + qb, ints + 2 * qb, p.out + b * p.out_batch_stride,
-                       p.lse ? p.lse + (int64_t)b * H * Tq : nullptr);
+      float* s = ThreadWorkspace(kSlotScores, (int64_t)g * kStep);
+      int32_t* ints = reinterpret_cast<int32_t*>(ThreadWorkspace(kSlotKeys, (int64_t)qb + K));
+      AttnView view = ViewOf(p, b);
+      if (packed) {
+        view.k = packed + b * per_b, view.v = packed + (p.B + b) * per_b;
+        view.ldkv = D, view.kv_head_stride = (int64_t)Tk * D;
+      }
+      AttnFwdBlockTask(view, p.idx + b * p.idx_batch_stride, K, t0, t1, hk, sched.key_chunk,
+                       ws, s, nv.data() + (int64_t)b * Tq + t0, ints, ints + qb,
+                       p.out + b * p.out_batch_stride, p.lse ? p.lse + (int64_t)b * H * Tq : nullptr);
     }
     return;
   }
@@ -608,7 +704,8 @@ void SparseAttention(const SparseAttentionParams& p) {
     int32_t* keys = reinterpret_cast<int32_t*>(ThreadWorkspace(kSlotKeys, K));
     const int n = Compact(p.idx + b * p.idx_batch_stride + (int64_t)t * K, K, keys, nullptr);
     float* ws = ThreadWorkspace(kSlotWork, 2 * (int64_t)nh * D + 2 * nh);
-    AttnFwdTask(ViewOf(p, b), t, keys, n, hk0, hk0 + per, ws,
+    float* s = ThreadWorkspace(kSlotScores, (int64_t)(H / Hkv) * kStep);
+    AttnFwdTask(ViewOf(p, b), t, keys, n, hk0, hk0 + per, ws, s,
                 p.out + b * p.out_batch_stride + (int64_t)t * H * D,
                 p.lse ? p.lse + (int64_t)b * H * Tq + t : nullptr);
   }

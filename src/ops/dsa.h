@@ -79,9 +79,11 @@ void SparseAttention(const SparseAttentionParams& p);
 // row gathers its selected k/v rows on its own). q_block > 1: the blocked
 // kernel: q_block rows of one kv head walk the keys in chunks of key_chunk
 // positions together, so a chunk's k/v rows come from DRAM once and serve
-// every row of the block that selected them from cache. The row and blocked
-// kernels run each row's blocks of 16 keys in the same order: the same bits
-// come out. dense_tile > 0: masked dense attention (two GEMMs per kv head
+// every row of the block that selected them from cache (k and v are first
+// copied per kv head, so a chunk is contiguous). Both kernels take a row's
+// keys in online-softmax steps of up to 128; the blocked kernel also ends a
+// step at each chunk boundary, so schedules differ in rounding only (each
+// schedule is deterministic, whatever the thread count). dense_tile > 0: masked dense attention (two GEMMs per kv head
 // and tile of dense_tile query rows, unselected keys masked to -inf): the
 // same math at dense cost, faster where the selection is a large share of
 // the keys (short sequences); equal to the others up to fp32 rounding.
