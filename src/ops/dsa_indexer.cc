@@ -24,9 +24,10 @@
 // all keys, no sample); the same tile kernels, so the same bits.
 #include <immintrin.h>
 
-// GCC 12's AVX-512 headers trip -Wmaybe-uninitialized on their own
+// GCC 12's AVX-512 headers trip -W(maybe-)uninitialized on their own
 // _mm512_undefined_* placeholders.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include <algorithm>
 #include <atomic>
@@ -52,7 +53,7 @@ constexpr int kRowBlock = 16;    // query rows per task, sharing each key tile
 constexpr int kMaxInt8Dim = 256; // Di of the int8 path
 constexpr int kDirectMaxRows = 4; // up to this many query rows: IndexerTopKDirect
 // Thread workspace slots (per thread; see backend/cpu/impl/common.h).
-enum Slot { kSlotSample = 0, kSlotCandKey, kSlotCandIdx, kSlotQuant };
+enum Slot { kSlotSample = 0, kSlotCandKey, kSlotCandIdx, kSlotQuant, kSlotSelect };
 
 // A uint32 that orders like the float (-0 canonicalised to +0).
 DSA_INLINE uint32_t OrderedKey(float f) {
@@ -61,7 +62,8 @@ DSA_INLINE uint32_t OrderedKey(float f) {
 }
 
 // A threshold for the k largest (1 <= k <= n) of key[0..n): the largest
-// thr with at least k keys >= thr, found bit by bit by vectorised counting
+// thr with at least k keys >= thr (or, when exactly k keys reach some
+// value, any thr with exactly k keys >= thr), found bit by bit by vectorised counting
 // passes (no branches on the data) -- except that the search stops at the
 // first thr with exactly k keys >= thr (then those keys are the k largest
 // and no lower bit can change that). Bits above the highest one where the
@@ -345,18 +347,84 @@ template <int kHi, int kDg>
   return CollectVectors(v, valid, s0, tau, ckey, cidx, c);
 }
 
-// CompactPortable (below) with AVX-512 compress stores.
+// KthThreshold's contract (below) by a shrinking set: bit by bit from the
+// highest one where the keys differ, the keys still undecided are split by
+// the bit (AVX-512 compress into `scratch`, which may be `key` itself when
+// it can be overwritten; n + 16 entries: whole vectors are stored): when at least `need` have it set,
+// the others fall below the threshold, else those with it set are all
+// above it. The set shrinks about by half per bit once the bits separate
+// the keys, instead of n keys counted per bit. When the set is exactly the
+// keys still needed, the threshold is its smallest key.
+[[gnu::target("avx512f")]] uint32_t KthThresholdAvx512(const uint32_t* key, int n, int k, int* ge,
+                                                       uint32_t* scratch) {
+  __m512i lo = _mm512_set1_epi32(-1), hi = _mm512_setzero_si512();
+  for (int i = 0; i < n; i += 16) {
+    const __mmask16 tail = n - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - i)) - 1);
+    const __m512i x = _mm512_maskz_loadu_epi32(tail, key + i);
+    lo = _mm512_mask_min_epu32(lo, tail, lo, x);
+    hi = _mm512_mask_max_epu32(hi, tail, hi, x);
+  }
+  const uint32_t mn = _mm512_reduce_min_epu32(lo), mx = _mm512_reduce_max_epu32(hi);
+  if (mn == mx) return *ge = n, mx;
+  const int top = 31 - __builtin_clz(mn ^ mx);
+  uint32_t prefix = top == 31 ? 0u : mx & (~0u << (top + 1));
+  const uint32_t* cur = key;
+  int m = n, need = k, above = 0;
+  for (int bit = top; bit >= 0; --bit) {
+    const __m512i b = _mm512_set1_epi32((int)(1u << bit));
+    int set = 0;
+    for (int i = 0; i < m; i += 16) {
+      const __mmask16 tail = m - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (m - i)) - 1);
+      set += __builtin_popcount(_mm512_mask_test_epi32_mask(tail, _mm512_maskz_loadu_epi32(tail, cur + i), b));
+    }
+    const bool keep_set = set >= need;
+    int o = 0;
+    for (int i = 0; i < m; i += 16) {
+      const __mmask16 tail = m - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (m - i)) - 1);
+      const __m512i x = _mm512_maskz_loadu_epi32(tail, cur + i);
+      const __mmask16 keep = keep_set ? _mm512_mask_test_epi32_mask(tail, x, b)
+                                      : _mm512_mask_testn_epi32_mask(tail, x, b);
+      _mm512_storeu_si512(scratch + o, _mm512_maskz_compress_epi32(keep, x));
+      o += __builtin_popcount(keep);
+    }
+    cur = scratch, m = o;
+    if (keep_set) {
+      prefix |= 1u << bit;
+    } else {
+      need -= set, above += set;
+    }
+    if (m == need) {  // exactly the keys still needed: all of them are in
+      __m512i least = _mm512_set1_epi32(-1);
+      for (int i = 0; i < m; i += 16) {
+        const __mmask16 tail = m - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (m - i)) - 1);
+        least = _mm512_mask_min_epu32(least, tail, least, _mm512_maskz_loadu_epi32(tail, cur + i));
+      }
+      *ge = above + m;
+      return _mm512_reduce_min_epu32(least);
+    }
+  }
+  *ge = above + m;  // m keys equal the threshold
+  return prefix;
+}
+
+// CompactPortable (below) with AVX-512 compress into a register and a
+// masked store (the compress-to-memory form is slow on some cores).
 [[gnu::target("avx512f")]] void CompactAvx512(const uint32_t* ck, const int32_t* ci, int c, uint32_t thr,
                                               int32_t* out) {
   const __m512i tv = _mm512_set1_epi32((int)thr);
   for (int i = 0; i < c; i += 16) {
     const __mmask16 tail = c - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (c - i)) - 1);
     const __mmask16 m = _mm512_mask_cmpge_epu32_mask(tail, _mm512_maskz_loadu_epi32(tail, ck + i), tv);
-    _mm512_mask_compressstoreu_epi32(out, m, _mm512_maskz_loadu_epi32(tail, ci + i));
-    out += __builtin_popcount(m);
+    const int n = __builtin_popcount(m);
+    _mm512_mask_storeu_epi32(out, (__mmask16)((1u << n) - 1), _mm512_maskz_compress_epi32(m, _mm512_maskz_loadu_epi32(tail, ci + i)));
+    out += n;
   }
 }
 #endif
+
+inline uint32_t KthThresholdPortable(const uint32_t* key, int n, int k, int* ge, uint32_t*) {
+  return KthThreshold(key, n, k, ge);
+}
 
 // out[0..) = ci[i] for the i < c with ck[i] >= thr, in order; writes
 // exactly that many entries.
@@ -371,6 +439,7 @@ struct Kernels {
                     uint32_t*, int32_t*, int) = TileCollectI8Portable;
   int (*collect)(const float*, int, int, uint32_t, uint32_t*, int32_t*, int) = CollectPortable;
   void (*compact)(const uint32_t*, const int32_t*, int, uint32_t, int32_t*) = CompactPortable;
+  uint32_t (*threshold)(const uint32_t*, int, int, int*, uint32_t*) = KthThresholdPortable;
 };
 
 const Kernels& Pick() {
@@ -378,7 +447,8 @@ const Kernels& Pick() {
     Kernels out;
 #ifdef DSA_HAVE_VNNI_KERNEL
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) out.collect = CollectAvx512, out.compact = CompactAvx512;
+    if (__builtin_cpu_supports("avx512f"))
+      out.collect = CollectAvx512, out.compact = CompactAvx512, out.threshold = KthThresholdAvx512;
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vnni")) {
       out.i8 = TileScoresI8Vnni;
@@ -451,7 +521,8 @@ void QuantizeQuery(int Hi, int Di, float* base, QueryRow* q) {
 void SelectAmongCandidates(const Kernels& kern, const uint32_t* ck, const int32_t* ci, int c, int K,
                            int32_t* out) {
   int ge = 0;
-  const uint32_t thr = KthThreshold(ck, c, K, &ge);
+  uint32_t* scratch = reinterpret_cast<uint32_t*>(ThreadWorkspace(kSlotSelect, (int64_t)c + 16));
+  const uint32_t thr = kern.threshold(ck, c, K, &ge, scratch);
   if (ge == K) {
     kern.compact(ck, ci, c, thr, out);
     return;
@@ -621,7 +692,7 @@ void IndexerTopK(const IndexerParams& p) {
         uint32_t* sk = ckey + (int64_t)r * cap;  // scratch: the row's candidate space
         for (int i = 0; i < ms; ++i) sk[i] = OrderedKey(ss[i]);
         int ge = 0;
-        tau[r] = KthThreshold(sk, ms, rank, &ge);
+        tau[r] = kern.threshold(sk, ms, rank, &ge, sk);
       }
     }
     // The tiles, shared by the block's rows.
