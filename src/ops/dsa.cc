@@ -126,6 +126,21 @@ constexpr int kStep = 128;
 
 DSA_INLINE int Round16(int n) { return (n + kLanes - 1) / kLanes * kLanes; }
 
+// sums[j] += q0 . kr[j], sums[8 + j] += q1 . kr[j] for j < NK (q1 = qs + D),
+// as 16-lane partial sums.
+template <int NK>
+DSA_INLINE void PairDots(const float* qs, const float* const* kr, int D, V16* sums) {
+  for (int c = 0; c < D; c += kLanes) {
+    const V16 q0 = LoadV(qs + c), q1 = LoadV(qs + D + c);
+#pragma GCC unroll 8
+    for (int j = 0; j < NK; ++j) {
+      const V16 kv = LoadV(kr[j] + c);
+      sums[j] += q0 * kv;
+      sums[8 + j] += q1 * kv;
+    }
+  }
+}
+
 // Scores of one step: s[h * kStep + j] = qs_h . k[keys[j]] for the g heads of
 // kv head hk (qs already scaled), j < n; lanes [n, Round16(n)) are -inf.
 // While scoring, the step's v rows and the k rows two groups ahead are
@@ -150,15 +165,10 @@ DSA_INLINE void StepScores(const AttnView& a, int hk, const int32_t* keys, int n
           for (int d = 0; d < D; d += kLanes) __builtin_prefetch(vb + keys[j] * ld + d);
       }
       V16 sums[kLanes] = {};
-      for (int c = 0; c < D; c += kLanes) {
-        const V16 q0 = LoadV(qs + c), q1 = LoadV(qs + D + c);
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; ++j) {
-          const V16 kv = LoadV(kr[j] + c);
-          sums[j] += q0 * kv;
-          sums[8 + j] += q1 * kv;
-        }
-      }
+      if (n - j0 > 4)
+        PairDots<8>(qs, kr, D, sums);
+      else  // a group's last 1-4 keys: half the multiply-adds (the rest stay 0)
+        PairDots<4>(qs, kr, D, sums);
       StoreV(r, Reduce16(sums));
       std::memcpy(s + j0, r, 8 * sizeof(float));
       std::memcpy(s + kStep + j0, r + 8, 8 * sizeof(float));
