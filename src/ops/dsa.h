@@ -83,10 +83,12 @@ void SparseAttention(const SparseAttentionParams& p);
 // copied per kv head, so a chunk is contiguous). Both kernels take a row's
 // keys in online-softmax steps of up to 128; the blocked kernel also ends a
 // step at each chunk boundary, so schedules differ in rounding only (each
-// schedule is deterministic, whatever the thread count). dense_tile > 0: masked dense attention (two GEMMs per kv head
-// and tile of dense_tile query rows, unselected keys masked to -inf): the
-// same math at dense cost, faster where the selection is a large share of
-// the keys (short sequences); equal to the others up to fp32 rounding.
+// schedule is deterministic, whatever the thread count). dense_tile > 0:
+// masked dense attention (two GEMMs per kv head and tile of dense_tile query
+// rows, unselected keys masked to -inf): the same math at dense cost, equal
+// to the others up to fp32 rounding; a schedule the kernel lab may pick,
+// never the default (the blocked kernel is faster even where the selection
+// is most of the keys).
 struct SparseAttentionSchedule {
   int q_block = 0;     // 0: not chosen
   int key_chunk = 0;   // 0: the default for the shape

@@ -209,8 +209,9 @@ TEST(Dsa, ScheduleResolution) {
   SparseAttentionParams p;
   p.B = 1, p.Tq = 1, p.Tk = 65536, p.K = 2048;
   EXPECT_EQ(ResolveSparseAttentionSchedule(p).q_block, 1);  // decode
-  p.Tq = p.Tk = 4096;  // the selection is half the keys: masked dense
-  EXPECT_GT(ResolveSparseAttentionSchedule(p).dense_tile, 0);
+  p.Tq = p.Tk = 4096;  // the selection is half the keys: still blocked
+  EXPECT_EQ(ResolveSparseAttentionSchedule(p).dense_tile, 0);
+  EXPECT_GT(ResolveSparseAttentionSchedule(p).q_block, 1);
   p.Tq = 16384, p.Tk = 16384;
   const SparseAttentionSchedule d = ResolveSparseAttentionSchedule(p);
   EXPECT_EQ(d.dense_tile, 0);
