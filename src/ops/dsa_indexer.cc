@@ -233,6 +233,30 @@ int TileCollectI8Portable(const QueryRow& r, const uint8_t* tile, const float* k
   return CollectPortable(sc, valid, s0, tau, ckey, cidx, c);
 }
 
+// The rows of one task's block on one tile (first key s0): each row that
+// sees more than K keys and key s0 appends the tile's keys at or above its
+// tau among its n[r] - s0 visible ones to ckey/cidx + r * cap. One call per
+// tile for the whole block: no per-row call through the kernel table.
+struct TileRows {
+  const QueryRow* rows;
+  const int* n;
+  const uint32_t* tau;
+  uint32_t* ckey;
+  int32_t* cidx;
+  int* count;
+  int64_t cap;
+  int nr, K;
+};
+
+void TileCollectRowsI8Portable(const TileRows& b, const uint8_t* tile, const float* ks, int Hi, int Dg,
+                               int s0) {
+  for (int r = 0; r < b.nr; ++r) {
+    if (b.n[r] <= b.K || s0 >= b.n[r]) continue;
+    b.count[r] = TileCollectI8Portable(b.rows[r], tile, ks, Hi, Dg, b.n[r] - s0, s0, b.tau[r],
+                                       b.ckey + r * b.cap, b.cidx + r * b.cap, b.count[r]);
+  }
+}
+
 #if defined(__GNUC__) && defined(__x86_64__)
 #define DSA_HAVE_VNNI_KERNEL 1
 #define DSA_VNNI gnu::target("avx512f,avx512bw,avx512vnni")
@@ -340,6 +364,28 @@ template <int kHi, int kDg>
   return CollectVectors(v, valid, s0, tau, ckey, cidx, c);
 }
 
+// TileCollectRowsI8Portable with the VNNI kernel, the shape's constants
+// chosen once per tile.
+template <int kHi, int kDg>
+[[DSA_VNNI, gnu::always_inline]] inline void CollectRowsVnni(const TileRows& b, const uint8_t* tile,
+                                                             const float* ks, int Hi, int Dg, int s0) {
+  for (int r = 0; r < b.nr; ++r) {
+    if (b.n[r] <= b.K || s0 >= b.n[r]) continue;
+    __m512 v[4];
+    VnniScores<kHi, kDg>(b.rows[r], tile, ks, Hi, Dg, v);
+    b.count[r] = CollectVectors(v, b.n[r] - s0, s0, b.tau[r], b.ckey + r * b.cap, b.cidx + r * b.cap,
+                                b.count[r]);
+  }
+}
+
+[[DSA_VNNI]] void TileCollectRowsI8Vnni(const TileRows& b, const uint8_t* tile, const float* ks, int Hi,
+                                        int Dg, int s0) {
+  if (Hi == 4 && Dg == 8)
+    CollectRowsVnni<4, 8>(b, tile, ks, Hi, Dg, s0);
+  else
+    CollectRowsVnni<0, 0>(b, tile, ks, Hi, Dg, s0);
+}
+
 [[gnu::target("avx512f")]] int CollectAvx512(const float* sc, int valid, int s0, uint32_t tau,
                                              uint32_t* ckey, int32_t* cidx, int c) {
   const __m512 v[4] = {_mm512_loadu_ps(sc), _mm512_loadu_ps(sc + 16), _mm512_loadu_ps(sc + 32),
@@ -437,6 +483,8 @@ struct Kernels {
   void (*i8)(const QueryRow&, const uint8_t*, const float*, int, int, float*) = TileScoresI8Portable;
   int (*i8_collect)(const QueryRow&, const uint8_t*, const float*, int, int, int, int, uint32_t,
                     uint32_t*, int32_t*, int) = TileCollectI8Portable;
+  void (*i8_collect_rows)(const TileRows&, const uint8_t*, const float*, int, int, int) =
+      TileCollectRowsI8Portable;
   int (*collect)(const float*, int, int, uint32_t, uint32_t*, int32_t*, int) = CollectPortable;
   void (*compact)(const uint32_t*, const int32_t*, int, uint32_t, int32_t*) = CompactPortable;
   uint32_t (*threshold)(const uint32_t*, int, int, int*, uint32_t*) = KthThresholdPortable;
@@ -453,6 +501,7 @@ const Kernels& Pick() {
         __builtin_cpu_supports("avx512vnni")) {
       out.i8 = TileScoresI8Vnni;
       out.i8_collect = TileCollectI8Vnni;
+      out.i8_collect_rows = TileCollectRowsI8Vnni;
     }
 #endif
     return out;
@@ -696,8 +745,15 @@ void IndexerTopK(const IndexerParams& p) {
       }
     }
     // The tiles, shared by the block's rows.
+    const TileRows block{rows, n, tau, ckey, cidx, count, cap, nr, K};
     for (int64_t tile = 0; tile * kTile < nmax; ++tile) {
       const int s0 = (int)(tile * kTile);
+      if (int8) {
+        const int64_t first = (int64_t)b * keys.ld + tile * kTile;
+        kern.i8_collect_rows(block, keys.i8.data() + first * keys.Dg * 4, keys.scale.data() + first, Hi,
+                             keys.Dg, s0);
+        continue;
+      }
       for (int r = 0; r < nr; ++r) {
         if (n[r] <= K || s0 >= n[r]) continue;
         count[r] = TileCandidates(p, keys, kern, b, tile, rows[r], n[r] - s0, tau[r],
