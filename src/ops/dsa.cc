@@ -1,19 +1,22 @@
 // DSA kernels (see dsa.h for the math and the layouts).
 //
 // Every kernel is OpenMP-parallel over independent outputs, so results do
-// not depend on the thread count or the schedule (bit for bit):
+// not depend on the thread count (bit for bit):
 //   IndexerTopK             in dsa_indexer.cc (sampled threshold, candidates,
 //                           exact selection among them; fp32 or int8).
-//   SparseAttention         one task per (b, t) (per (b, t, kv head) when
-//                           rows are too few, e.g. decode): the selected keys
-//                           in blocks of 16, each block's k/v rows gathered
-//                           once per kv head and used by the H/Hkv query
-//                           heads that share it; online softmax per head.
+//   SparseAttention         the row kernel (one task per (b, t), per (b, t,
+//                           kv head) when rows are too few, e.g. decode) or
+//                           the blocked one (one task per block of rows and
+//                           kv head, walking the keys in chunks); either
+//                           takes a row's keys in online-softmax steps of up
+//                           to 128, each gathered k/v row used by the H/Hkv
+//                           query heads that share it; masked dense in
+//                           dsa_masked.cc.
 //   SparseAttentionBackward dq per (b, t) as above; dk/dv per (b, key) from
 //                           an inverse index (the entries that selected the
 //                           key, in ascending order), recomputing P and dS,
 //                           so nothing is scattered and nothing is atomic.
-//   IndexerLoss             per query row: p, q, KL, dI, dqi, dwi; dki per
+//   IndexerLoss             (dsa_loss.cc) per query row: p, q, KL, dI, dqi, dwi; dki per
 //                           (b, key) through the same inverse index; the
 //                           loss is summed over rows in a fixed order.
 // The inner products work on blocks of 16 rows (16 dot products reduced by
@@ -32,84 +35,66 @@
 
 #include "backend/cpu/impl/common.h"  // ExpF, ThreadWorkspace
 #include "core/check.h"
+#include "ops/dsa_attn.h"
 #include "ops/dsa_simd.h"
 
 namespace myriad::ops::dsa {
+
+namespace detail {
+
+InverseIndex BuildInverse(const int32_t* idx, int64_t idx_stride, int B, int Tq, int Tk, int K,
+                          bool parallel) {
+  InverseIndex inv;
+  inv.off.assign((size_t)B * (Tk + 1), 0);
+  inv.base.assign(B, 0);
+  const int64_t E = (int64_t)Tq * K;
+#pragma omp parallel for schedule(static) if (parallel && B > 1)
+  for (int b = 0; b < B; ++b) {
+    int64_t* o = inv.off.data() + (int64_t)b * (Tk + 1);
+    const int32_t* ib = idx + b * idx_stride;
+    for (int64_t e = 0; e < E; ++e) {
+      const int32_t s = ib[e];
+      if (s >= 0 && s < Tk) ++o[s + 1];
+    }
+    for (int s = 0; s < Tk; ++s) o[s + 1] += o[s];
+  }
+  int64_t total = 0;
+  for (int b = 0; b < B; ++b) {
+    inv.base[b] = total;
+    total += inv.off[(size_t)b * (Tk + 1) + Tk];
+  }
+  inv.ents.resize((size_t)std::max<int64_t>(total, 1));
+#pragma omp parallel for schedule(static) if (parallel && B > 1)
+  for (int b = 0; b < B; ++b) {
+    const int64_t* o = inv.off.data() + (int64_t)b * (Tk + 1);
+    std::vector<int64_t> fill(o, o + Tk);
+    int32_t* eb = inv.ents.data() + inv.base[b];
+    const int32_t* ib = idx + b * idx_stride;
+    for (int64_t e = 0; e < E; ++e) {
+      const int32_t s = ib[e];
+      if (s >= 0 && s < Tk) eb[fill[s]++] = (int32_t)e;
+    }
+  }
+  return inv;
+}
+
+}  // namespace detail
+
 namespace {
 
 using namespace simd;
+using namespace detail;
 
 using cpu::ExpF;
 using cpu::ThreadWorkspace;
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-// Below this many multiply-adds an op runs on the calling thread: a
-// fork/join would cost more than it saves (decode, small tests).
-constexpr int64_t kMinParallelWork = int64_t{1} << 20;
-
-// Thread workspace slots (grow-only, per thread; see backend/cpu/impl/common.h).
-enum Slot { kSlotWork = 2, kSlotKeys, kSlotU, kSlotScores, kSlotPacked };
 // Whether a kernel's steps request their k/v rows ahead: the row kernel's
 // rows come from L3 or DRAM (at 64K: 41 instead of 49 ns per key and kv
 // head); the blocked kernel's sit in L2, where the requests only cost
 // instructions (16 instead of 13 ns).
 constexpr bool kRowPrefetch = true, kBlockedPrefetch = false;
 
-// Row pointers of a block: rows[j] = base + keys[min(j, bk - 1)] * ld, so
-// the lanes past bk repeat a valid row (their weights are set to 0).
-DSA_INLINE void BlockRows(const float* base, int64_t ld, const int32_t* keys, int bk,
-                          const float** rows) {
-  for (int j = 0; j < kLanes; ++j) rows[j] = base + keys[j < bk ? j : bk - 1] * ld;
-}
-
-
-// The valid (>= 0) entries of a selection row: keys[i] = sel[slot[i]].
-inline int Compact(const int32_t* sel, int K, int32_t* keys, int32_t* slot) {
-  int n = 0;
-  for (int j = 0; j < K; ++j)
-    if (sel[j] >= 0) {
-      keys[n] = sel[j];
-      if (slot) slot[n] = j;
-      ++n;
-    }
-  return n;
-}
-
-void CheckIndexer(const char* op, const IndexerParams& p) {
-  DSA_CHECK(op, p.B > 0 && p.Tq > 0 && p.Tk >= p.Tq && p.Hi > 0 && p.Di > 0 && p.K > 0);
-  DSA_CHECK(op, p.qi && p.ki && p.wi && p.idx);
-}
-
-void CheckAttn(const char* op, const SparseAttentionParams& p) {
-  DSA_CHECK(op, p.B > 0 && p.Tq > 0 && p.Tk >= p.Tq && p.H > 0 && p.Hkv > 0 && p.H % p.Hkv == 0 &&
-                    p.D > 0 && p.K > 0);
-  DSA_CHECK(op, p.q && p.k && p.idx);
-}
-
 // ---------------------------------------------------------------- attention
-
-// One batch element of the attention tensors.
-struct AttnView {
-  const float *q, *k, *v, *dout, *lse, *drow;  // lse [H, Tq], drow [Tq, H]
-  int Tq, Tk, H, Hkv, D, g;
-  int64_t ldq, ldkv;
-  int64_t kv_head_stride;  // floats from one kv head's k (v) row to the next head's
-  float scale;
-};
-
-AttnView ViewOf(const SparseAttentionParams& p, int b) {
-  AttnView a;
-  a.q = p.q + b * p.q_batch_stride;
-  a.k = p.k + b * p.kv_batch_stride;
-  a.v = p.v ? p.v + b * p.kv_batch_stride : nullptr;
-  a.dout = nullptr;
-  a.lse = p.lse ? p.lse + (int64_t)b * p.H * p.Tq : nullptr;
-  a.drow = nullptr;
-  a.Tq = p.Tq, a.Tk = p.Tk, a.H = p.H, a.Hkv = p.Hkv, a.D = p.D, a.g = p.H / p.Hkv;
-  a.ldq = (int64_t)p.H * p.D, a.ldkv = (int64_t)p.Hkv * p.D, a.kv_head_stride = p.D;
-  a.scale = p.scale;
-  return a;
-}
 
 // Rows and kv-head chunks of the attention tasks: one task per (b, t) and
 // chunk; several chunks (one kv head each) only when rows alone would not
@@ -461,151 +446,6 @@ DSA_MULTIVERSION void AttnBwdKvTask(const AttnView& a, int s, const int32_t* ent
   ScaleRow(dk_row, a.scale, a.Hkv * D);
 }
 
-// Inverse index of a selection, per batch element: the entries
-// e = t*K + slot (ascending) whose idx is key s are
-// ents[base[b] + off[b*(Tk+1) + s] .. base[b] + off[b*(Tk+1) + s + 1]).
-struct InverseIndex {
-  std::vector<int64_t> off, base;
-  std::vector<int32_t> ents;
-  const int32_t* Entries(int b, int Tk, int s, int* n) const {
-    const int64_t* o = off.data() + (int64_t)b * (Tk + 1);
-    *n = (int)(o[s + 1] - o[s]);
-    return ents.data() + base[b] + o[s];
-  }
-};
-
-InverseIndex BuildInverse(const int32_t* idx, int64_t idx_stride, int B, int Tq, int Tk, int K,
-                          bool parallel) {
-  InverseIndex inv;
-  inv.off.assign((size_t)B * (Tk + 1), 0);
-  inv.base.assign(B, 0);
-  const int64_t E = (int64_t)Tq * K;
-#pragma omp parallel for schedule(static) if (parallel && B > 1)
-  for (int b = 0; b < B; ++b) {
-    int64_t* o = inv.off.data() + (int64_t)b * (Tk + 1);
-    const int32_t* ib = idx + b * idx_stride;
-    for (int64_t e = 0; e < E; ++e) {
-      const int32_t s = ib[e];
-      if (s >= 0 && s < Tk) ++o[s + 1];
-    }
-    for (int s = 0; s < Tk; ++s) o[s + 1] += o[s];
-  }
-  int64_t total = 0;
-  for (int b = 0; b < B; ++b) {
-    inv.base[b] = total;
-    total += inv.off[(size_t)b * (Tk + 1) + Tk];
-  }
-  inv.ents.resize((size_t)std::max<int64_t>(total, 1));
-#pragma omp parallel for schedule(static) if (parallel && B > 1)
-  for (int b = 0; b < B; ++b) {
-    const int64_t* o = inv.off.data() + (int64_t)b * (Tk + 1);
-    std::vector<int64_t> fill(o, o + Tk);
-    int32_t* eb = inv.ents.data() + inv.base[b];
-    const int32_t* ib = idx + b * idx_stride;
-    for (int64_t e = 0; e < E; ++e) {
-      const int32_t s = ib[e];
-      if (s >= 0 && s < Tk) eb[fill[s]++] = (int32_t)e;
-    }
-  }
-  return inv;
-}
-
-// ---------------------------------------------------------------- indexer loss
-
-// p[i] = (1/H) sum_h exp(scale q[t,h] . k[keys[i], h/g] - lse[h, t]).
-DSA_MULTIVERSION void MainProbsRow(const AttnView& a, int t, const int32_t* keys, int n, float* p) {
-  const int D = a.D, g = a.g;
-  const float* kr[kLanes];
-  alignas(64) float s[kLanes];
-  Zero(p, n);
-  for (int j0 = 0; j0 < n; j0 += kLanes) {
-    const int bk = std::min(kLanes, n - j0);
-    for (int hk = 0; hk < a.Hkv; ++hk) {
-      BlockRows(a.k + (int64_t)hk * D, a.ldkv, keys + j0, bk, kr);
-      for (int h = hk * g; h < (hk + 1) * g; ++h) {
-        Dots16(a.q + t * a.ldq + (int64_t)h * D, kr, D, s);
-        const float lse = a.lse[(int64_t)h * a.Tq + t];
-        StoreV(s, ExpV(LoadV(s) * a.scale - lse));
-        for (int j = 0; j < bk; ++j) p[j0 + j] += s[j];
-      }
-    }
-  }
-  ScaleRow(p, 1.f / a.H, n);
-}
-
-// u[j*n + i] = qi[j] . ki[keys[i]]; I[i] = sum_j w[j] relu(u). u and I
-// hold n rounded up to 16 floats.
-DSA_MULTIVERSION void IndexerScoresSel(const float* qi, const float* w, const float* ki,
-                                       const int32_t* keys, int n, int Hi, int Di, float* u,
-                                       float* I) {
-  const int ldu = (n + kLanes - 1) / kLanes * kLanes;
-  const float* kr[kLanes];
-  for (int j0 = 0; j0 < n; j0 += kLanes) {
-    const int bk = std::min(kLanes, n - j0);
-    BlockRows(ki, Di, keys + j0, bk, kr);
-    V16 acc = {};
-    for (int j = 0; j < Hi; ++j) {
-      float* uj = u + (int64_t)j * ldu + j0;
-      Dots16(qi + (int64_t)j * Di, kr, Di, uj);
-      acc += w[j] * Relu(LoadV(uj));
-    }
-    StoreV(I + j0, acc);
-  }
-}
-
-// dwi[j] = sum_i dI[i] relu(u_ji); dqi[j] = sum_i dI[i] w_j [u_ji > 0] ki[keys[i]]
-// (writes; either may be null). dI is zero past n (16-rounded like u).
-DSA_MULTIVERSION void IndexerRowGrads(const float* w, const float* ki, const int32_t* keys, int n,
-                                      int Hi, int Di, const float* u, const float* dI, float* dqi,
-                                      float* dwi, float* dw) {
-  const int ldu = (n + kLanes - 1) / kLanes * kLanes;
-  const float* kr[kLanes];
-  alignas(64) float c[kLanes];
-  if (dqi) Zero(dqi, (int64_t)Hi * Di);
-  Zero(dw, Hi);
-  for (int j0 = 0; j0 < n; j0 += kLanes) {
-    const int bk = std::min(kLanes, n - j0);
-    BlockRows(ki, Di, keys + j0, bk, kr);
-    const V16 g = LoadV(dI + j0);
-    for (int j = 0; j < Hi; ++j) {
-      const V16 uj = LoadV(u + (int64_t)j * ldu + j0);
-      dw[j] += HSum(g * Relu(uj));
-      if (!dqi) continue;
-      StoreV(c, uj > V16{} ? g * w[j] : V16{});
-      AccumRows16(dqi + (int64_t)j * Di, kr, c, Di);
-    }
-  }
-  if (dwi)
-    for (int j = 0; j < Hi; ++j) dwi[j] = dw[j];
-}
-
-// dki[s] = sum over entries e = t*K + slot that selected s of
-// sum_j dI[e] w[t,j] [qi[t,j] . ki[s] > 0] qi[t,j] (writes). qi, wi and dI
-// at batch b's row 0.
-DSA_MULTIVERSION void IndexerKeyGrad(const float* qi, const float* wi, const float* kis,
-                                     const int32_t* ents, int n, int K, int Hi, int Di,
-                                     const float* dI, float* dki) {
-  Zero(dki, Di);
-  const float* qr[kLanes];
-  int32_t ts[kLanes];
-  alignas(64) float gr[kLanes];
-  alignas(64) float u[kLanes];
-  for (int e0 = 0; e0 < n; e0 += kLanes) {
-    const int bk = std::min(kLanes, n - e0);
-    for (int i = 0; i < kLanes; ++i) {
-      const int32_t e = ents[e0 + (i < bk ? i : bk - 1)];
-      ts[i] = e / K;
-      gr[i] = i < bk ? dI[e] : 0.f;
-    }
-    for (int j = 0; j < Hi; ++j) {
-      for (int i = 0; i < kLanes; ++i) qr[i] = qi + ((int64_t)ts[i] * Hi + j) * Di;
-      Dots16(kis, qr, Di, u);
-      for (int i = 0; i < kLanes; ++i)
-        u[i] = u[i] > 0.f ? gr[i] * wi[(int64_t)ts[i] * Hi + j] : 0.f;
-      AccumRows16(dki, qr, u, Di);
-    }
-  }
-}
 
 }  // namespace
 
@@ -782,85 +622,6 @@ void SparseAttentionBackward(const SparseAttentionBackwardParams& bp) {
     const int64_t koff = b * p.kv_batch_stride + (int64_t)s * ldkv;
     AttnBwdKvTask(view(b), s, ents, n, K, bp.dk + koff, bp.dv + koff);
   }
-}
-
-// ================================================================ IndexerLoss
-
-double IndexerLoss(const IndexerLossParams& lp) {
-  const IndexerParams& ip = lp.indexer;
-  const SparseAttentionParams& ap = lp.attn;
-  CheckIndexer("dsa_indexer_loss", ip);
-  CheckAttn("dsa_indexer_loss", ap);
-  DSA_CHECK("dsa_indexer_loss",
-            ap.lse && ap.B == ip.B && ap.Tq == ip.Tq && ap.Tk == ip.Tk && ap.K == ip.K);
-  const int B = ip.B, Tq = ip.Tq, Tk = ip.Tk, Hi = ip.Hi, Di = ip.Di, K = ip.K;
-  const bool grads = lp.dqi || lp.dki || lp.dwi;
-  const int64_t rows = (int64_t)B * Tq;
-  const bool par = rows * K * ((int64_t)ap.H * ap.D + (int64_t)Hi * Di) >= kMinParallelWork;
-  const float gscale = (float)((double)lp.grad_scale / (double)rows);
-  std::vector<double> kl((size_t)rows, 0.0);
-  std::vector<float> dI(lp.dki ? (size_t)rows * K : 0, 0.f);  // [B, Tq, K], 0 at pads
-
-#pragma omp parallel for schedule(dynamic, 2) if (par)
-  for (int64_t r = 0; r < rows; ++r) {
-    const int b = (int)(r / Tq), t = (int)(r % Tq);
-    const float* qi = ip.qi + b * ip.qi_batch_stride + (int64_t)t * Hi * Di;
-    const float* wi = ip.wi + b * ip.wi_batch_stride + (int64_t)t * Hi;
-    const float* ki = ip.ki + b * ip.ki_batch_stride;
-    float* dqi = lp.dqi ? lp.dqi + b * ip.qi_batch_stride + (int64_t)t * Hi * Di : nullptr;
-    float* dwi = lp.dwi ? lp.dwi + b * ip.wi_batch_stride + (int64_t)t * Hi : nullptr;
-    int32_t* keys = reinterpret_cast<int32_t*>(ThreadWorkspace(kSlotKeys, 2 * (int64_t)K));
-    int32_t* slot = keys + K;
-    const int n = Compact(ip.idx + b * ip.idx_batch_stride + (int64_t)t * K, K, keys, slot);
-    if (n == 0) {
-      if (dqi) Zero(dqi, (int64_t)Hi * Di);
-      if (dwi) Zero(dwi, Hi);
-      continue;
-    }
-    const int n16 = (n + kLanes - 1) / kLanes * kLanes;
-    float* pm = ThreadWorkspace(kSlotWork, 3 * (int64_t)n16 + Hi);  // p, I, dI, then dw
-    float* I = pm + n16;
-    float* dIr = pm + 2 * n16;
-    float* dw = pm + 3 * n16;
-    float* u = ThreadWorkspace(kSlotU, (int64_t)Hi * n16);
-    MainProbsRow(ViewOf(ap, b), t, keys, n, pm);
-    IndexerScoresSel(qi, wi, ki, keys, n, Hi, Di, u, I);
-    float mx = kNegInf;
-    for (int i = 0; i < n; ++i) mx = std::max(mx, I[i]);
-    double z = 0.0;
-    for (int i = 0; i < n; ++i) z += (double)ExpF(I[i] - mx);
-    const double lse_i = (double)mx + std::log(z);
-    double row = 0.0;
-    for (int i = 0; i < n; ++i) {
-      const double logq = (double)I[i] - lse_i;
-      if (pm[i] > 0.f) row += (double)pm[i] * ((double)std::log(pm[i]) - logq);
-      dIr[i] = ((float)std::exp(logq) - pm[i]) * gscale;
-    }
-    for (int i = n; i < n16; ++i) dIr[i] = 0.f;
-    kl[r] = row;
-    if (!grads) continue;
-    if (lp.dki)
-      for (int i = 0; i < n; ++i) dI[r * K + slot[i]] = dIr[i];
-    if (dqi || dwi) IndexerRowGrads(wi, ki, keys, n, Hi, Di, u, dIr, dqi, dwi, dw);
-  }
-
-  if (lp.dki) {
-    const InverseIndex inv = BuildInverse(ip.idx, ip.idx_batch_stride, B, Tq, Tk, K, par);
-#pragma omp parallel for schedule(dynamic, 16) if (par)
-    for (int64_t r = 0; r < (int64_t)B * Tk; ++r) {
-      const int b = (int)(r / Tk), s = (int)(r % Tk);
-      int n = 0;
-      const int32_t* ents = inv.Entries(b, Tk, s, &n);
-      IndexerKeyGrad(ip.qi + b * ip.qi_batch_stride, ip.wi + b * ip.wi_batch_stride,
-                     ip.ki + b * ip.ki_batch_stride + (int64_t)s * Di, ents, n, K, Hi, Di,
-                     dI.data() + (int64_t)b * Tq * K,
-                     lp.dki + b * ip.ki_batch_stride + (int64_t)s * Di);
-    }
-  }
-
-  double total = 0.0;
-  for (int64_t r = 0; r < rows; ++r) total += kl[r];
-  return total / (double)rows;
 }
 
 }  // namespace myriad::ops::dsa
