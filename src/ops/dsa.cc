@@ -523,9 +523,9 @@ void SparseAttention(const SparseAttentionParams& p) {
         const float* kr = p.k + b * p.kv_batch_stride + pos * Hkv * D;
         const float* vr = p.v + b * p.kv_batch_stride + pos * Hkv * D;
         for (int hk = 0; hk < Hkv; ++hk) {
-          std::memcpy(packed + b * per_b + ((int64_t)hk * Tk + pos) * D, kr + (int64_t)hk * D, D * sizeof(float));
-          std::memcpy(packed + (p.B + b) * per_b + ((int64_t)hk * Tk + pos) * D, vr + (int64_t)hk * D,
-                      D * sizeof(float));
+          const int64_t at = ((int64_t)hk * Tk + pos) * D;
+          std::memcpy(packed + b * per_b + at, kr + (int64_t)hk * D, D * sizeof(float));
+          std::memcpy(packed + (p.B + b) * per_b + at, vr + (int64_t)hk * D, D * sizeof(float));
         }
       }
     }

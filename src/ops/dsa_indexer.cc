@@ -62,11 +62,11 @@ DSA_INLINE uint32_t OrderedKey(float f) {
 }
 
 // A threshold for the k largest (1 <= k <= n) of key[0..n): the largest
-// thr with at least k keys >= thr (or, when exactly k keys reach some
-// value, any thr with exactly k keys >= thr), found bit by bit by vectorised counting
-// passes (no branches on the data) -- except that the search stops at the
-// first thr with exactly k keys >= thr (then those keys are the k largest
-// and no lower bit can change that). Bits above the highest one where the
+// thr with at least k keys >= thr, or, when exactly k keys reach some
+// value, any thr with exactly k keys >= thr. Found bit by bit by vectorised
+// counting passes (no branches on the data); the search stops at the first
+// thr with exactly k keys >= thr (those keys are then the k largest and no
+// lower bit can change that). Bits above the highest one where the
 // smallest and largest keys differ are common to all keys: the passes
 // start below them. *ge gets the count of keys >= thr.
 DSA_MULTIVERSION uint32_t KthThreshold(const uint32_t* key, int n, int k, int* ge) {
@@ -396,9 +396,9 @@ template <int kHi, int kDg>
 // KthThreshold's contract (below) by a shrinking set: bit by bit from the
 // highest one where the keys differ, the keys still undecided are split by
 // the bit (AVX-512 compress into `scratch`, which may be `key` itself when
-// it can be overwritten; n + 16 entries: whole vectors are stored): when at least `need` have it set,
-// the others fall below the threshold, else those with it set are all
-// above it. The set shrinks about by half per bit once the bits separate
+// it can be overwritten; n + 16 entries, as whole vectors are stored):
+// when at least `need` have it set, the others fall below the threshold,
+// else those with it set are all above it. The set shrinks about by half per bit once the bits separate
 // the keys, instead of n keys counted per bit. When the set is exactly the
 // keys still needed, the threshold is its smallest key.
 [[gnu::target("avx512f")]] uint32_t KthThresholdAvx512(const uint32_t* key, int n, int k, int* ge,
@@ -421,7 +421,8 @@ template <int kHi, int kDg>
     int set = 0;
     for (int i = 0; i < m; i += 16) {
       const __mmask16 tail = m - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (m - i)) - 1);
-      set += __builtin_popcount(_mm512_mask_test_epi32_mask(tail, _mm512_maskz_loadu_epi32(tail, cur + i), b));
+      const __m512i x = _mm512_maskz_loadu_epi32(tail, cur + i);
+      set += __builtin_popcount(_mm512_mask_test_epi32_mask(tail, x, b));
     }
     const bool keep_set = set >= need;
     int o = 0;
@@ -462,7 +463,8 @@ template <int kHi, int kDg>
     const __mmask16 tail = c - i >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (c - i)) - 1);
     const __mmask16 m = _mm512_mask_cmpge_epu32_mask(tail, _mm512_maskz_loadu_epi32(tail, ck + i), tv);
     const int n = __builtin_popcount(m);
-    _mm512_mask_storeu_epi32(out, (__mmask16)((1u << n) - 1), _mm512_maskz_compress_epi32(m, _mm512_maskz_loadu_epi32(tail, ci + i)));
+    const __m512i kept = _mm512_maskz_compress_epi32(m, _mm512_maskz_loadu_epi32(tail, ci + i));
+    _mm512_mask_storeu_epi32(out, (__mmask16)((1u << n) - 1), kept);
     out += n;
   }
 }
