@@ -140,14 +140,24 @@ std::vector<Layout> ParallelLayouts(const JobDesc& job, const ClusterDesc& c, co
   return out;
 }
 
+namespace {
+// fn(c, dims) for every parallel layout of job on every device count the
+// search may use; c is the cluster cut to that count.
+template <typename Fn>
+void ForEachParallelLayout(const JobDesc& job, const ClusterDesc& cluster, const SearchSpace& s, Fn&& fn) {
+  for (int64_t used : UsedDeviceCounts(cluster, s)) {
+    const ClusterDesc c = UsingDevices(cluster, used);
+    for (const Layout& dims : ParallelLayouts(job, c, s)) fn(c, dims);
+  }
+}
+}  // namespace
+
 PlanResult FindBest(const JobDesc& job, const ClusterDesc& cluster, const SearchSpace& s, int keep) {
   Tracker t;
   std::vector<int64_t> mbs = s.micro_batches;
   std::sort(mbs.begin(), mbs.end());
   const int64_t v_min = s.interleave.empty() ? 1 : *std::min_element(s.interleave.begin(), s.interleave.end());
-  for (int64_t used : UsedDeviceCounts(cluster, s)) {
-  const ClusterDesc c = UsingDevices(cluster, used);
-  for (const Layout& dims : ParallelLayouts(job, c, s)) {
+  ForEachParallelLayout(job, cluster, s, [&](const ClusterDesc& c, const Layout& dims) {
     ++t.r.layouts;
     // The least memory this parallel layout can need: the smallest valid
     // micro-batch, no interleaving, the best ZeRO stage and recomputation.
@@ -160,7 +170,7 @@ PlanResult FindBest(const JobDesc& job, const ClusterDesc& cluster, const Search
         break;
       }
     }
-    if (mb0 == 0) continue;
+    if (mb0 == 0) return;
     double least = std::numeric_limits<double>::infinity();
     for (int z : s.zero_stages)
       for (Recompute rc : s.recompute) {
@@ -171,7 +181,7 @@ PlanResult FindBest(const JobDesc& job, const ClusterDesc& cluster, const Search
         if (e.mem.total > 0) least = std::min(least, e.mem.total);
         if (!e.feasible) t.Offer(l, e);
       }
-    if (!(least <= c.device.memory_bytes * c.device.usable_memory)) continue;
+    if (!(least <= c.device.memory_bytes * c.device.usable_memory)) return;
     for (int z : s.zero_stages)
       for (Recompute rc : s.recompute)
         for (int64_t v : s.interleave)
@@ -184,16 +194,13 @@ PlanResult FindBest(const JobDesc& job, const ClusterDesc& cluster, const Search
             t.Offer(l, e);
             if (!e.feasible) break;  // out of memory: a larger micro-batch needs more
           }
-  }
-  }
+  });
   return t.Finish(keep);
 }
 
 PlanResult BruteForce(const JobDesc& job, const ClusterDesc& cluster, const SearchSpace& s) {
   Tracker t;
-  for (int64_t used : UsedDeviceCounts(cluster, s)) {
-  const ClusterDesc c = UsingDevices(cluster, used);
-  for (const Layout& dims : ParallelLayouts(job, c, s)) {
+  ForEachParallelLayout(job, cluster, s, [&](const ClusterDesc& c, const Layout& dims) {
     ++t.r.layouts;
     for (int z : s.zero_stages)
       for (Recompute rc : s.recompute)
@@ -205,8 +212,7 @@ PlanResult BruteForce(const JobDesc& job, const ClusterDesc& cluster, const Sear
             ++t.r.evaluated;
             t.Offer(l, e);
           }
-  }
-  }
+  });
   return t.Finish(0);
 }
 
@@ -310,9 +316,7 @@ DynamicPlan PlanDynamic(const JobDesc& job, const ClusterDesc& c, const SearchSp
   // Static: one layout for all buckets; it must fit the longest.
   const size_t longest = buckets.size() - 1;
   double best = std::numeric_limits<double>::infinity();
-  for (int64_t used : UsedDeviceCounts(c, s)) {
-  const ClusterDesc cu = UsingDevices(c, used);
-  for (const Layout& dims : ParallelLayouts(jobs[longest], cu, s)) {
+  ForEachParallelLayout(jobs[longest], c, s, [&](const ClusterDesc& cu, const Layout& dims) {
     for (int z : s.zero_stages)
       for (Recompute rc : s.recompute)
         for (int64_t v : s.interleave) {
@@ -331,8 +335,7 @@ DynamicPlan PlanDynamic(const JobDesc& job, const ClusterDesc& c, const SearchSp
           best = hours;
           p.static_layout = l;
         }
-  }
-  }
+  });
   if (!std::isfinite(best)) {
     p.why = "no single layout fits every bucket";
     return p;
