@@ -1,7 +1,8 @@
-// The backend seam: a narrow table of ops that a device implements. The model
-// and trainer call ops only through this table (via src/ops/, which validates
-// shapes once), so a new backend (CUDA, an NPU) implements this file and
-// nothing else.
+// The backend seam: a narrow table of slots that a device implements —
+// device memory (allocate, free, copy, set, synchronise) and the ops. The
+// model and trainer reach a device only through this table (via src/ops/,
+// which validates shapes once). MYRIAD_BACKEND_SLOTS below lists every slot
+// once; supports(), the parity test and docs/backends.md iterate it.
 //
 // Conventions for every op:
 //   * fp32 unless the name says otherwise, row-major, contiguous unless a
@@ -16,6 +17,7 @@
 //   * Results are deterministic: same inputs, same thread count, same bits.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -62,7 +64,26 @@ struct AdamWParams {
 
 // One slot per op; a comment per slot. Optional slots may be null, and
 // supports() says which are present.
+enum class CopyKind : int { kHostToDevice = 0, kDeviceToHost = 1, kDeviceToDevice = 2 };
+
 struct BackendOps {
+  // ---- device memory ----
+  // Allocates `bytes` of device memory aligned to at least 64 bytes; contents
+  // unspecified. Returns null only when bytes == 0. Out of memory aborts
+  // with the size (callers size their allocations before they start).
+  void* (*mem_alloc)(size_t bytes);
+  // Frees what mem_alloc returned (null is a no-op).
+  void (*mem_free)(void* p);
+  // Copies `bytes` between host and device memory in the direction `kind`;
+  // the regions must not overlap. Returns when the copy is complete.
+  void (*mem_copy)(void* dst, const void* src, size_t bytes, CopyKind kind);
+  // Sets `bytes` of device memory to the byte `value`.
+  void (*mem_set)(void* dst, int value, size_t bytes);
+  // Waits for all work this backend has queued (ops may run asynchronously
+  // on a device; on the CPU they are complete when they return).
+  void (*synchronize)();
+
+  // ---- ops ----
   // C[M,N] = alpha * op(A) @ op(B) + beta * C, row-major; op(A) is [M,K].
   void (*gemm)(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
                const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
@@ -134,14 +155,64 @@ struct BackendOps {
                   int64_t in, float* y);
 };
 
+// Every slot of BackendOps, once, in declaration order: X(name, required).
+// Required slots must be non-null in every backend; optional ones may be
+// null. The static_assert below fails when a slot is added to the struct
+// but not here.
+#define MYRIAD_BACKEND_SLOTS(X) \
+  X(mem_alloc, true)            \
+  X(mem_free, true)             \
+  X(mem_copy, true)             \
+  X(mem_set, true)              \
+  X(synchronize, true)          \
+  X(gemm, true)                 \
+  X(gemm_bf16, false)           \
+  X(rmsnorm_fwd, true)          \
+  X(rmsnorm_bwd, true)          \
+  X(rope, true)                 \
+  X(swiglu_fwd, true)           \
+  X(swiglu_bwd, true)           \
+  X(softmax_xent, true)         \
+  X(attention_fwd, true)        \
+  X(attention_bwd, true)        \
+  X(moe_gather, true)           \
+  X(moe_combine, true)          \
+  X(moe_combine_bwd, true)      \
+  X(adamw, true)                \
+  X(sumsq, true)                \
+  X(gemv_f32, true)             \
+  X(gemv_f16, true)             \
+  X(gemv_q8, true)
+
+#define MYRIAD_COUNT_SLOT(name, required) +1
+inline constexpr int kNumBackendSlots = 0 MYRIAD_BACKEND_SLOTS(MYRIAD_COUNT_SLOT);
+#undef MYRIAD_COUNT_SLOT
+static_assert(sizeof(BackendOps) == kNumBackendSlots * sizeof(void (*)()),
+              "BackendOps and MYRIAD_BACKEND_SLOTS disagree: list every slot once");
+
+struct BackendSlot {
+  const char* name;
+  bool required;
+  bool (*present)(const BackendOps& ops);  // whether the slot is non-null
+};
+// The slots in declaration order (from MYRIAD_BACKEND_SLOTS).
+const BackendSlot* BackendSlots();  // kNumBackendSlots entries
+// The slot named `name`, or null.
+const BackendSlot* FindBackendSlot(const std::string& name);
+// Names of required slots that `ops` leaves null (empty when complete).
+std::string MissingRequiredSlots(const BackendOps& ops);
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;     // "cpu-avx512", "cpu-avx2", "cpu-scalar", "cuda"
   virtual const BackendOps& ops() const = 0;
-  // Whether the op slot named `op` (the field name above) is implemented.
-  virtual bool supports(const std::string& op) const = 0;
   virtual int num_threads() const = 0;
+  // Whether the slot named `op` (the field name above) is implemented.
+  bool supports(const std::string& op) const {
+    const BackendSlot* s = FindBackendSlot(op);
+    return s && s->present(ops());
+  }
 };
 
 // The CPU backend for the best ISA this machine has (or `isa` if given:

@@ -58,7 +58,7 @@ void MoeForward(const BlockContext& ctx, const BlockWeights<float*>& w, const fl
   Fit(&a->expert_offset, E + 1);
   Fit(&a->x, M * C); Fit(&a->y, M * C);
   if (!remote) { Fit(&a->gu, M * 2 * F); Fit(&a->h, M * F); }
-  a->load.assign(E, 0);
+  a->load.zero(E);
 
   // 1. Route: scores, top-K of (score + bias), weights normalised over the K.
   ops::Linear(f, w.router, N, C, E, a->logits.data());

@@ -7,11 +7,13 @@
 #include "backend/cpu/impl/attention.h"
 #include "backend/cpu/impl/elementwise.h"
 #include "backend/cpu/impl/gemv.h"
+#include "backend/cpu/kernels.h"
 
 namespace myriad::cpu {
 namespace {
 
 inline void FillPortableOps(BackendOps* o) {
+  FillHostMemoryOps(o);
   o->gemm = BlasSgemm;
   o->rmsnorm_fwd = RmsnormFwdK;
   o->rmsnorm_bwd = RmsnormBwdK;

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/kernels.h"
 #include "backend/cpu/ref/ref_attention.h"
 
 namespace myriad::ref {
@@ -258,6 +259,7 @@ namespace myriad {
 const BackendOps& RefOps() {
   static const BackendOps ops = [] {
     BackendOps o{};
+    cpu::FillHostMemoryOps(&o);
     o.gemm = ref::Gemm;
     o.gemm_bf16 = ref::GemmBf16;
     o.rmsnorm_fwd = ref::RmsnormFwd;
