@@ -62,6 +62,29 @@ struct AdamWParams {
   float grad_scale = 1.f;  // grads are multiplied by this first (clipping)
 };
 
+// MoE routing of N tokens over E experts, K per token (K <= E <= 256):
+//   scores = softmax(logits) over E, or sigmoid(logits) elementwise;
+//   sel[t, 0..K) = the K experts of largest scores[t,e] + bias[e] (bias
+//     only chooses; ties go to the lower index), in descending order;
+//   weights[t,k] = scores[t, sel[t,k]] / sum_k scores[t, sel[t,k]];
+//   the permutation that groups the N*K (token, expert) rows by expert,
+//     tokens ascending within an expert: expert e's rows are
+//     [expert_offset[e], expert_offset[e+1]), perm[row] is the row's token
+//     and pos[t,k] the row of (t, sel[t,k]).
+// Every output is written; scores may alias logits. bias may be null.
+struct MoeRouteParams {
+  int64_t N = 0, E = 0, K = 0;
+  bool sigmoid = false;
+  const float* logits = nullptr;   // [N, E]
+  const float* bias = nullptr;     // [E] or null
+  float* scores = nullptr;         // [N, E]
+  int32_t* sel = nullptr;          // [N, K]
+  float* weights = nullptr;        // [N, K]
+  int32_t* pos = nullptr;          // [N, K]
+  int32_t* perm = nullptr;         // [N*K]
+  int64_t* expert_offset = nullptr;  // [E+1]
+};
+
 // One slot per op; a comment per slot. Optional slots may be null, and
 // supports() says which are present.
 enum class CopyKind : int { kHostToDevice = 0, kDeviceToHost = 1, kDeviceToDevice = 2 };
@@ -125,6 +148,9 @@ struct BackendOps {
   void (*attention_fwd)(const AttentionParams& p);
   void (*attention_bwd)(const AttentionBackwardParams& p);
 
+  // Router: scores, top-K, weights and the permutation (MoeRouteParams).
+  // The one routing rule of training and inference.
+  void (*moe_route)(const MoeRouteParams& p);
   // MoE permutation. gather: dst[i,:] = src[idx[i],:] for i < M (writes).
   void (*moe_gather)(const float* src, const int32_t* idx, int64_t M, int64_t C, float* dst);
   // combine: out[t,:] += sum_k w[t,k] * buf[pos[t,k],:] for t < N, k < K
@@ -175,6 +201,7 @@ struct BackendOps {
   X(softmax_xent, true)         \
   X(attention_fwd, true)        \
   X(attention_bwd, true)        \
+  X(moe_route, true)            \
   X(moe_gather, true)           \
   X(moe_combine, true)          \
   X(moe_combine_bwd, true)      \

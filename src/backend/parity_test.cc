@@ -373,6 +373,46 @@ TEST_P(Parity, Moe) {
   }
 }
 
+// Routing: selection, permutation and offsets exactly; scores and weights
+// to fp32 rounding. Logits on a coarse grid make exact ties, which both
+// sides must break towards the lower index.
+TEST_P(Parity, MoeRoute) {
+  Rng rng(21);
+  struct S { int64_t N, E, K; };
+  for (S c : {S{1, 4, 1}, S{7, 8, 2}, S{33, 16, 6}, S{300, 64, 8}, S{5, 256, 8}})
+    for (bool sigmoid : {false, true})
+      for (int variant = 0; variant < 3; ++variant) {  // 0 random, 1 with bias, 2 ties
+        Vec logits = Randn(c.N * c.E, rng, 2.f), bias;
+        if (variant == 2)
+          for (auto& l : logits) l = std::round(l * 2) / 2;
+        if (variant == 1) bias = Randn(c.E, rng, 0.1f);
+        auto run = [&](const BackendOps& o, Vec* sc, std::vector<int32_t>* sel, Vec* w,
+                       std::vector<int32_t>* pos, std::vector<int32_t>* perm, std::vector<int64_t>* off) {
+          sc->assign(c.N * c.E, -1); sel->assign(c.N * c.K, -1); w->assign(c.N * c.K, -1);
+          pos->assign(c.N * c.K, -1); perm->assign(c.N * c.K, -1); off->assign(c.E + 1, -1);
+          MoeRouteParams p;
+          p.N = c.N, p.E = c.E, p.K = c.K, p.sigmoid = sigmoid;
+          p.logits = logits.data(), p.bias = bias.empty() ? nullptr : bias.data();
+          p.scores = sc->data(), p.sel = sel->data(), p.weights = w->data();
+          p.pos = pos->data(), p.perm = perm->data(), p.expert_offset = off->data();
+          o.moe_route(p);
+        };
+        Vec sc, rsc, w, rw;
+        std::vector<int32_t> sel, rsel, pos, rpos, perm, rperm;
+        std::vector<int64_t> off, roff;
+        run(*ops_, &sc, &sel, &w, &pos, &perm, &off);
+        run(ref_, &rsc, &rsel, &rw, &rpos, &rperm, &roff);
+        std::string what = "moe_route N" + std::to_string(c.N) + " E" + std::to_string(c.E) + " K" +
+                           std::to_string(c.K) + (sigmoid ? " sigmoid" : " softmax") + " v" + std::to_string(variant);
+        EXPECT_EQ(sel, rsel) << what;
+        EXPECT_EQ(pos, rpos) << what;
+        EXPECT_EQ(perm, rperm) << what;
+        EXPECT_EQ(off, roff) << what;
+        ExpectClose(sc, rsc, 2e-6, 1e-7, what + " scores");
+        ExpectClose(w, rw, 2e-6, 1e-7, what + " weights");
+      }
+}
+
 TEST_P(Parity, AdamW) {
   Rng rng(10);
   for (int64_t n : {1, 37, 4099, 10000})

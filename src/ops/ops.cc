@@ -91,6 +91,19 @@ void AttentionBackward(const AttentionBackwardParams& p) {
   OP_CHECK("attention_backward", p.fwd.lse && p.dout && p.dq && p.dk && p.dv);
   T().attention_bwd(p);
 }
+void MoeRoute(const MoeRouteParams& p) {
+  OP_CHECK("moe_route", p.N >= 0 && p.E > 0 && p.E <= 256 && p.K > 0 && p.K <= p.E && p.logits &&
+                            p.scores && p.sel && p.weights && p.pos && p.perm && p.expert_offset);
+  T().moe_route(p);
+}
+
+void CopyToHost(void* host_dst, const void* device_src, size_t bytes) {
+  if (bytes) T().mem_copy(host_dst, device_src, bytes, CopyKind::kDeviceToHost);
+}
+void CopyToDevice(void* device_dst, const void* host_src, size_t bytes) {
+  if (bytes) T().mem_copy(device_dst, host_src, bytes, CopyKind::kHostToDevice);
+}
+
 void MoeGather(const float* src, const int32_t* idx, int64_t M, int64_t C, float* dst) {
   OP_CHECK("moe_gather", (M == 0 || (src && idx && dst)) && C > 0);
   if (M) T().moe_gather(src, idx, M, C, dst);

@@ -14,6 +14,12 @@ namespace myriad::ops {
 Backend* Active();
 void SetActive(Backend* backend);
 
+// The explicit, named copies between host and device memory: small control
+// data the host must read (expert row counts that size the grouped GEMMs)
+// or write (token ids, positions). Every other byte stays on the device.
+void CopyToHost(void* host_dst, const void* device_src, size_t bytes);
+void CopyToDevice(void* device_dst, const void* host_src, size_t bytes);
+
 // Precision of the model's matrix products (Linear, LinearBackward, Gemm):
 // fp32, or bf16 inputs with fp32 accumulation where the backend has
 // gemm_bf16. Process-wide; fp32 unless set. Setting bf16 on a backend
@@ -47,6 +53,8 @@ void SoftmaxXent(const float* logits, const int32_t* targets, int64_t N, int64_t
                  float grad_scale, float* losses, float* dlogits);
 void Attention(const AttentionParams& p);
 void AttentionBackward(const AttentionBackwardParams& p);
+// Routing (BackendOps::moe_route); E <= 256.
+void MoeRoute(const MoeRouteParams& p);
 void MoeGather(const float* src, const int32_t* idx, int64_t M, int64_t C, float* dst);
 void MoeCombine(const float* buf, const int32_t* pos, const float* w, int64_t N, int64_t K,
                 int64_t C, float* out);
