@@ -1,5 +1,9 @@
 #include "ops/ops.h"
 
+#include <cstdlib>
+#include <string>
+
+#include "backend/fenced/fenced_backend.h"
 #include "core/check.h"
 
 #define OP_CHECK(op, cond) CHECK_MSG(cond, "[%s] invalid arguments", op)
@@ -21,7 +25,15 @@ GemmPrecision GetGemmPrecision() { return g_precision; }
 bool HasBf16Gemm() { return T().gemm_bf16 != nullptr; }
 
 Backend* Active() {
-  if (!g_active) g_active = CpuBackend("");
+  if (!g_active) {
+    // MYRIAD_BACKEND=fenced: the CPU backend behind the fence (debugging the
+    // seam: host code that touches device memory faults at its line).
+    const char* env = std::getenv("MYRIAD_BACKEND");
+    std::string which = env && *env ? env : "cpu";
+    CHECK_MSG(which == "cpu" || which == "fenced", "MYRIAD_BACKEND=%s is not a backend (hint: cpu or fenced)",
+              which.c_str());
+    g_active = which == "fenced" ? FencedBackend(CpuBackend("")) : CpuBackend("");
+  }
   CHECK_MSG(g_active != nullptr, "no CPU backend available");
   return g_active;
 }
