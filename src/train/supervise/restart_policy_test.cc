@@ -25,13 +25,7 @@ AttemptOutcome Failed(int index, const std::string& outcome, int64_t resumed, in
 
 RestartOptions Options(int max_restarts, double backoff, double backoff_max, int exclude_after = 2,
                        int64_t ckpt_every = 4) {
-  RestartOptions o;
-  o.max_restarts = max_restarts;
-  o.backoff_s = backoff;
-  o.backoff_max_s = backoff_max;
-  o.exclude_after = exclude_after;
-  o.ckpt_every = ckpt_every;
-  return o;
+  return {max_restarts, backoff, backoff_max, exclude_after, ckpt_every};
 }
 
 TEST(RestartPolicy, BackoffDoublesWhileAttemptsDoNotGetACheckpointFurther) {

@@ -19,6 +19,31 @@ std::string SelfExe() {
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : "myriad";
 }
 
+// The command of attempt `index` on `layout`, with the faults still to fire.
+AttemptCommand CommandFor(const LaunchOptions& opt, const LaunchSetup& setup, const AttemptLayout& layout, int index,
+                          const std::vector<Fault>& pending, const std::string& heartbeat_address) {
+  const bool have_hosts = !opt.hosts.empty();
+  CommandInputs in;
+  in.attempt = index;
+  in.myriad_bin = setup.myriad_bin;
+  in.config_path = opt.config_path;
+  in.sets = opt.overrides;
+  if (layout.dp_shrunk) in.sets.push_back("parallel.dp=" + std::to_string(layout.dp));
+  in.train_args = opt.train_args;
+  in.ranks = layout.ranks;
+  in.always_mpirun = opt.always_mpirun;
+  in.launcher = opt.launcher;
+  in.launcher_args = opt.launcher_args;
+  if (have_hosts && !opt.emulate_hosts)
+    for (const auto& h : layout.live) in.mpi_hosts += (in.mpi_hosts.empty() ? "" : ",") + h.name + ":" + std::to_string(h.slots);
+  if (have_hosts && opt.emulate_hosts) in.emulated_hosts = JoinNames(layout.rank_hosts, ",");
+  in.supervisor_address = heartbeat_address;
+  in.faults_spec = FaultsToSpec(pending);
+  in.fault_dir = setup.state_dir + "/faults";
+  in.heartbeat_s = opt.heartbeat_s;
+  return BuildAttemptCommand(in);
+}
+
 }  // namespace
 
 Result<std::vector<HostSlots>> ParseHosts(const std::string& s) {
@@ -109,28 +134,10 @@ Status Supervise(const LaunchOptions& opt, const LaunchSetup& setup, Runtime* rt
       final_error = layout.status().message();
       break;
     }
-    CommandInputs in;
-    in.attempt = index;
-    in.myriad_bin = setup.myriad_bin;
-    in.config_path = opt.config_path;
-    in.sets = opt.overrides;
-    if (layout->dp_shrunk) in.sets.push_back("parallel.dp=" + std::to_string(layout->dp));
-    in.train_args = opt.train_args;
-    in.ranks = layout->ranks;
-    in.always_mpirun = opt.always_mpirun;
-    in.launcher = opt.launcher;
-    in.launcher_args = opt.launcher_args;
-    if (have_hosts && !opt.emulate_hosts)
-      for (const auto& h : layout->live) in.mpi_hosts += (in.mpi_hosts.empty() ? "" : ",") + h.name + ":" + std::to_string(h.slots);
-    if (have_hosts && opt.emulate_hosts) in.emulated_hosts = JoinNames(layout->rank_hosts, ",");
-    in.supervisor_address = rt->HeartbeatAddress();
     std::vector<Fault> pending;  // the faults still to fire
     for (const Fault& f : setup.plan)
       if (!fired.count(f.id)) pending.push_back(f);
-    in.faults_spec = FaultsToSpec(pending);
-    in.fault_dir = fault_dir;
-    in.heartbeat_s = opt.heartbeat_s;
-    const AttemptCommand command = BuildAttemptCommand(in);
+    const AttemptCommand command = CommandFor(opt, setup, *layout, index, pending, rt->HeartbeatAddress());
     LOG_INFO("launch: attempt %d: %d rank(s)%s%s: %s", index, layout->ranks, have_hosts ? " on " : "",
              have_hosts ? JoinNames(layout->rank_hosts, ",").c_str() : "", JoinNames(command.argv, " ").c_str());
 

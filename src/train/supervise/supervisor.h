@@ -74,7 +74,7 @@ struct LaunchOptions {
   bool preflight = true;
   bool reset_hosts = false;            // forget the persisted host history
   std::vector<std::string> train_args; // extra arguments to `myriad train` (e.g. -q)
-  Env* env = nullptr;                  // the supervisor's files and clock ("nullptr": Env::Default())
+  Env* env = nullptr;                  // the supervisor's files and clock (nullptr: Env::Default())
 };
 
 // Runs the job to completion (or until the restart budget is spent, or the
