@@ -35,9 +35,8 @@ int32_t KvPool::Allocate() {
   if (!free_.empty()) {
     b = free_.back();
     free_.pop_back();
-  } else if (!lru_.empty()) {
-    b = lru_.front();
-    lru_.pop_front();
+  } else if (auto victim = lru_.PopOldest()) {
+    b = *victim;
     Meta& m = meta_[b];
     if (on_evict_) on_evict_(b, m.key);
     index_.erase(m.key);
@@ -61,7 +60,7 @@ void KvPool::Ref(int32_t b) {
   Meta& m = meta_[b];
   if (m.refs == 0) {
     CHECK_MSG(m.keyed, "Ref of an unreferenced block that is not cached");
-    lru_.erase(m.lru);
+    lru_.Erase(b);
   }
   ++m.refs;
 }
@@ -71,7 +70,7 @@ void KvPool::Release(int32_t b) {
   CHECK(m.refs > 0);
   if (--m.refs > 0) return;
   if (m.keyed) {
-    m.lru = lru_.insert(lru_.end(), b);
+    lru_.Touch(b);
   } else {
     free_.push_back(b);
   }

@@ -14,11 +14,11 @@
 
 #include <cstdint>
 #include <functional>
-#include <list>
 #include <unordered_map>
 #include <vector>
 
 #include "model/model.h"
+#include "serve/kvcache/lru_index.h"
 #include "serve/kvcache/tier.h"
 
 namespace myriad::serve {
@@ -86,13 +86,12 @@ class KvPool {
     int refs = 0;
     bool keyed = false;
     BlockKey key = 0;
-    std::list<int32_t>::iterator lru;  // valid when keyed && refs == 0
   };
   int64_t block_floats_, kv_dim_, kv_floats_, index_dim_;
   std::vector<float> data_;
   std::vector<Meta> meta_;
   std::vector<int32_t> free_;   // unkeyed, unreferenced (a stack)
-  std::list<int32_t> lru_;      // keyed, unreferenced; front = least recently released
+  LruIndex<int32_t> lru_;       // keyed, unreferenced, by time of release
   std::unordered_map<BlockKey, int32_t> index_;
   std::function<void(int32_t, BlockKey)> on_evict_;
   int64_t evictions_ = 0;
