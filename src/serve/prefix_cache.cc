@@ -30,9 +30,10 @@ PrefixCache::PrefixCache(KvPool* pool, const ModelFingerprint& fp, const PrefixC
       cost_(pool->block_floats() * static_cast<int64_t>(sizeof(float)), 1000.0),
       on_load_done_(std::move(on_load_done)) {
   for (KvTier* t : cfg_.tiers) stats_.tier_hits.emplace_back(t->name(), 0);
+  block_key_.assign(pool_.num_blocks(), 0);
+  pool_.set_on_evict([this](int32_t b) { OnEvict(b); });
   if (WritesBack()) {
     writeback_ = std::make_unique<Worker>(/*nice=*/10);
-    pool_.set_on_evict([this](int32_t b, BlockKey key) { OnEvict(b, key); });
     for (size_t t = 0; t < cfg_.tiers.size(); ++t)
       if (cfg_.tiers[t]->CanSpill())
         cfg_.tiers[t]->SetSpill([this, t](const KvBlock& blk) { WriteDownFrom(t + 1, blk); });
@@ -50,6 +51,28 @@ BlockKey PrefixCache::KeyAt(const int32_t* tokens, int64_t i, BlockKey parent) c
   return ChainKey(parent, tokens + i * kBlockTokens, kBlockTokens, fp_);
 }
 
+int32_t PrefixCache::Find(BlockKey key) const {
+  auto it = index_.find(key);
+  return it == index_.end() ? -1 : it->second;
+}
+
+bool PrefixCache::Publish(int32_t b, BlockKey key) {
+  CHECK(pool_.refs(b) > 0);
+  if (pool_.is_cached(b) || index_.count(key)) return false;
+  pool_.MarkCached(b);
+  index_.emplace(key, b);
+  block_key_[b] = key;
+  return true;
+}
+
+void PrefixCache::OnEvict(int32_t b) {
+  // Runs inside KvPool::Allocate, the block's data still intact.
+  const BlockKey key = block_key_[b];
+  index_.erase(key);
+  block_key_[b] = 0;
+  if (WritesBack()) WriteBack(b, key);
+}
+
 PrefixCacheStats PrefixCache::stats() const {
   std::lock_guard<std::mutex> lock(stats_mu_);
   return stats_;
@@ -62,7 +85,7 @@ std::vector<int32_t> PrefixCache::AcquireResidentRun(const int32_t* tokens, int6
   *cursor = ChainCursor{};
   for (int64_t i = 0; i < n_blocks; ++i) {
     const BlockKey key = KeyAt(tokens, i, cursor->last_key);
-    const int32_t b = pool_.Find(key);
+    const int32_t b = Find(key);
     if (b < 0) break;
     pool_.Ref(b);
     run.push_back(b);
@@ -106,7 +129,7 @@ std::vector<MatchedBlock> PrefixCache::MatchBeyond(const int32_t* tokens, int64_
   for (int64_t j = 0; j < static_cast<int64_t>(keys.size()); ++j) {
     MatchedBlock m;
     m.key = keys[j];
-    if ((m.t0_block = pool_.Find(m.key)) >= 0) {
+    if ((m.t0_block = Find(m.key)) >= 0) {
       // Copied into a fresh block, its source referenced meanwhile: that
       // takes one spare block each for a moment.
       if (t0_copies == spare_blocks) break;
@@ -252,7 +275,7 @@ ChainCursor PrefixCache::CompleteLoad(const PrefixLoad& load) {
   int64_t t0_copied = 0;
   for (int64_t i = 0; i < load.ok; ++i) {
     const MatchedBlock& m = load.src[i];
-    if (cfg_.enabled) pool_.Publish(load.dst[i], m.key);
+    if (cfg_.enabled) Publish(load.dst[i], m.key);
     c.last_key = m.key;
     if (m.t0_block == MatchedBlock::kCopiedFromT0) {
       ++t0_copied;
@@ -274,7 +297,7 @@ void PrefixCache::PublishFull(const int32_t* tokens, int64_t computed, const std
   while ((cursor->blocks + 1) * kBlockTokens <= computed) {
     const BlockKey key = KeyAt(tokens, cursor->blocks, cursor->last_key);
     const int32_t b = table[cursor->blocks];
-    if (!pool_.keyed(b) && pool_.Publish(b, key) && cfg_.write_through && writeback_) WriteThrough(b, key);
+    if (Publish(b, key) && cfg_.write_through && writeback_) WriteThrough(b, key);
     cursor->last_key = key;
     ++cursor->blocks;
   }
@@ -289,10 +312,9 @@ int64_t PrefixCache::MaxQueuedWrites() const {
   return std::max<int64_t>(64, pool_.num_blocks());
 }
 
-void PrefixCache::OnEvict(int32_t b, BlockKey key) {
-  // Runs inside KvPool::Allocate: copy now (the block is about to be
-  // reused), write to the tiers later; the copy stays findable (Pending)
-  // until the write is done.
+void PrefixCache::WriteBack(int32_t b, BlockKey key) {
+  // Copy now (the block is about to be reused), write to the tiers later;
+  // the copy stays findable (Pending) until the write is done.
   {
     std::lock_guard<std::mutex> lock(pending_mu_);
     if (static_cast<int64_t>(pending_.size()) >= MaxQueuedWrites()) {
@@ -361,15 +383,15 @@ void PrefixCache::Close() {
   closed_ = true;
   loader_.reset();
   writeback_.reset();  // drains the queued write-backs into the tiers
-  if (!WritesBack()) return;
   pool_.set_on_evict(nullptr);
+  if (!WritesBack()) return;
   // Blocks still cached in the device pool go down too, so a restarted
   // server finds them on disk (and other servers in the remote tier).
   int64_t n = 0;
   KvBlock blk;
   for (int32_t b = 0; b < static_cast<int32_t>(pool_.num_blocks()); ++b) {
-    if (!pool_.keyed(b)) continue;
-    blk.key = pool_.key(b);
+    if (!pool_.is_cached(b)) continue;
+    blk.key = block_key_[b];
     blk.data.assign(pool_.data(b), pool_.data(b) + pool_.block_floats());
     WriteDownFrom(0, blk);
     ++n;

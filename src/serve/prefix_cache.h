@@ -1,8 +1,9 @@
 // PrefixCache: what the serving engine knows about KV blocks across
 // requests, apart from scheduling. It holds
-//   - the block index: the chain keys (tier.h) of full blocks, published in
-//     the device pool's index (KvPool::Publish/Find, T0) as requests compute
-//     them, and walked by prefix at admission;
+//   - the block index: the chain key (tier.h) of each full block in the
+//     device pool (T0), published as requests compute them (the pool keeps
+//     a published block as cached, and tells this cache when it reuses
+//     one), walked by prefix at admission;
 //   - the lookups through the tiers: T0, then the write-back queue, then the
 //     lower tiers in order (host, disk, Redis), one ContainsMany per tier;
 //   - the load-or-recompute decision: its inputs (LoadCostModel, owned here,
@@ -120,6 +121,14 @@ class PrefixCache {
   // newly published also goes to the tiers.
   void PublishFull(const int32_t* tokens, int64_t computed, const std::vector<int32_t>& table, ChainCursor* cursor);
 
+  // The block index. Find: the T0 block published under `key`, or -1.
+  // Publish: enters block b (which the caller references, and whose tokens
+  // are all written) under `key` and has the pool keep it as cached; false,
+  // and b stays unpublished, when the key is held by another block (two
+  // requests computed the same prefix at once) or b already has a key.
+  int32_t Find(BlockKey key) const;
+  bool Publish(int32_t b, BlockKey key);
+
   // The cost model: the engine feeds it measured prefills and steps.
   LoadCostModel& cost() { return cost_; }
   PrefixCacheStats stats() const;  // any thread
@@ -130,7 +139,8 @@ class PrefixCache {
 
   // Stops the I/O thread, drains the write-back queue into the tiers, then
   // writes every block still cached in T0 down the hierarchy and has the
-  // spilling tiers hand theirs on; unhooks from the pool and the tiers.
+  // spilling tiers hand theirs on; unhooks from the pool and the tiers (the
+  // index is then no longer kept up to date).
   // Idempotent; the pool must not be used for new loads after it.
   void Close();
 
@@ -145,8 +155,11 @@ class PrefixCache {
   std::shared_ptr<PrefixLoad> StartLoad(std::vector<MatchedBlock> match, const ChainCursor& base,
                                         int64_t inline_blocks, std::vector<int32_t>* table);
   bool ReadBlocks(PrefixLoad* load, int64_t from, int64_t to);
+  // The pool reuses cached block b: its key leaves the index, the block
+  // goes to the write-back queue.
+  void OnEvict(int32_t b);
   // Write-back.
-  void OnEvict(int32_t b, BlockKey key);
+  void WriteBack(int32_t b, BlockKey key);
   void WriteThrough(int32_t b, BlockKey key);
   void WriteDownFrom(size_t first_tier, const KvBlock& blk);
   std::shared_ptr<const KvBlock> Pending(BlockKey key);
@@ -158,6 +171,9 @@ class PrefixCache {
   LoadCostModel cost_;
   std::function<void()> on_load_done_;
   bool closed_ = false;
+
+  std::unordered_map<BlockKey, int32_t> index_;  // published key -> T0 block
+  std::vector<BlockKey> block_key_;              // per T0 block: its key while published
 
   mutable std::mutex stats_mu_;
   PrefixCacheStats stats_;

@@ -154,6 +154,33 @@ TEST_F(PrefixCacheTest, MatchableBlocksLeaveTheLastTokenToCompute) {
   EXPECT_EQ(disabled.MatchableBlocks(65), 0);
 }
 
+TEST_F(PrefixCacheTest, PublishTakesAKeyOnceAndEvictionForgetsIt) {
+  KvPool pool(cfg_, 3);
+  PrefixCache cache(&pool, kFp, {});
+  const int32_t a = pool.Allocate(), b = pool.Allocate(), c = pool.Allocate();
+  EXPECT_TRUE(cache.Publish(a, 101));
+  EXPECT_TRUE(cache.Publish(b, 102));
+  EXPECT_FALSE(cache.Publish(c, 101));  // key held by another block
+  EXPECT_FALSE(cache.Publish(a, 103));  // a has a key already
+  EXPECT_EQ(cache.Find(101), a);
+  EXPECT_EQ(cache.Find(103), -1);
+  EXPECT_TRUE(pool.is_cached(a));
+  EXPECT_FALSE(pool.is_cached(c));
+  EXPECT_EQ(pool.cached(), 2);
+  pool.Release(c);  // unpublished: free
+  pool.Release(b);  // published: cached, findable
+  pool.Release(a);
+  EXPECT_EQ(cache.Find(102), b);
+  EXPECT_EQ(pool.Allocate(), c);  // the free block first
+  EXPECT_EQ(cache.Find(102), b);
+  EXPECT_EQ(pool.Allocate(), b);  // then the least recently released: its key is gone
+  EXPECT_EQ(cache.Find(102), -1);
+  EXPECT_EQ(cache.Find(101), a);
+  EXPECT_EQ(pool.cached(), 1);
+  EXPECT_TRUE(cache.Publish(b, 102));  // the reused block may take a key again
+  EXPECT_EQ(cache.Find(102), b);
+}
+
 TEST_F(PrefixCacheTest, PrefixReuseAcrossRequestsInT0) {
   KvPool pool(cfg_, 8);
   PrefixCache cache(&pool, kFp, {});
@@ -162,7 +189,7 @@ TEST_F(PrefixCacheTest, PrefixReuseAcrossRequestsInT0) {
   const std::vector<int32_t> ta = Compute(&pool, &cache, a);
   ASSERT_EQ(ta.size(), 5u);
   const std::vector<BlockKey> ka = Keys(a);
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(pool.Find(ka[i]), ta[i]);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(cache.Find(ka[i]), ta[i]);
   ReleaseLastFirst(&pool, ta);
   EXPECT_EQ(pool.cached(), 4);
   EXPECT_EQ(pool.available(), 8);
@@ -227,7 +254,7 @@ TEST_F(PrefixCacheTest, HitsFromHostAndDiskLoadInlineAndArePublished) {
   EXPECT_EQ(after.last_key, k[2]);
   for (int i = 0; i < 3; ++i) {
     ExpectPattern(pool, table[i], k[i]);
-    EXPECT_EQ(pool.Find(k[i]), table[i]);  // published in T0
+    EXPECT_EQ(cache.Find(k[i]), table[i]);  // published in T0
   }
   PrefixCacheStats st = cache.stats();
   EXPECT_EQ(Hits(st, "host"), 2 * kBlockTokens);
@@ -271,10 +298,10 @@ TEST_F(PrefixCacheTest, CorruptDiskBlockFallsBackToRecompute) {
   EXPECT_EQ(after.last_key, k[0]);
   ASSERT_EQ(table.size(), 3u);  // blocks 1 and 2 stay its own, to be recomputed
   ExpectPattern(pool, table[0], k[0]);
-  EXPECT_EQ(pool.Find(k[0]), table[0]);
-  EXPECT_EQ(pool.Find(k[1]), -1);
-  EXPECT_EQ(pool.Find(k[2]), -1);
-  EXPECT_FALSE(pool.keyed(table[1]));
+  EXPECT_EQ(cache.Find(k[0]), table[0]);
+  EXPECT_EQ(cache.Find(k[1]), -1);
+  EXPECT_EQ(cache.Find(k[2]), -1);
+  EXPECT_FALSE(pool.is_cached(table[1]));
   EXPECT_EQ(Hits(cache.stats(), "disk"), kBlockTokens);
   EXPECT_EQ(disk->stats().errors, 1);
   EXPECT_FALSE(disk->Contains(k[1]));  // dropped by the tier
