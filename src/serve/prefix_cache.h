@@ -85,8 +85,9 @@ struct PrefixCacheStats {
 
 class PrefixCache {
  public:
-  // `pool` must outlive this object. `on_load_done` is called on the I/O
-  // thread when a background load finishes (the engine wakes its loop).
+  // `pool` must outlive this object, which hooks its on_evict (one
+  // PrefixCache per pool). `on_load_done` is called on the I/O thread when
+  // a background load finishes (the engine wakes its loop).
   PrefixCache(KvPool* pool, const ModelFingerprint& fp, const PrefixCacheConfig& cfg,
               std::function<void()> on_load_done = nullptr);
   ~PrefixCache();  // Close()

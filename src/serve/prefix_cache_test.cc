@@ -150,7 +150,8 @@ TEST_F(PrefixCacheTest, MatchableBlocksLeaveTheLastTokenToCompute) {
   EXPECT_EQ(cache.MatchableBlocks(65), 4);
   PrefixCacheConfig off;
   off.enabled = false;
-  PrefixCache disabled(&pool, kFp, off);
+  KvPool pool2(cfg_, 4);
+  PrefixCache disabled(&pool2, kFp, off);
   EXPECT_EQ(disabled.MatchableBlocks(65), 0);
 }
 
