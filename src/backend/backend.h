@@ -164,6 +164,20 @@ struct BackendOps {
                           const float* w, int64_t N, int64_t K, int64_t C, float* dbuf,
                           float* dw);
 
+  // ---- data movement and reductions the model needs between ops ----
+  // Strided 2-D copy with a scale: dst[r*ld_dst + c] = scale * src[r*ld_src + c]
+  // for r < rows, c < width (writes). src and dst must not overlap.
+  void (*copy_rows)(const float* src, int64_t ld_src, float* dst, int64_t ld_dst, int64_t rows,
+                    int64_t width, float scale);
+  // Residual add: out[i] = x[i] + alpha * y[i] for i < n (writes; out may
+  // alias x or y).
+  void (*add_scaled)(const float* x, const float* y, float alpha, int64_t n, float* out);
+  // Embedding backward: dtable[tok[n], :] += dout[n, :] for n < N, rows
+  // added in order of n (accumulates; tokens may repeat).
+  void (*embedding_bwd)(const float* dout, const int32_t* tok, int64_t N, int64_t C, float* dtable);
+  // Returns sum(x) accumulated in double (loss sums).
+  double (*sum)(const float* x, int64_t n);
+
   // Fused AdamW with decoupled weight decay:
   //   g = grad*grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2
   //   param -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * param)
@@ -205,6 +219,10 @@ struct BackendOps {
   X(moe_gather, true)           \
   X(moe_combine, true)          \
   X(moe_combine_bwd, true)      \
+  X(copy_rows, true)            \
+  X(add_scaled, true)           \
+  X(embedding_bwd, true)        \
+  X(sum, true)                  \
   X(adamw, true)                \
   X(sumsq, true)                \
   X(gemv_f32, true)             \

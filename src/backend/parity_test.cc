@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -411,6 +412,41 @@ TEST_P(Parity, MoeRoute) {
         ExpectClose(sc, rsc, 2e-6, 1e-7, what + " scores");
         ExpectClose(w, rw, 2e-6, 1e-7, what + " weights");
       }
+}
+
+// Strided copies (with and without a scale), the residual add, the
+// embedding backward with repeated tokens, and the loss sum.
+TEST_P(Parity, DataMovement) {
+  Rng rng(33);
+  for (auto [rows, width, ld_src, ld_dst] : std::vector<std::array<int64_t, 4>>{
+           {1, 1, 1, 1}, {7, 5, 5, 5}, {33, 37, 50, 41}, {300, 200, 256, 200}, {2, 40000, 40000, 40003}})
+    for (float scale : {1.f, 0.37f}) {
+      Vec src = Randn(rows * ld_src, rng), a(rows * ld_dst, 7.f), b(rows * ld_dst, 7.f);
+      ops_->copy_rows(src.data(), ld_src, a.data(), ld_dst, rows, width, scale);
+      ref_.copy_rows(src.data(), ld_src, b.data(), ld_dst, rows, width, scale);
+      EXPECT_EQ(a, b) << "copy_rows " << rows << "x" << width << " scale " << scale;  // untouched gaps stay 7
+    }
+  for (int64_t n : {1, 37, 4099, 100003})
+    for (float alpha : {1.f, -0.5f}) {
+      Vec x = Randn(n, rng), y = Randn(n, rng), a(n), b(n), inplace = x;
+      ops_->add_scaled(x.data(), y.data(), alpha, n, a.data());
+      ref_.add_scaled(x.data(), y.data(), alpha, n, b.data());
+      ExpectClose(a, b, 1e-6, 1e-7, "add_scaled");
+      ops_->add_scaled(inplace.data(), y.data(), alpha, n, inplace.data());  // out aliases x
+      EXPECT_EQ(inplace, a);
+    }
+  for (auto [N, C, V] : std::vector<std::array<int64_t, 3>>{{1, 3, 2}, {50, 37, 5}, {333, 64, 1000}}) {
+    Vec d = Randn(N * C, rng), g0 = Randn(V * C, rng), a = g0, b = g0;
+    std::vector<int32_t> tok(N);
+    for (auto& t : tok) t = (int32_t)rng.Below(V);
+    ops_->embedding_bwd(d.data(), tok.data(), N, C, a.data());
+    ref_.embedding_bwd(d.data(), tok.data(), N, C, b.data());
+    EXPECT_EQ(a, b) << "embedding_bwd N" << N << " C" << C;  // same order of additions: same bits
+  }
+  for (int64_t n : {0, 1, 37, 100003}) {
+    Vec x = Randn(n, rng);
+    EXPECT_NEAR(ops_->sum(x.data(), n), ref_.sum(x.data(), n), 1e-9 * (1 + n)) << "sum " << n;
+  }
 }
 
 TEST_P(Parity, AdamW) {

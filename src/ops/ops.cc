@@ -109,6 +109,33 @@ void MoeRoute(const MoeRouteParams& p) {
   T().moe_route(p);
 }
 
+void CopyRows(const float* src, int64_t ld_src, float* dst, int64_t ld_dst, int64_t rows, int64_t width,
+              float scale) {
+  OP_CHECK("copy_rows", rows >= 0 && width >= 0 && ld_src >= width && ld_dst >= width &&
+                            (rows == 0 || width == 0 || (src && dst)));
+  if (rows && width) T().copy_rows(src, ld_src, dst, ld_dst, rows, width, scale);
+}
+void Copy(const float* src, int64_t n, float* dst) {
+  OP_CHECK("copy", n >= 0 && (n == 0 || (src && dst)));
+  if (n) T().mem_copy(dst, src, static_cast<size_t>(n) * sizeof(float), CopyKind::kDeviceToDevice);
+}
+void AddScaled(const float* x, const float* y, float alpha, int64_t n, float* out) {
+  OP_CHECK("add_scaled", n >= 0 && (n == 0 || (x && y && out)));
+  if (n) T().add_scaled(x, y, alpha, n, out);
+}
+void EmbeddingBackward(const float* dout, const int32_t* tok, int64_t N, int64_t C, float* dtable) {
+  OP_CHECK("embedding_bwd", N >= 0 && C > 0 && (N == 0 || (dout && tok && dtable)));
+  if (N) T().embedding_bwd(dout, tok, N, C, dtable);
+}
+double Sum(const float* x, int64_t n) {
+  OP_CHECK("sum", n >= 0 && (n == 0 || x));
+  return n ? T().sum(x, n) : 0.0;
+}
+void Zero(float* x, int64_t n) {
+  OP_CHECK("zero", n >= 0 && (n == 0 || x));
+  if (n) T().mem_set(x, 0, static_cast<size_t>(n) * sizeof(float));
+}
+
 void CopyToHost(void* host_dst, const void* device_src, size_t bytes) {
   if (bytes) T().mem_copy(host_dst, device_src, bytes, CopyKind::kDeviceToHost);
 }

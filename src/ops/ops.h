@@ -60,6 +60,18 @@ void MoeCombine(const float* buf, const int32_t* pos, const float* w, int64_t N,
                 int64_t C, float* out);
 void MoeCombineBackward(const float* dout, const float* buf, const int32_t* pos, const float* w,
                         int64_t N, int64_t K, int64_t C, float* dbuf, float* dw);
+// Data movement between ops (BackendOps contracts): dst[r*ld_dst + c] =
+// scale * src[r*ld_src + c]; out = x + alpha*y; the embedding's row gather
+// (a MoeGather of table rows) and its backward; a sum in double.
+void CopyRows(const float* src, int64_t ld_src, float* dst, int64_t ld_dst, int64_t rows, int64_t width,
+              float scale = 1.f);
+// dst[0..n) = src[0..n): a device-to-device copy.
+void Copy(const float* src, int64_t n, float* dst);
+void AddScaled(const float* x, const float* y, float alpha, int64_t n, float* out);
+void EmbeddingBackward(const float* dout, const int32_t* tok, int64_t N, int64_t C, float* dtable);
+double Sum(const float* x, int64_t n);
+// Zeroes n floats of device memory.
+void Zero(float* x, int64_t n);
 void AdamW(const AdamWParams& p);
 double SumSquares(const float* x, int64_t n);
 void GemvF32(const float* W, const float* x, int64_t out, int64_t in, float* y);

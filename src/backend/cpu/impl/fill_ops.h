@@ -5,6 +5,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/blas.h"
 #include "backend/cpu/impl/attention.h"
+#include "backend/cpu/impl/copy_ops.h"
 #include "backend/cpu/impl/elementwise.h"
 #include "backend/cpu/impl/gemv.h"
 #include "backend/cpu/impl/moe_route.h"
@@ -28,6 +29,10 @@ inline void FillPortableOps(BackendOps* o) {
   o->moe_gather = MoeGatherK;
   o->moe_combine = MoeCombineK;
   o->moe_combine_bwd = MoeCombineBwdK;
+  o->copy_rows = CopyRowsK;
+  o->add_scaled = AddScaledK;
+  o->embedding_bwd = EmbeddingBwdK;
+  o->sum = SumK;
   o->adamw = AdamWK;
   o->sumsq = SumsqK;
   o->gemv_f32 = GemvF32K;

@@ -194,6 +194,24 @@ void MoeRoute(const MoeRouteParams& p) {
   for (int64_t e = 0; e < E; ++e) p.expert_offset[e + 1] += p.expert_offset[e];
 }
 
+void CopyRows(const float* src, int64_t ld_src, float* dst, int64_t ld_dst, int64_t rows, int64_t width,
+              float scale) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < width; ++c) dst[r * ld_dst + c] = scale * src[r * ld_src + c];
+}
+void AddScaled(const float* x, const float* y, float alpha, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = (float)((double)x[i] + (double)alpha * y[i]);
+}
+void EmbeddingBwd(const float* dout, const int32_t* tok, int64_t N, int64_t C, float* dtable) {
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c) dtable[(int64_t)tok[n] * C + c] += dout[n * C + c];
+}
+double Sum(const float* x, int64_t n) {
+  long double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += x[i];
+  return (double)s;
+}
+
 void MoeGather(const float* src, const int32_t* idx, int64_t M, int64_t C, float* dst) {
   for (int64_t i = 0; i < M; ++i) std::memcpy(dst + i * C, src + (int64_t)idx[i] * C, C * sizeof(float));
 }
@@ -316,6 +334,10 @@ const BackendOps& RefOps() {
     o.moe_gather = ref::MoeGather;
     o.moe_combine = ref::MoeCombine;
     o.moe_combine_bwd = ref::MoeCombineBwd;
+    o.copy_rows = ref::CopyRows;
+    o.add_scaled = ref::AddScaled;
+    o.embedding_bwd = ref::EmbeddingBwd;
+    o.sum = ref::Sum;
     o.adamw = ref::AdamW;
     o.sumsq = ref::Sumsq;
     o.gemv_f32 = ref::GemvF32;
