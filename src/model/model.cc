@@ -121,15 +121,19 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
   LossParts out;
   StageForward(0, tokens, B, T, nullptr, backward, loss_scale, &out);
   if (backward) StageBackward(0, nullptr, loss_scale);
-  if (backward && cfg_.dsa()) {
-    // The indexers' KL (computed in backward; not part of total: its
-    // gradient reaches the indexers only).
-    int n = 0;
-    for (int64_t l = 0; l < cfg_.n_layers; ++l)
-      if (cfg_.dsa_indexer_layer(l)) out.indexer += slots_[0].acts[l].indexer_loss, ++n;
-    if (n) out.indexer /= n;
-  }
+  // The indexers' KL (computed in backward; not part of total: its
+  // gradient reaches the indexers only).
+  if (backward) out.indexer = IndexerLoss(0);
   return out;
+}
+
+double Model::IndexerLoss(int slot) const {
+  const int64_t n = cfg_.dsa_indexer_layers();
+  if (n == 0) return 0;
+  double sum = 0;
+  for (int l = l0_; l < l1_; ++l)
+    if (cfg_.dsa_indexer_layer(l)) sum += slots_[slot].acts[l].indexer_loss;
+  return sum / static_cast<double>(n);
 }
 
 const float* Model::StageForward(int slot, const int32_t* tokens, int B, int T, const float* x_in, bool backward,
@@ -391,24 +395,6 @@ const float* Model::StageBackward(int slot, const float* d_out_stage, float loss
   }
   if (hooks_) hooks_->AfterBackward();
   return d_in;
-}
-
-double Model::TrainFlopsPerToken(int T) const {
-  const double C = cfg_.d_model, D = cfg_.head_dim(), H = cfg_.n_heads, Hkv = cfg_.n_kv_heads;
-  auto block_flops = [&](bool moe) {
-    double attn_proj = C * (H * D) * 2 + C * (Hkv * D) * 2;  // q,o + k,v
-    double attn_core = 2.0 * H * D * T * 0.5 * 2;              // qk and pv, causal half
-    double ffn = moe ? 3.0 * C * cfg_.d_expert * (cfg_.top_k + cfg_.n_shared_experts) +
-                           C * cfg_.n_routed_experts
-                     : 3.0 * C * cfg_.d_ff;
-    return 2.0 * (attn_proj + ffn) + attn_core;
-  };
-  double f = 0;
-  for (int64_t l = 0; l < cfg_.n_layers; ++l) f += block_flops(cfg_.is_moe_layer(l));
-  f += 2.0 * C * cfg_.vocab_size;
-  for (int64_t j = 0; j < cfg_.mtp_depth; ++j)
-    f += block_flops(cfg_.mtp_block_is_moe()) + 2.0 * 2 * C * C + 2.0 * C * cfg_.vocab_size;
-  return 3.0 * f;  // forward + backward (2x)
 }
 
 }  // namespace myriad
