@@ -28,11 +28,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_info.h"
 #include "backend/cpu/impl/common.h"  // ExpF, ThreadWorkspace
 #include "core/check.h"
 #include "ops/dsa_attn.h"
@@ -41,6 +44,15 @@
 namespace myriad::ops::dsa {
 
 namespace detail {
+
+bool NarrowVectors() {
+  static const bool narrow = [] {
+    const char* env = std::getenv("MYRIAD_CPU_ISA");
+    const std::string isa = env && *env ? env : "";
+    return !GetCpuInfo().has_avx512_kernels() || (!isa.empty() && isa != "avx512");
+  }();
+  return narrow;
+}
 
 InverseIndex BuildInverse(const int32_t* idx, int64_t idx_stride, int B, int Tq, int Tk, int K,
                           bool parallel) {
@@ -126,6 +138,20 @@ DSA_INLINE void PairDots(const float* qs, const float* const* kr, int D, V16* su
   }
 }
 
+// PairDots in 8-lane vectors (the narrow path): sums[j] += q0 . kr[j],
+// sums[4 + j] += q1 . kr[j] for j < 4, 8 accumulators.
+DSA_INLINE void PairDots8(const float* qs, const float* const* kr, int D, V8* sums) {
+  for (int c = 0; c < D; c += 8) {
+    const V8 q0 = LoadV8(qs + c), q1 = LoadV8(qs + D + c);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const V8 kv = LoadV8(kr[j] + c);
+      sums[j] += q0 * kv;
+      sums[4 + j] += q1 * kv;
+    }
+  }
+}
+
 // Scores of one step: s[h * kStep + j] = qs_h . k[keys[j]] for the g heads of
 // kv head hk (qs already scaled), j < n; lanes [n, Round16(n)) are -inf.
 // While scoring, the step's v rows and the k rows two groups ahead are
@@ -136,7 +162,26 @@ DSA_INLINE void StepScores(const AttnView& a, int hk, const int32_t* keys, int n
   const float* kb = a.k + hk * a.kv_head_stride;
   const float* vb = a.v + hk * a.kv_head_stride;
   const int64_t ld = a.ldkv;
-  if (g == 2 && D % kLanes == 0 && D <= 8 * kLanes) {
+  if (a.narrow && g == 2 && D % 8 == 0 && D <= 16 * 8) {
+    // Groups of 4 keys x 2 heads: 8 accumulators, one 8-lane tree.
+    alignas(32) float r[8];
+    for (int j0 = 0; j0 < n; j0 += 4) {
+      const float* kr[4];
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) kr[j] = kb + keys[std::min(j0 + j, n - 1)] * ld;
+      if (prefetch) {
+        for (int j = j0 + 16; j < std::min(n, j0 + 20); ++j)
+          for (int d = 0; d < D; d += kLanes) __builtin_prefetch(kb + keys[j] * ld + d);
+        for (int j = j0; j < std::min(n, j0 + 4); ++j)
+          for (int d = 0; d < D; d += kLanes) __builtin_prefetch(vb + keys[j] * ld + d);
+      }
+      V8 sums[8] = {};
+      PairDots8(qs, kr, D, sums);
+      StoreV8(r, Reduce8(sums));
+      std::memcpy(s + j0, r, 4 * sizeof(float));
+      std::memcpy(s + kStep + j0, r + 4, 4 * sizeof(float));
+    }
+  } else if (g == 2 && D % kLanes == 0 && D <= 8 * kLanes) {
     // Groups of 8 keys x 2 heads: 16 accumulators, one reduction tree.
     alignas(64) float r[kLanes];
     for (int j0 = 0; j0 < n; j0 += 8) {
@@ -235,6 +280,29 @@ DSA_INLINE void StepValuesPair(const float* vb, int64_t ld, const int32_t* keys,
   }
 }
 
+// StepValuesPair in 8-lane vectors (the narrow path), NV (1..4) vectors
+// of the rows from float c0 on: 2 * NV accumulators, one pass over the
+// keys per 32 floats of the row.
+template <int NV>
+DSA_INLINE void StepValuesPair8(const float* vb, int64_t ld, const int32_t* keys, int n, const float* w0,
+                                const float* w1, float alpha0, float alpha1, float* acc, int D, int c0) {
+  V8 o0[NV], o1[NV];
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v)
+    o0[v] = LoadV8(acc + c0 + 8 * v) * alpha0, o1[v] = LoadV8(acc + D + c0 + 8 * v) * alpha1;
+  for (int j = 0; j < n; ++j) {
+    const float* ra = vb + keys[j] * ld + c0;
+    const V8 a0 = SplatV8(w0[j]), a1 = SplatV8(w1[j]);
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      const V8 x = LoadV8(ra + 8 * v);
+      o0[v] += a0 * x, o1[v] += a1 * x;
+    }
+  }
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) StoreV8(acc + c0 + 8 * v, o0[v]), StoreV8(acc + D + c0 + 8 * v, o1[v]);
+}
+
 // One online-softmax step of one row over n (1..kStep) selected keys for
 // the g query heads of kv head hk: qs/acc/m/l point at the group's first
 // head; s is scratch of g * kStep floats.
@@ -243,6 +311,18 @@ DSA_INLINE void FwdStep(const AttnView& a, int hk, const int32_t* keys, int n, b
   const int D = a.D, g = a.g;
   StepScores(a, hk, keys, n, qs, prefetch, s);
   const float* vb = a.v + hk * a.kv_head_stride;
+  if (a.narrow && g == 2 && D % 8 == 0 && D <= 16 * 8) {
+    const float alpha0 = StepSoftmax(s, n, m, l), alpha1 = StepSoftmax(s + kStep, n, m + 1, l + 1);
+    for (int c0 = 0; c0 < D; c0 += 32) {
+      switch (std::min(4, (D - c0) / 8)) {
+        case 1: StepValuesPair8<1>(vb, a.ldkv, keys, n, s, s + kStep, alpha0, alpha1, acc, D, c0); break;
+        case 2: StepValuesPair8<2>(vb, a.ldkv, keys, n, s, s + kStep, alpha0, alpha1, acc, D, c0); break;
+        case 3: StepValuesPair8<3>(vb, a.ldkv, keys, n, s, s + kStep, alpha0, alpha1, acc, D, c0); break;
+        default: StepValuesPair8<4>(vb, a.ldkv, keys, n, s, s + kStep, alpha0, alpha1, acc, D, c0); break;
+      }
+    }
+    return;
+  }
   if (g == 2 && D % kLanes == 0 && D <= 8 * kLanes) {
     const float alpha0 = StepSoftmax(s, n, m, l), alpha1 = StepSoftmax(s + kStep, n, m + 1, l + 1);
     switch (D / kLanes) {

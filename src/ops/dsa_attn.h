@@ -57,7 +57,13 @@ struct AttnView {
   int64_t ldq, ldkv;
   int64_t kv_head_stride;  // floats from one kv head's k (v) row to the next head's
   float scale;
+  bool narrow;  // the 8-lane step kernels (NarrowVectors)
 };
+
+// Whether the attention step kernels use 8-lane vectors: on CPUs without
+// AVX-512, or when MYRIAD_CPU_ISA asks for avx2 or scalar (the 16-lane
+// kernels need 32 vector registers; AVX2 has 16). Read once.
+bool NarrowVectors();
 
 inline AttnView ViewOf(const SparseAttentionParams& p, int b) {
   AttnView a;
@@ -70,6 +76,7 @@ inline AttnView ViewOf(const SparseAttentionParams& p, int b) {
   a.Tq = p.Tq, a.Tk = p.Tk, a.H = p.H, a.Hkv = p.Hkv, a.D = p.D, a.g = p.H / p.Hkv;
   a.ldq = (int64_t)p.H * p.D, a.ldkv = (int64_t)p.Hkv * p.D, a.kv_head_stride = p.D;
   a.scale = p.scale;
+  a.narrow = NarrowVectors();
   return a;
 }
 

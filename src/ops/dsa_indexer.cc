@@ -32,9 +32,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_info.h"
+#include "backend/cpu/dsa_index_kernels.h"
 #include "backend/cpu/impl/common.h"  // ThreadWorkspace
 #include "core/check.h"
 #include "ops/dsa.h"
@@ -45,8 +49,11 @@ namespace {
 
 using namespace simd;
 using cpu::ThreadWorkspace;
+using cpu::dsa::OrderedKey;
+using QueryRow = cpu::dsa::IndexQueryRow;
+using TileRows = cpu::dsa::IndexTileRows;
 
-constexpr int kTile = 64;        // keys per tile
+constexpr int kTile = cpu::dsa::kIndexTile;  // keys per tile
 constexpr int kSampleStep = 16;  // the sample: keys s = 16 i + kSampleOffset
 constexpr int kSampleOffset = 7;
 constexpr int kRowBlock = 16;    // query rows per task, sharing each key tile
@@ -54,12 +61,6 @@ constexpr int kMaxInt8Dim = 256; // Di of the int8 path
 constexpr int kDirectMaxRows = 4; // up to this many query rows: IndexerTopKDirect
 // Thread workspace slots (per thread; see backend/cpu/impl/common.h).
 enum Slot { kSlotSample = 0, kSlotCandKey, kSlotCandIdx, kSlotQuant, kSlotSelect };
-
-// A uint32 that orders like the float (-0 canonicalised to +0).
-DSA_INLINE uint32_t OrderedKey(float f) {
-  const uint32_t u = __builtin_bit_cast(uint32_t, f + 0.f);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
 
 // A threshold for the k largest (1 <= k <= n) of key[0..n): the largest
 // thr with at least k keys >= thr, or, when exactly k keys reach some
@@ -162,15 +163,6 @@ void BuildTiles(const IndexerParams& p, int count, RowOf row_of, bool par, KeyTi
 
 // ------------------------------------------------------------ tile scores
 
-// One query row as the tile kernels take it.
-struct QueryRow {
-  const float* qi;  // fp32: [Hi][Di]
-  const float* w;   // fp32: [Hi]
-  const int8_t* q8; // int8: [Hi][Dg*4], zero-padded
-  const float* c;   // int8: [Hi] w * scale_q
-  const int32_t* corr;  // int8: [Hi] 128 * sum(q8): the +128 offset of the keys
-};
-
 // fp32: sc[0..64) = sum_j w[j] relu(qi[j] . key) over a [Di][64] tile.
 DSA_MULTIVERSION void TileScoresF32(const QueryRow& r, const float* tile, int Hi, int Di, float* sc) {
   V16 t0 = {}, t1 = {}, t2 = {}, t3 = {};
@@ -233,21 +225,8 @@ int TileCollectI8Portable(const QueryRow& r, const uint8_t* tile, const float* k
   return CollectPortable(sc, valid, s0, tau, ckey, cidx, c);
 }
 
-// The rows of one task's block on one tile (first key s0): each row that
-// sees more than K keys and key s0 appends the tile's keys at or above its
-// tau among its n[r] - s0 visible ones to ckey/cidx + r * cap. One call per
-// tile for the whole block: no per-row call through the kernel table.
-struct TileRows {
-  const QueryRow* rows;
-  const int* n;
-  const uint32_t* tau;
-  uint32_t* ckey;
-  int32_t* cidx;
-  int* count;
-  int64_t cap;
-  int nr, K;
-};
-
+// The rows of one task's block on one tile (IndexTileRows): one call per
+// tile for the whole block, no per-row call through the kernel table.
 void TileCollectRowsI8Portable(const TileRows& b, const uint8_t* tile, const float* ks, int Hi, int Dg,
                                int s0) {
   for (int r = 0; r < b.nr; ++r) {
@@ -492,15 +471,27 @@ struct Kernels {
   uint32_t (*threshold)(const uint32_t*, int, int, int*, uint32_t*) = KthThresholdPortable;
 };
 
+// The kernels for this CPU, limited by MYRIAD_CPU_ISA (avx512|avx2|scalar)
+// like the backend's: int8 scores by VNNI, else AVX2; candidates and
+// compaction by AVX-512 compress, else AVX2 permutes.
 const Kernels& Pick() {
   static const Kernels k = [] {
     Kernels out;
 #ifdef DSA_HAVE_VNNI_KERNEL
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f"))
+    const CpuInfo& cpu = GetCpuInfo();
+    const char* env = std::getenv("MYRIAD_CPU_ISA");
+    const std::string isa = env && *env ? env : "";
+    const bool avx512 = cpu.has_avx512_kernels() && (isa.empty() || isa == "avx512");
+    const bool avx2 = cpu.has_avx2_kernels() && isa != "scalar";
+    if (avx2) {
+      out.i8 = cpu::dsa::TileScoresI8Avx2;
+      out.i8_collect = cpu::dsa::TileCollectI8Avx2;
+      out.i8_collect_rows = cpu::dsa::TileCollectRowsI8Avx2;
+      out.collect = cpu::dsa::CollectAvx2, out.compact = cpu::dsa::CompactAvx2;
+    }
+    if (avx512)
       out.collect = CollectAvx512, out.compact = CompactAvx512, out.threshold = KthThresholdAvx512;
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vnni")) {
+    if (avx512 && cpu.avx512_vnni) {
       out.i8 = TileScoresI8Vnni;
       out.i8_collect = TileCollectI8Vnni;
       out.i8_collect_rows = TileCollectRowsI8Vnni;

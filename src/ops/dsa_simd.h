@@ -173,6 +173,33 @@ DSA_INLINE void AccumRows16(float* acc, const float* const* rows, const float* w
   }
 }
 
+// 8 floats: the AVX2 path's vector (16 registers of 8 lanes; the 16-lane
+// kernels above would need 32 accumulators there and spill).
+typedef float V8 __attribute__((vector_size(32)));
+typedef int32_t I8x __attribute__((vector_size(32)));
+DSA_INLINE V8 LoadV8(const float* p) {
+  V8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+DSA_INLINE void StoreV8(float* p, const V8& v) { std::memcpy(p, &v, sizeof v); }
+DSA_INLINE V8 SplatV8(float x) { return V8{} + x; }
+// r[j] = the sum of the lanes of a[j], j < 8: unpack, then 64-bit
+// unpack, then 128-bit halves (7 adds for 8 sums).
+DSA_INLINE V8 Reduce8(const V8* a) {
+  const I8x lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
+  const I8x pa = {0, 1, 8, 9, 4, 5, 12, 13}, pb = {2, 3, 10, 11, 6, 7, 14, 15};
+  const I8x qa = {0, 1, 2, 3, 8, 9, 10, 11}, qb = {4, 5, 6, 7, 12, 13, 14, 15};
+  V8 w[4], z[2];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i)
+    w[i] = __builtin_shuffle(a[2 * i], a[2 * i + 1], lo) + __builtin_shuffle(a[2 * i], a[2 * i + 1], hi);
+#pragma GCC unroll 2
+  for (int i = 0; i < 2; ++i)
+    z[i] = __builtin_shuffle(w[2 * i], w[2 * i + 1], pa) + __builtin_shuffle(w[2 * i], w[2 * i + 1], pb);
+  return __builtin_shuffle(z[0], z[1], qa) + __builtin_shuffle(z[0], z[1], qb);
+}
+
 DSA_INLINE void ScaleRow(float* y, float a, int n) {
 #pragma omp simd
   for (int i = 0; i < n; ++i) y[i] *= a;
