@@ -237,6 +237,26 @@ DSA_INLINE float StepSoftmax(float* s, int n, float* m, float* l) {
   return alpha;
 }
 
+// StepSoftmax in 8-lane vectors (the narrow path: GCC lowers the 16-lane
+// compares and selects lane by lane for AVX2). The same result up to the
+// order of the sum of l.
+DSA_INLINE float StepSoftmax8(float* s, int n, float* m, float* l) {
+  const int n16 = Round16(n);
+  V8 mx = SplatV8(kNegInf);
+  for (int j = 0; j < n16; j += 8) mx = MaxV8(mx, LoadV8(s + j));
+  const float mnew = std::max(*m, HMax8(mx));
+  V8 sum = {};
+  for (int j = 0; j < n16; j += 8) {
+    const V8 e = ExpV8(LoadV8(s + j) - mnew);  // 0 in the -inf lanes
+    StoreV8(s + j, e);
+    sum += e;
+  }
+  const float alpha = ExpF(*m - mnew);  // 0 while m = -inf
+  *m = mnew;
+  *l = *l * alpha + HSum8(sum);
+  return alpha;
+}
+
 // acc_h = alpha_h acc_h + sum_j w_h[j] v[keys[j]] for two heads sharing the
 // rows, NV vectors of 16 per row, in registers; with NV <= 4 even and odd
 // keys go to separate accumulators (twice the independent chains).
@@ -312,7 +332,7 @@ DSA_INLINE void FwdStep(const AttnView& a, int hk, const int32_t* keys, int n, b
   StepScores(a, hk, keys, n, qs, prefetch, s);
   const float* vb = a.v + hk * a.kv_head_stride;
   if (a.narrow && g == 2 && D % 8 == 0 && D <= 16 * 8) {
-    const float alpha0 = StepSoftmax(s, n, m, l), alpha1 = StepSoftmax(s + kStep, n, m + 1, l + 1);
+    const float alpha0 = StepSoftmax8(s, n, m, l), alpha1 = StepSoftmax8(s + kStep, n, m + 1, l + 1);
     for (int c0 = 0; c0 < D; c0 += 32) {
       switch (std::min(4, (D - c0) / 8)) {
         case 1: StepValuesPair8<1>(vb, a.ldkv, keys, n, s, s + kStep, alpha0, alpha1, acc, D, c0); break;

@@ -42,6 +42,7 @@
 #include "backend/cpu/impl/common.h"  // ThreadWorkspace
 #include "core/check.h"
 #include "ops/dsa.h"
+#include "ops/dsa_attn.h"  // NarrowVectors
 #include "ops/dsa_simd.h"
 
 namespace myriad::ops::dsa {
@@ -187,6 +188,31 @@ DSA_MULTIVERSION void TileScoresF32(const QueryRow& r, const float* tile, int Hi
   StoreV(sc + 16, t1);
   StoreV(sc + 32, t2);
   StoreV(sc + 48, t3);
+}
+
+// TileScoresF32 in 8-lane vectors, 32 keys at a time (4 + 4 accumulators):
+// for CPUs without AVX-512, where the 16-lane form needs 32 registers and
+// GCC lowers its relu lane by lane. The same operations per key: the same
+// bits.
+DSA_MULTIVERSION void TileScoresF32x8(const QueryRow& r, const float* tile, int Hi, int Di, float* sc) {
+  for (int half = 0; half < kTile; half += 32) {
+    V8 t[4] = {};
+    for (int j = 0; j < Hi; ++j) {
+      const float* qj = r.qi + (int64_t)j * Di;
+      V8 a[4] = {};
+      for (int d = 0; d < Di; ++d) {
+        const V8 x = SplatV8(qj[d]);
+        const float* kr = tile + d * kTile + half;
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; ++v) a[v] += x * LoadV8(kr + 8 * v);
+      }
+      const V8 wj = SplatV8(r.w[j]);
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) t[v] += wj * (a[v] > V8{} ? a[v] : V8{});
+    }
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) StoreV8(sc + half + 8 * v, t[v]);
+  }
 }
 
 // int8, any ISA: dot = sum (key + 128) * q - corr, exact in int32; then
@@ -461,6 +487,7 @@ inline void CompactPortable(const uint32_t* ck, const int32_t* ci, int c, uint32
 }
 
 struct Kernels {
+  void (*f32)(const QueryRow&, const float*, int, int, float*) = TileScoresF32;
   void (*i8)(const QueryRow&, const uint8_t*, const float*, int, int, float*) = TileScoresI8Portable;
   int (*i8_collect)(const QueryRow&, const uint8_t*, const float*, int, int, int, int, uint32_t,
                     uint32_t*, int32_t*, int) = TileCollectI8Portable;
@@ -483,6 +510,7 @@ const Kernels& Pick() {
     const std::string isa = env && *env ? env : "";
     const bool avx512 = cpu.has_avx512_kernels() && (isa.empty() || isa == "avx512");
     const bool avx2 = cpu.has_avx2_kernels() && isa != "scalar";
+    if (detail::NarrowVectors()) out.f32 = TileScoresF32x8;
     if (avx2) {
       out.i8 = cpu::dsa::TileScoresI8Avx2;
       out.i8_collect = cpu::dsa::TileCollectI8Avx2;
@@ -514,7 +542,7 @@ DSA_INLINE int TileCandidates(const IndexerParams& p, const KeyTiles& kt, const 
     return k.i8_collect(r, kt.i8.data() + first * kt.Dg * 4, kt.scale.data() + first, p.Hi, kt.Dg,
                         valid, (int)(tile * kTile), tau, ckey, cidx, c);
   alignas(64) float sc[kTile];
-  TileScoresF32(r, kt.f32.data() + first * p.Di, p.Hi, p.Di, sc);
+  k.f32(r, kt.f32.data() + first * p.Di, p.Hi, p.Di, sc);
   return k.collect(sc, valid, (int)(tile * kTile), tau, ckey, cidx, c);
 }
 
@@ -525,7 +553,7 @@ DSA_INLINE void TileScores(const IndexerParams& p, const KeyTiles& kt, const Ker
   if (p.precision == IndexerPrecision::kInt8)
     k.i8(r, kt.i8.data() + first * kt.Dg * 4, kt.scale.data() + first, p.Hi, kt.Dg, sc);
   else
-    TileScoresF32(r, kt.f32.data() + first * p.Di, p.Hi, p.Di, sc);
+    k.f32(r, kt.f32.data() + first * p.Di, p.Hi, p.Di, sc);
 }
 
 inline int VisibleKeys(int Tq, int Tk, int t) { return std::max(0, std::min(Tk, Tk - Tq + t + 1)); }
@@ -607,7 +635,7 @@ int DirectTiles(const IndexerParams& p, const Kernels& kern, const QueryRow& q, 
     } else {
       std::memset(tile_f32, 0, (size_t)Di * kTile * sizeof(float));
       for (int i = 0; i < m; ++i) LayOutKey(ki + (int64_t)(s0 + i) * Di, Di, i, tile_f32, nullptr, nullptr);
-      TileScoresF32(q, tile_f32, Hi, Di, sc);
+      kern.f32(q, tile_f32, Hi, Di, sc);
       count = kern.collect(sc, n - s0, s0, 0, ckey, cidx, count);
     }
   }

@@ -85,18 +85,20 @@ DSA_INLINE float HMax(const V16& x) {
   v = MaxV(v, __builtin_shuffle(v, I16{1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14}));
   return v[0];
 }
-// backend/cpu's ExpF (same steps, same constants) on 16 lanes.
-DSA_INLINE V16 ExpV(const V16& x) {
-  const V16 hi = SplatV(88.7f), lo = SplatV(-87.3f);
-  V16 xc = x > hi ? hi : x;
+// backend/cpu's ExpF (same steps, same constants) on the lanes of V (I:
+// the integer vector of the same shape).
+template <typename V, typename I>
+DSA_INLINE V ExpT(const V& x) {
+  const V hi = V{} + 88.7f, lo = V{} + -87.3f;
+  V xc = x > hi ? hi : x;
   xc = xc < lo ? lo : xc;
-  const V16 t = xc * 1.44269504088896341f;
-  const V16 r = t + 12582912.f;
-  const V16 n = r - 12582912.f;
-  const I16 ni = (I16)r - 0x4B400000;
-  V16 f = xc - n * 0.693145751953125f;
+  const V t = xc * 1.44269504088896341f;
+  const V r = t + 12582912.f;
+  const V n = r - 12582912.f;
+  const I ni = (I)r - 0x4B400000;
+  V f = xc - n * 0.693145751953125f;
   f = f - n * 1.42860682030941723212e-6f;
-  V16 p = SplatV(1.f / 5040.f);
+  V p = V{} + 1.f / 5040.f;
   p = p * f + 1.f / 720.f;
   p = p * f + 1.f / 120.f;
   p = p * f + 1.f / 24.f;
@@ -104,9 +106,10 @@ DSA_INLINE V16 ExpV(const V16& x) {
   p = p * f + 0.5f;
   p = p * f + 1.f;
   p = p * f + 1.f;
-  const V16 y = p * (V16)((ni + 127) << 23);
-  return x < lo ? V16{} : y;
+  const V y = p * (V)((ni + 127) << 23);
+  return x < lo ? V{} : y;
 }
+DSA_INLINE V16 ExpV(const V16& x) { return ExpT<V16, I16>(x); }
 
 // r[j] = the sum of the lanes of a[j]: a transpose-and-add tree (unpack,
 // shuffle within 128-bit lanes, then across them), 15 adds for 16 sums.
@@ -184,6 +187,20 @@ DSA_INLINE V8 LoadV8(const float* p) {
 }
 DSA_INLINE void StoreV8(float* p, const V8& v) { std::memcpy(p, &v, sizeof v); }
 DSA_INLINE V8 SplatV8(float x) { return V8{} + x; }
+DSA_INLINE V8 ExpV8(const V8& x) { return ExpT<V8, I8x>(x); }
+DSA_INLINE V8 MaxV8(const V8& a, const V8& b) { return a > b ? a : b; }
+DSA_INLINE float HMax8(const V8& x) {
+  V8 v = MaxV8(x, __builtin_shuffle(x, I8x{4, 5, 6, 7, 0, 1, 2, 3}));
+  v = MaxV8(v, __builtin_shuffle(v, I8x{2, 3, 0, 1, 6, 7, 4, 5}));
+  v = MaxV8(v, __builtin_shuffle(v, I8x{1, 0, 3, 2, 5, 4, 7, 6}));
+  return v[0];
+}
+DSA_INLINE float HSum8(const V8& x) {
+  V8 v = x + __builtin_shuffle(x, I8x{4, 5, 6, 7, 0, 1, 2, 3});
+  v += __builtin_shuffle(v, I8x{2, 3, 0, 1, 6, 7, 4, 5});
+  v += __builtin_shuffle(v, I8x{1, 0, 3, 2, 5, 4, 7, 6});
+  return v[0];
+}
 // r[j] = the sum of the lanes of a[j], j < 8: unpack, then 64-bit
 // unpack, then 128-bit halves (7 adds for 8 sums).
 DSA_INLINE V8 Reduce8(const V8* a) {
