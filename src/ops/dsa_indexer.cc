@@ -516,6 +516,7 @@ const Kernels& Pick() {
       out.i8_collect = cpu::dsa::TileCollectI8Avx2;
       out.i8_collect_rows = cpu::dsa::TileCollectRowsI8Avx2;
       out.collect = cpu::dsa::CollectAvx2, out.compact = cpu::dsa::CompactAvx2;
+      out.threshold = cpu::dsa::KthThresholdAvx2;
     }
     if (avx512)
       out.collect = CollectAvx512, out.compact = CompactAvx512, out.threshold = KthThresholdAvx512;

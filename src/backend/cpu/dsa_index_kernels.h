@@ -60,5 +60,8 @@ void TileCollectRowsI8Avx2(const IndexTileRows& b, const uint8_t* tile, const fl
 int CollectAvx2(const float* sc, int valid, int s0, uint32_t tau, uint32_t* ckey, int32_t* cidx,
                 int c);
 void CompactAvx2(const uint32_t* ck, const int32_t* ci, int c, uint32_t thr, int32_t* out);
+// The K-th threshold contract of ops/dsa_indexer.cc (KthThreshold): scratch
+// holds n + 8 entries and may be `key` itself when it can be overwritten.
+uint32_t KthThresholdAvx2(const uint32_t* key, int n, int k, int* ge, uint32_t* scratch);
 
 }  // namespace myriad::cpu::dsa

@@ -177,4 +177,69 @@ void CompactAvx2(const uint32_t* ck, const int32_t* ci, int c, uint32_t thr, int
     if (ck[i] >= thr) *out++ = ci[i];
 }
 
+// The shrinking-set search of ops/dsa_indexer.cc's KthThresholdAvx512
+// with 8-lane compares and the permute table: per bit, the undecided keys
+// are split by the bit and only one side is kept (about half), instead of
+// all n keys counted once per bit.
+uint32_t KthThresholdAvx2(const uint32_t* key, int n, int k, int* ge, uint32_t* scratch) {
+  __m256i vlo = _mm256_set1_epi32(-1), vhi = _mm256_setzero_si256();
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(key + i));
+    vlo = _mm256_min_epu32(vlo, x), vhi = _mm256_max_epu32(vhi, x);
+  }
+  alignas(32) uint32_t l8[8], h8[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(l8), vlo);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(h8), vhi);
+  uint32_t mn = ~0u, mx = 0;
+  for (int l = 0; l < 8; ++l) mn = std::min(mn, l8[l]), mx = std::max(mx, h8[l]);
+  for (; i < n; ++i) mn = std::min(mn, key[i]), mx = std::max(mx, key[i]);
+  if (mn == mx) return *ge = n, mx;
+  const int top = 31 - __builtin_clz(mn ^ mx);
+  uint32_t prefix = top == 31 ? 0u : mx & (~0u << (top + 1));
+  const uint32_t* cur = key;
+  int m = n, need = k, above = 0;
+  for (int bit = top; bit >= 0; --bit) {
+    const uint32_t bv = 1u << bit;
+    const __m256i b = _mm256_set1_epi32((int)bv);
+    int set = 0;
+    for (i = 0; i + 8 <= m; i += 8) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cur + i));
+      set += __builtin_popcount(
+          _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(x, b), b))));
+    }
+    for (; i < m; ++i) set += (cur[i] & bv) ? 1 : 0;
+    const bool keep_set = set >= need;
+    const int flip = keep_set ? 0 : 0xFF;
+    // In place is safe: each store lands at or before the vector just read.
+    int o = 0;
+    for (i = 0; i + 8 <= m; i += 8) {
+      const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cur + i));
+      const int keep =
+          _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(x, b), b))) ^ flip;
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(scratch + o), _mm256_permutevar8x32_epi32(x, PermOf(keep)));
+      o += __builtin_popcount(keep);
+    }
+    for (; i < m; ++i) {
+      const uint32_t x = cur[i];
+      scratch[o] = x;
+      o += ((x & bv) != 0) == keep_set ? 1 : 0;
+    }
+    cur = scratch, m = o;
+    if (keep_set) {
+      prefix |= bv;
+    } else {
+      need -= set, above += set;
+    }
+    if (m == need) {  // exactly the keys still needed: all of them are in
+      uint32_t least = ~0u;
+      for (i = 0; i < m; ++i) least = std::min(least, cur[i]);
+      *ge = above + m;
+      return least;
+    }
+  }
+  *ge = above + m;  // m keys equal the threshold
+  return prefix;
+}
+
 }  // namespace myriad::cpu::dsa
