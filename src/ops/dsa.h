@@ -98,7 +98,9 @@ struct SparseAttentionSchedule {
 // lookup's answer (the kernel lab's tuned table, lab::InstallTunedKernels);
 // else DefaultSparseAttentionSchedule.
 SparseAttentionSchedule ResolveSparseAttentionSchedule(const SparseAttentionParams& p);
-SparseAttentionSchedule DefaultSparseAttentionSchedule(const SparseAttentionParams& p);
+// l2_bytes: the L2 cache per core the default is sized for (0: this CPU's).
+SparseAttentionSchedule DefaultSparseAttentionSchedule(const SparseAttentionParams& p,
+                                                       int64_t l2_bytes = 0);
 // Installs (or, with an empty function, removes) the process-wide lookup;
 // it answers {0, 0} for shapes it knows nothing about. Call before kernels run.
 void SetSparseAttentionScheduleLookup(

@@ -229,8 +229,11 @@ TEST(Dsa, ScheduleResolution) {
   EXPECT_EQ(ResolveSparseAttentionSchedule(p).q_block, DefaultSparseAttentionSchedule(p).q_block);
   EXPECT_EQ(DefaultSparseAttentionSchedule(p).q_block, 192);  // ~32 rows per selected key: 32 * 12288 / 2048
   p.Tk = p.Tq = 65536;
-  EXPECT_EQ(DefaultSparseAttentionSchedule(p).q_block, 1024);
-  EXPECT_EQ(DefaultSparseAttentionSchedule(p).key_chunk, 1024);  // ~32 keys of a row per chunk
+  EXPECT_EQ(DefaultSparseAttentionSchedule(p, 1 << 20).q_block, 1024);
+  EXPECT_EQ(DefaultSparseAttentionSchedule(p, 1 << 20).key_chunk, 1024);  // ~32 keys of a row per chunk
+  // A 512 KB L2 halves both (the rows' state and the chunk must share it).
+  EXPECT_EQ(DefaultSparseAttentionSchedule(p, 1 << 19).q_block, 512);
+  EXPECT_EQ(DefaultSparseAttentionSchedule(p, 1 << 19).key_chunk, 512);
   SetSparseAttentionScheduleLookup(nullptr);
   p.Tk = p.Tq = 16384;
   EXPECT_EQ(ResolveSparseAttentionSchedule(p).q_block, d.q_block);
