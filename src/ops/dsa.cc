@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -47,13 +48,37 @@ namespace myriad::ops::dsa {
 
 namespace detail {
 
-bool NarrowVectors() {
-  static const bool narrow = [] {
+namespace {
+bool CpuHas(Isa isa) {
+  const CpuInfo& cpu = GetCpuInfo();
+  return isa == Isa::kScalar || (isa == Isa::kAvx2 && cpu.has_avx2_kernels()) ||
+         (isa == Isa::kAvx512 && cpu.has_avx512_kernels());
+}
+bool ParseIsa(const std::string& name, Isa* isa) {
+  if (name == "avx512") return *isa = Isa::kAvx512, true;
+  if (name == "avx2") return *isa = Isa::kAvx2, true;
+  if (name == "scalar") return *isa = Isa::kScalar, true;
+  return false;
+}
+const char* IsaName(Isa isa) {
+  return isa == Isa::kAvx512 ? "avx512" : isa == Isa::kAvx2 ? "avx2" : "scalar";
+}
+// MYRIAD_CPU_ISA where this CPU has it, else the best it has.
+Isa DefaultIsa() {
+  static const Isa isa = [] {
+    Isa e;
     const char* env = std::getenv("MYRIAD_CPU_ISA");
-    const std::string isa = env && *env ? env : "";
-    return !GetCpuInfo().has_avx512_kernels() || (!isa.empty() && isa != "avx512");
+    if (env && ParseIsa(env, &e) && CpuHas(e)) return e;
+    return CpuHas(Isa::kAvx512) ? Isa::kAvx512 : CpuHas(Isa::kAvx2) ? Isa::kAvx2 : Isa::kScalar;
   }();
-  return narrow;
+  return isa;
+}
+std::atomic<int> g_isa{-1};  // UseDsaKernelIsa's choice; -1: DefaultIsa
+}  // namespace
+
+Isa ActiveIsa() {
+  const int v = g_isa.load(std::memory_order_relaxed);
+  return v < 0 ? DefaultIsa() : static_cast<Isa>(v);
 }
 
 InverseIndex BuildInverse(const int32_t* idx, int64_t idx_stride, int B, int Tq, int Tk, int K,
@@ -93,6 +118,23 @@ InverseIndex BuildInverse(const int32_t* idx, int64_t idx_stride, int B, int Tq,
 }
 
 }  // namespace detail
+
+bool UseDsaKernelIsa(const std::string& isa) {
+  if (isa.empty()) return detail::g_isa.store(-1), true;
+  detail::Isa v;
+  if (!detail::ParseIsa(isa, &v) || !detail::CpuHas(v)) return false;
+  detail::g_isa.store(static_cast<int>(v));
+  return true;
+}
+
+std::vector<std::string> AvailableDsaKernelIsas() {
+  std::vector<std::string> out;
+  for (detail::Isa v : {detail::Isa::kAvx512, detail::Isa::kAvx2, detail::Isa::kScalar})
+    if (detail::CpuHas(v)) out.push_back(detail::IsaName(v));
+  return out;
+}
+
+std::string DsaKernelIsa() { return detail::IsaName(detail::ActiveIsa()); }
 
 namespace {
 

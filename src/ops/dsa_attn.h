@@ -60,10 +60,12 @@ struct AttnView {
   bool narrow;  // the 8-lane step kernels (NarrowVectors)
 };
 
-// Whether the attention step kernels use 8-lane vectors: on CPUs without
-// AVX-512, or when MYRIAD_CPU_ISA asks for avx2 or scalar (the 16-lane
-// kernels need 32 vector registers; AVX2 has 16). Read once.
-bool NarrowVectors();
+// The ISA of the kernel variants in use (UseDsaKernelIsa, dsa.h).
+enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+Isa ActiveIsa();
+// Whether the attention step kernels use 8-lane vectors: every ISA but
+// avx512 (the 16-lane kernels need 32 vector registers; AVX2 has 16).
+inline bool NarrowVectors() { return ActiveIsa() != Isa::kAvx512; }
 
 inline AttnView ViewOf(const SparseAttentionParams& p, int b) {
   AttnView a;

@@ -30,11 +30,8 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <string>
 #include <vector>
 
 #include "backend/cpu/cpu_info.h"
@@ -498,40 +495,38 @@ struct Kernels {
   uint32_t (*threshold)(const uint32_t*, int, int, int*, uint32_t*) = KthThresholdPortable;
 };
 
-// The kernels for this CPU, limited by MYRIAD_CPU_ISA (avx512|avx2|scalar)
-// like the backend's: int8 scores by VNNI, else AVX2; candidates and
-// compaction by AVX-512 compress, else AVX2 permutes.
-const Kernels& Pick() {
-  static const Kernels k = [] {
-    Kernels out;
+// The kernels of one ISA (UseDsaKernelIsa): int8 scores by VNNI where the
+// CPU has it (avx512), else AVX2's (avx2 and avx512); candidates and
+// compaction by AVX-512 compress (avx512) or AVX2 permutes (avx2); the
+// portable ones for scalar. Every table gives the same selection bits.
+Kernels MakeKernels(detail::Isa isa) {
+  Kernels out;
+  if (isa != detail::Isa::kAvx512) out.f32 = TileScoresF32x8;
 #ifdef DSA_HAVE_VNNI_KERNEL
-    const CpuInfo& cpu = GetCpuInfo();
-    const char* env = std::getenv("MYRIAD_CPU_ISA");
-    const std::string isa = env && *env ? env : "";
-    const bool avx512 = cpu.has_avx512_kernels() && (isa.empty() || isa == "avx512");
-    const bool avx2 = cpu.has_avx2_kernels() && isa != "scalar";
-    if (detail::NarrowVectors()) out.f32 = TileScoresF32x8;
-    if (avx2) {
-      out.i8 = cpu::dsa::TileScoresI8Avx2;
-      out.i8_collect = cpu::dsa::TileCollectI8Avx2;
-      out.i8_collect_rows = cpu::dsa::TileCollectRowsI8Avx2;
-      out.collect = cpu::dsa::CollectAvx2, out.compact = cpu::dsa::CompactAvx2;
-      out.threshold = cpu::dsa::KthThresholdAvx2;
-    }
-    if (avx512)
-      out.collect = CollectAvx512, out.compact = CompactAvx512, out.threshold = KthThresholdAvx512;
-    if (avx512 && cpu.avx512_vnni) {
+  if (isa != detail::Isa::kScalar) {
+    out.i8 = cpu::dsa::TileScoresI8Avx2;
+    out.i8_collect = cpu::dsa::TileCollectI8Avx2;
+    out.i8_collect_rows = cpu::dsa::TileCollectRowsI8Avx2;
+    out.collect = cpu::dsa::CollectAvx2, out.compact = cpu::dsa::CompactAvx2;
+    out.threshold = cpu::dsa::KthThresholdAvx2;
+  }
+  if (isa == detail::Isa::kAvx512) {
+    out.collect = CollectAvx512, out.compact = CompactAvx512, out.threshold = KthThresholdAvx512;
+    if (GetCpuInfo().avx512_vnni) {
       out.i8 = TileScoresI8Vnni;
       out.i8_collect = TileCollectI8Vnni;
       out.i8_collect_rows = TileCollectRowsI8Vnni;
     }
+  }
 #endif
-    return out;
-  }();
-  return k;
+  return out;
 }
 
-std::atomic<bool> g_portable{false};
+const Kernels& Pick() {
+  static const Kernels tables[3] = {MakeKernels(detail::Isa::kScalar), MakeKernels(detail::Isa::kAvx2),
+                                    MakeKernels(detail::Isa::kAvx512)};
+  return tables[static_cast<int>(detail::ActiveIsa())];
+}
 
 // Candidates of one row on tile number `tile` of kt: scores, then the keys
 // at or above tau (see CollectVectors).
@@ -703,8 +698,6 @@ void IndexerTopKDirect(const IndexerParams& p, const Kernels& kern) {
 
 }  // namespace
 
-void UsePortableIndexerKernels(bool portable) { g_portable.store(portable); }
-
 void IndexerTopK(const IndexerParams& p) {
   CHECK_MSG(p.B > 0 && p.Tq > 0 && p.Tk >= p.Tq && p.Hi > 0 && p.Di > 0 && p.K > 0,
             "[dsa_indexer_topk] invalid arguments");
@@ -716,8 +709,7 @@ void IndexerTopK(const IndexerParams& p) {
   const bool int8 = p.precision == IndexerPrecision::kInt8;
   const bool any_select = VisibleKeys(Tq, Tk, Tq - 1) > K;
   const bool par = (int64_t)B * Tq * (Tk - Tq / 2) * Hi * Di >= (int64_t{1} << 20);
-  static const Kernels kPortable;
-  const Kernels& kern = g_portable.load() ? kPortable : Pick();
+  const Kernels& kern = Pick();
   if ((int64_t)B * Tq <= kDirectMaxRows) return IndexerTopKDirect(p, kern);
   KeyTiles keys, sample;
   if (any_select) {
