@@ -23,7 +23,10 @@
 // a shuffle tree; weighted sums of 16 rows), written with GCC vector
 // extensions so that target_clones compiles them for AVX-512, AVX2 and
 // baseline x86-64 (picked at load time): this module is built without -m
-// flags. Helpers are always_inline so they take the clone's ISA.
+// flags. Helpers are always_inline so they take the clone's ISA. The
+// forward's step kernel has an 8-lane form too (AttnView::narrow: every
+// kernel ISA but avx512, see UseDsaKernelIsa): the 16-lane one needs 32
+// vector registers, which AVX2 lacks.
 #include "ops/dsa.h"
 
 #include <unistd.h>

@@ -34,9 +34,10 @@ inline __m256i PermOf(int m) {
   return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(&kPerm.e[m])));
 }
 
-// The 64 int8 scores of a tile in 8 vectors. 16 keys (two vectors) at a
-// time over every head: 4 heads x 2 vectors of int32 accumulators and the
-// two key vectors (signed, and their magnitudes) fit the 16 registers.
+// The 64 int8 scores of a tile in 8 vectors, 8 keys (one vector) at a time
+// over every head: 4 int32 accumulators, the key vector and its magnitudes
+// stay in registers (with two vectors at a time, or the groups unrolled,
+// GCC spilled the accumulators: ~10% slower).
 // kHi / kDg: the shape as compile-time constants (0: run-time Hi / Dg).
 template <int kHi, int kDg>
 [[gnu::always_inline]] inline void Scores(const IndexQueryRow& r, const uint8_t* tile, const float* ks,
@@ -44,40 +45,29 @@ template <int kHi, int kDg>
   const int Hi = kHi ? kHi : hi_rt, Dg = kDg ? kDg : dg_rt;
   const __m256i flip = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
   const __m256i zero = _mm256_setzero_si256();
-  for (int p = 0; p < kIndexTile / 16; ++p) {
-    __m256 t0 = _mm256_setzero_ps(), t1 = _mm256_setzero_ps();
+  for (int p = 0; p < kIndexTile / 8; ++p) {
+    __m256 t = _mm256_setzero_ps();
     for (int j = 0; j < Hi; j += 4) {
       const int nh = std::min(4, Hi - j);
-      __m256i a[4][2];
-#pragma GCC unroll 4
-      for (int h = 0; h < 4; ++h) a[h][0] = a[h][1] = zero;
-#pragma GCC unroll 8
+      __m256i a[4] = {zero, zero, zero, zero};
+#pragma GCC unroll 2
       for (int g = 0; g < Dg; ++g) {
-        const uint8_t* tp = tile + (size_t)g * kIndexTile * 4 + p * 64;
-        const __m256i k0 = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(tp)), flip);
-        const __m256i k1 =
-            _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(tp + 32)), flip);
-        const __m256i u0 = _mm256_abs_epi8(k0), u1 = _mm256_abs_epi8(k1);
+        const uint8_t* tp = tile + (size_t)g * kIndexTile * 4 + p * 32;
+        const __m256i k = _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(tp)), flip);
+        const __m256i u = _mm256_abs_epi8(k);
 #pragma GCC unroll 4
         for (int h = 0; h < 4; ++h) {
           if (h >= nh) break;
           int32_t q4;
           std::memcpy(&q4, r.q8 + (int64_t)(j + h) * Dg * 4 + g * 4, 4);
-          const __m256i qb = _mm256_set1_epi32(q4);
-          a[h][0] = _mm256_add_epi32(
-              a[h][0], _mm256_madd_epi16(_mm256_maddubs_epi16(u0, _mm256_sign_epi8(qb, k0)), ones));
-          a[h][1] = _mm256_add_epi32(
-              a[h][1], _mm256_madd_epi16(_mm256_maddubs_epi16(u1, _mm256_sign_epi8(qb, k1)), ones));
+          a[h] = _mm256_add_epi32(
+              a[h], _mm256_madd_epi16(_mm256_maddubs_epi16(u, _mm256_sign_epi8(_mm256_set1_epi32(q4), k)), ones));
         }
       }
-      for (int h = 0; h < nh; ++h) {
-        const __m256 c = _mm256_set1_ps(r.c[j + h]);
-        t0 = _mm256_fmadd_ps(c, _mm256_cvtepi32_ps(_mm256_max_epi32(a[h][0], zero)), t0);
-        t1 = _mm256_fmadd_ps(c, _mm256_cvtepi32_ps(_mm256_max_epi32(a[h][1], zero)), t1);
-      }
+      for (int h = 0; h < nh; ++h)
+        t = _mm256_fmadd_ps(_mm256_set1_ps(r.c[j + h]), _mm256_cvtepi32_ps(_mm256_max_epi32(a[h], zero)), t);
     }
-    out[2 * p] = _mm256_mul_ps(t0, _mm256_loadu_ps(ks + 16 * p));
-    out[2 * p + 1] = _mm256_mul_ps(t1, _mm256_loadu_ps(ks + 16 * p + 8));
+    out[p] = _mm256_mul_ps(t, _mm256_loadu_ps(ks + 8 * p));
   }
 }
 
