@@ -55,12 +55,20 @@ constexpr int kLanes = 16;  // keys (or inverse-index entries) per block: one ve
 typedef float V16 __attribute__((vector_size(64)));
 typedef int32_t I16 __attribute__((vector_size(64)));
 
-DSA_INLINE V16 LoadV(const float* p) {
-  V16 v;
+// Unaligned loads and stores of any of the vector types below.
+template <typename V>
+DSA_INLINE V LoadVec(const float* p) {
+  V v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-DSA_INLINE void StoreV(float* p, const V16& v) { std::memcpy(p, &v, sizeof v); }
+template <typename V>
+DSA_INLINE void StoreVec(float* p, const V& v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+DSA_INLINE V16 LoadV(const float* p) { return LoadVec<V16>(p); }
+DSA_INLINE void StoreV(float* p, const V16& v) { StoreVec(p, v); }
 DSA_INLINE V16 SplatV(float x) { return V16{} + x; }
 DSA_INLINE V16 Relu(const V16& x) { return x > V16{} ? x : V16{}; }
 // Lanes >= n replaced by `fill`.
@@ -180,12 +188,8 @@ DSA_INLINE void AccumRows16(float* acc, const float* const* rows, const float* w
 // kernels above would need 32 accumulators there and spill).
 typedef float V8 __attribute__((vector_size(32)));
 typedef int32_t I8x __attribute__((vector_size(32)));
-DSA_INLINE V8 LoadV8(const float* p) {
-  V8 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-DSA_INLINE void StoreV8(float* p, const V8& v) { std::memcpy(p, &v, sizeof v); }
+DSA_INLINE V8 LoadV8(const float* p) { return LoadVec<V8>(p); }
+DSA_INLINE void StoreV8(float* p, const V8& v) { StoreVec(p, v); }
 DSA_INLINE V8 SplatV8(float x) { return V8{} + x; }
 DSA_INLINE V8 ExpV8(const V8& x) { return ExpT<V8, I8x>(x); }
 DSA_INLINE V8 MaxV8(const V8& a, const V8& b) { return a > b ? a : b; }
