@@ -23,16 +23,25 @@
 // a shuffle tree; weighted sums of 16 rows), written with GCC vector
 // extensions so that target_clones compiles them for AVX-512, AVX2 and
 // baseline x86-64 (picked at load time): this module is built without -m
-// flags. Helpers are always_inline so they take the clone's ISA.
+// flags. Helpers are always_inline so they take the clone's ISA. The
+// forward's step kernel has an 8-lane form too (AttnView::narrow: every
+// kernel ISA but avx512, see UseDsaKernelIsa): the 16-lane one needs 32
+// vector registers, which AVX2 lacks.
 #include "ops/dsa.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_info.h"
 #include "backend/cpu/impl/common.h"  // ExpF, ThreadWorkspace
 #include "core/check.h"
 #include "ops/dsa_attn.h"
@@ -41,6 +50,39 @@
 namespace myriad::ops::dsa {
 
 namespace detail {
+
+namespace {
+bool CpuHas(Isa isa) {
+  const CpuInfo& cpu = GetCpuInfo();
+  return isa == Isa::kScalar || (isa == Isa::kAvx2 && cpu.has_avx2_kernels()) ||
+         (isa == Isa::kAvx512 && cpu.has_avx512_kernels());
+}
+bool ParseIsa(const std::string& name, Isa* isa) {
+  if (name == "avx512") return *isa = Isa::kAvx512, true;
+  if (name == "avx2") return *isa = Isa::kAvx2, true;
+  if (name == "scalar") return *isa = Isa::kScalar, true;
+  return false;
+}
+const char* IsaName(Isa isa) {
+  return isa == Isa::kAvx512 ? "avx512" : isa == Isa::kAvx2 ? "avx2" : "scalar";
+}
+// MYRIAD_CPU_ISA where this CPU has it, else the best it has.
+Isa DefaultIsa() {
+  static const Isa isa = [] {
+    Isa e;
+    const char* env = std::getenv("MYRIAD_CPU_ISA");
+    if (env && ParseIsa(env, &e) && CpuHas(e)) return e;
+    return CpuHas(Isa::kAvx512) ? Isa::kAvx512 : CpuHas(Isa::kAvx2) ? Isa::kAvx2 : Isa::kScalar;
+  }();
+  return isa;
+}
+std::atomic<int> g_isa{-1};  // UseDsaKernelIsa's choice; -1: DefaultIsa
+}  // namespace
+
+Isa ActiveIsa() {
+  const int v = g_isa.load(std::memory_order_relaxed);
+  return v < 0 ? DefaultIsa() : static_cast<Isa>(v);
+}
 
 InverseIndex BuildInverse(const int32_t* idx, int64_t idx_stride, int B, int Tq, int Tk, int K,
                           bool parallel) {
@@ -79,6 +121,23 @@ InverseIndex BuildInverse(const int32_t* idx, int64_t idx_stride, int B, int Tq,
 }
 
 }  // namespace detail
+
+bool UseDsaKernelIsa(const std::string& isa) {
+  if (isa.empty()) return detail::g_isa.store(-1), true;
+  detail::Isa v;
+  if (!detail::ParseIsa(isa, &v) || !detail::CpuHas(v)) return false;
+  detail::g_isa.store(static_cast<int>(v));
+  return true;
+}
+
+std::vector<std::string> AvailableDsaKernelIsas() {
+  std::vector<std::string> out;
+  for (detail::Isa v : {detail::Isa::kAvx512, detail::Isa::kAvx2, detail::Isa::kScalar})
+    if (detail::CpuHas(v)) out.push_back(detail::IsaName(v));
+  return out;
+}
+
+std::string DsaKernelIsa() { return detail::IsaName(detail::ActiveIsa()); }
 
 namespace {
 
@@ -126,6 +185,20 @@ DSA_INLINE void PairDots(const float* qs, const float* const* kr, int D, V16* su
   }
 }
 
+// PairDots in 8-lane vectors (the narrow path): sums[j] += q0 . kr[j],
+// sums[4 + j] += q1 . kr[j] for j < 4, 8 accumulators.
+DSA_INLINE void PairDots8(const float* qs, const float* const* kr, int D, V8* sums) {
+  for (int c = 0; c < D; c += 8) {
+    const V8 q0 = LoadV8(qs + c), q1 = LoadV8(qs + D + c);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; ++j) {
+      const V8 kv = LoadV8(kr[j] + c);
+      sums[j] += q0 * kv;
+      sums[4 + j] += q1 * kv;
+    }
+  }
+}
+
 // Scores of one step: s[h * kStep + j] = qs_h . k[keys[j]] for the g heads of
 // kv head hk (qs already scaled), j < n; lanes [n, Round16(n)) are -inf.
 // While scoring, the step's v rows and the k rows two groups ahead are
@@ -136,7 +209,26 @@ DSA_INLINE void StepScores(const AttnView& a, int hk, const int32_t* keys, int n
   const float* kb = a.k + hk * a.kv_head_stride;
   const float* vb = a.v + hk * a.kv_head_stride;
   const int64_t ld = a.ldkv;
-  if (g == 2 && D % kLanes == 0 && D <= 8 * kLanes) {
+  if (a.narrow && g == 2 && D % 8 == 0 && D <= 16 * 8) {
+    // Groups of 4 keys x 2 heads: 8 accumulators, one 8-lane tree.
+    alignas(32) float r[8];
+    for (int j0 = 0; j0 < n; j0 += 4) {
+      const float* kr[4];
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; ++j) kr[j] = kb + keys[std::min(j0 + j, n - 1)] * ld;
+      if (prefetch) {
+        for (int j = j0 + 16; j < std::min(n, j0 + 20); ++j)
+          for (int d = 0; d < D; d += kLanes) __builtin_prefetch(kb + keys[j] * ld + d);
+        for (int j = j0; j < std::min(n, j0 + 4); ++j)
+          for (int d = 0; d < D; d += kLanes) __builtin_prefetch(vb + keys[j] * ld + d);
+      }
+      V8 sums[8] = {};
+      PairDots8(qs, kr, D, sums);
+      StoreV8(r, Reduce8(sums));
+      std::memcpy(s + j0, r, 4 * sizeof(float));
+      std::memcpy(s + kStep + j0, r + 4, 4 * sizeof(float));
+    }
+  } else if (g == 2 && D % kLanes == 0 && D <= 8 * kLanes) {
     // Groups of 8 keys x 2 heads: 16 accumulators, one reduction tree.
     alignas(64) float r[kLanes];
     for (int j0 = 0; j0 < n; j0 += 8) {
@@ -192,6 +284,26 @@ DSA_INLINE float StepSoftmax(float* s, int n, float* m, float* l) {
   return alpha;
 }
 
+// StepSoftmax in 8-lane vectors (the narrow path: GCC lowers the 16-lane
+// compares and selects lane by lane for AVX2). The same result up to the
+// order of the sum of l.
+DSA_INLINE float StepSoftmax8(float* s, int n, float* m, float* l) {
+  const int n16 = Round16(n);
+  V8 mx = SplatV8(kNegInf);
+  for (int j = 0; j < n16; j += 8) mx = MaxV8(mx, LoadV8(s + j));
+  const float mnew = std::max(*m, HMax8(mx));
+  V8 sum = {};
+  for (int j = 0; j < n16; j += 8) {
+    const V8 e = ExpV8(LoadV8(s + j) - mnew);  // 0 in the -inf lanes
+    StoreV8(s + j, e);
+    sum += e;
+  }
+  const float alpha = ExpF(*m - mnew);  // 0 while m = -inf
+  *m = mnew;
+  *l = *l * alpha + HSum8(sum);
+  return alpha;
+}
+
 // acc_h = alpha_h acc_h + sum_j w_h[j] v[keys[j]] for two heads sharing the
 // rows, NV vectors of 16 per row, in registers; with NV <= 4 even and odd
 // keys go to separate accumulators (twice the independent chains).
@@ -235,6 +347,29 @@ DSA_INLINE void StepValuesPair(const float* vb, int64_t ld, const int32_t* keys,
   }
 }
 
+// StepValuesPair in 8-lane vectors (the narrow path), NV (1..4) vectors
+// of the rows from float c0 on: 2 * NV accumulators, one pass over the
+// keys per 32 floats of the row.
+template <int NV>
+DSA_INLINE void StepValuesPair8(const float* vb, int64_t ld, const int32_t* keys, int n, const float* w0,
+                                const float* w1, float alpha0, float alpha1, float* acc, int D, int c0) {
+  V8 o0[NV], o1[NV];
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v)
+    o0[v] = LoadV8(acc + c0 + 8 * v) * alpha0, o1[v] = LoadV8(acc + D + c0 + 8 * v) * alpha1;
+  for (int j = 0; j < n; ++j) {
+    const float* ra = vb + keys[j] * ld + c0;
+    const V8 a0 = SplatV8(w0[j]), a1 = SplatV8(w1[j]);
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) {
+      const V8 x = LoadV8(ra + 8 * v);
+      o0[v] += a0 * x, o1[v] += a1 * x;
+    }
+  }
+#pragma GCC unroll 4
+  for (int v = 0; v < NV; ++v) StoreV8(acc + c0 + 8 * v, o0[v]), StoreV8(acc + D + c0 + 8 * v, o1[v]);
+}
+
 // One online-softmax step of one row over n (1..kStep) selected keys for
 // the g query heads of kv head hk: qs/acc/m/l point at the group's first
 // head; s is scratch of g * kStep floats.
@@ -243,6 +378,18 @@ DSA_INLINE void FwdStep(const AttnView& a, int hk, const int32_t* keys, int n, b
   const int D = a.D, g = a.g;
   StepScores(a, hk, keys, n, qs, prefetch, s);
   const float* vb = a.v + hk * a.kv_head_stride;
+  if (a.narrow && g == 2 && D % 8 == 0 && D <= 16 * 8) {
+    const float alpha0 = StepSoftmax8(s, n, m, l), alpha1 = StepSoftmax8(s + kStep, n, m + 1, l + 1);
+    for (int c0 = 0; c0 < D; c0 += 32) {
+      switch (std::min(4, (D - c0) / 8)) {
+        case 1: StepValuesPair8<1>(vb, a.ldkv, keys, n, s, s + kStep, alpha0, alpha1, acc, D, c0); break;
+        case 2: StepValuesPair8<2>(vb, a.ldkv, keys, n, s, s + kStep, alpha0, alpha1, acc, D, c0); break;
+        case 3: StepValuesPair8<3>(vb, a.ldkv, keys, n, s, s + kStep, alpha0, alpha1, acc, D, c0); break;
+        default: StepValuesPair8<4>(vb, a.ldkv, keys, n, s, s + kStep, alpha0, alpha1, acc, D, c0); break;
+      }
+    }
+    return;
+  }
   if (g == 2 && D % kLanes == 0 && D <= 8 * kLanes) {
     const float alpha0 = StepSoftmax(s, n, m, l), alpha1 = StepSoftmax(s + kStep, n, m + 1, l + 1);
     switch (D / kLanes) {
@@ -463,7 +610,18 @@ void SetSparseAttentionScheduleLookup(
   ScheduleLookup() = std::move(lookup);
 }
 
-SparseAttentionSchedule DefaultSparseAttentionSchedule(const SparseAttentionParams& p) {
+namespace {
+// The L2 cache per core in bytes (1 MB when the system does not say).
+int64_t L2Bytes() {
+  static const int64_t bytes = [] {
+    const long v = sysconf(_SC_LEVEL2_CACHE_SIZE);
+    return v > 0 ? (int64_t)v : int64_t{1} << 20;
+  }();
+  return bytes;
+}
+}  // namespace
+
+SparseAttentionSchedule DefaultSparseAttentionSchedule(const SparseAttentionParams& p, int64_t l2_bytes) {
   // Few query rows (decode): nothing to share, the row kernel. Masked dense
   // attention is not a default: the blocked kernel beats it even where the
   // selection is most of the keys (measured, K 2048: 53 against 85 ms at
@@ -475,9 +633,14 @@ SparseAttentionSchedule DefaultSparseAttentionSchedule(const SparseAttentionPara
   // Measured (H 8, Hkv 4, D 64, K 2048): 16K flat within 5% over q_block
   // 256-1024 x chunk 256-1024; 64K, 1024/1024 best (13 ns per key and kv
   // head at the last rows against 16 with chunks of 512, 19 with 256).
+  // Both capped by the L2 per core: 1024 per MB (the 64K optimum on a 1 MB
+  // Zen 5 L2; on a 512 KB Zen 3 L2, 512 / 512 took 14.1 s against 21.3 s
+  // for 1024 / 1024 at 64K, one busy run).
   const int64_t ratio = std::max<int64_t>(1, p.Tk / std::max(1, p.K));
-  const int q_block = (int)std::clamp<int64_t>(32 * ratio, 64, 2048) / 64 * 64;
-  const int chunk = (int)std::clamp<int64_t>(32 * ratio, 256, 2048);
+  const int64_t l2 = l2_bytes > 0 ? l2_bytes : L2Bytes();
+  const int64_t cap = std::max<int64_t>(256, 1024 * l2 / (1 << 20));
+  const int q_block = (int)std::clamp<int64_t>(std::min(32 * ratio, cap), 64, 2048) / 64 * 64;
+  const int chunk = (int)std::clamp<int64_t>(std::min(32 * ratio, cap), 256, 2048);
   return {q_block, chunk, 0};
 }
 

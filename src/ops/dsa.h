@@ -31,6 +31,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
+#include <vector>
 
 namespace myriad::ops::dsa {
 
@@ -55,9 +57,19 @@ struct IndexerParams {
 };
 // Scores and top-k selection fused: no [Tq, Tk] matrix is materialised.
 void IndexerTopK(const IndexerParams& p);
-// Tests: run the portable int8 and candidate kernels instead of the AVX-512
-// (VNNI) ones this CPU may have; they compute the same bits.
-void UsePortableIndexerKernels(bool portable);
+// The ISA whose kernel variants the DSA ops run, like the backend's
+// MYRIAD_CPU_ISA: "avx512" (16-lane step kernels, VNNI int8 tiles where the
+// CPU has VNNI, else AVX2's; AVX-512 compress), "avx2" (8-lane step
+// kernels, vpmaddubsw int8 tiles, permute-table compress), "scalar"
+// (8-lane portable code, the portable int8 and candidate kernels); "": the
+// default (MYRIAD_CPU_ISA where this CPU has it, else the best it has).
+// Returns false, changing nothing, for a name this CPU cannot run. Results
+// agree within each op's contract; the indexer's selection is the same bits
+// on every ISA. For tests and benchmarks; call while no DSA op runs.
+bool UseDsaKernelIsa(const std::string& isa);
+// The ISAs this CPU can run ("scalar" always), and the one in use.
+std::vector<std::string> AvailableDsaKernelIsas();
+std::string DsaKernelIsa();
 
 struct SparseAttentionParams {
   int B = 0, Tq = 0, Tk = 0, H = 0, Hkv = 0, D = 0, K = 0;
@@ -98,7 +110,9 @@ struct SparseAttentionSchedule {
 // lookup's answer (the kernel lab's tuned table, lab::InstallTunedKernels);
 // else DefaultSparseAttentionSchedule.
 SparseAttentionSchedule ResolveSparseAttentionSchedule(const SparseAttentionParams& p);
-SparseAttentionSchedule DefaultSparseAttentionSchedule(const SparseAttentionParams& p);
+// l2_bytes: the L2 cache per core the default is sized for (0: this CPU's).
+SparseAttentionSchedule DefaultSparseAttentionSchedule(const SparseAttentionParams& p,
+                                                       int64_t l2_bytes = 0);
 // Installs (or, with an empty function, removes) the process-wide lookup;
 // it answers {0, 0} for shapes it knows nothing about. Call before kernels run.
 void SetSparseAttentionScheduleLookup(

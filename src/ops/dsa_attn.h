@@ -57,7 +57,15 @@ struct AttnView {
   int64_t ldq, ldkv;
   int64_t kv_head_stride;  // floats from one kv head's k (v) row to the next head's
   float scale;
+  bool narrow;  // the 8-lane step kernels (NarrowVectors)
 };
+
+// The ISA of the kernel variants in use (UseDsaKernelIsa, dsa.h).
+enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+Isa ActiveIsa();
+// Whether the attention step kernels use 8-lane vectors: every ISA but
+// avx512 (the 16-lane kernels need 32 vector registers; AVX2 has 16).
+inline bool NarrowVectors() { return ActiveIsa() != Isa::kAvx512; }
 
 inline AttnView ViewOf(const SparseAttentionParams& p, int b) {
   AttnView a;
@@ -70,6 +78,7 @@ inline AttnView ViewOf(const SparseAttentionParams& p, int b) {
   a.Tq = p.Tq, a.Tk = p.Tk, a.H = p.H, a.Hkv = p.Hkv, a.D = p.D, a.g = p.H / p.Hkv;
   a.ldq = (int64_t)p.H * p.D, a.ldkv = (int64_t)p.Hkv * p.D, a.kv_head_stride = p.D;
   a.scale = p.scale;
+  a.narrow = NarrowVectors();
   return a;
 }
 

@@ -30,14 +30,16 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/cpu_info.h"
+#include "backend/cpu/dsa_index_kernels.h"
 #include "backend/cpu/impl/common.h"  // ThreadWorkspace
 #include "core/check.h"
 #include "ops/dsa.h"
+#include "ops/dsa_attn.h"  // NarrowVectors
 #include "ops/dsa_simd.h"
 
 namespace myriad::ops::dsa {
@@ -45,8 +47,11 @@ namespace {
 
 using namespace simd;
 using cpu::ThreadWorkspace;
+using cpu::dsa::OrderedKey;
+using QueryRow = cpu::dsa::IndexQueryRow;
+using TileRows = cpu::dsa::IndexTileRows;
 
-constexpr int kTile = 64;        // keys per tile
+constexpr int kTile = cpu::dsa::kIndexTile;  // keys per tile
 constexpr int kSampleStep = 16;  // the sample: keys s = 16 i + kSampleOffset
 constexpr int kSampleOffset = 7;
 constexpr int kRowBlock = 16;    // query rows per task, sharing each key tile
@@ -54,12 +59,6 @@ constexpr int kMaxInt8Dim = 256; // Di of the int8 path
 constexpr int kDirectMaxRows = 4; // up to this many query rows: IndexerTopKDirect
 // Thread workspace slots (per thread; see backend/cpu/impl/common.h).
 enum Slot { kSlotSample = 0, kSlotCandKey, kSlotCandIdx, kSlotQuant, kSlotSelect };
-
-// A uint32 that orders like the float (-0 canonicalised to +0).
-DSA_INLINE uint32_t OrderedKey(float f) {
-  const uint32_t u = __builtin_bit_cast(uint32_t, f + 0.f);
-  return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
 
 // A threshold for the k largest (1 <= k <= n) of key[0..n): the largest
 // thr with at least k keys >= thr, or, when exactly k keys reach some
@@ -162,15 +161,6 @@ void BuildTiles(const IndexerParams& p, int count, RowOf row_of, bool par, KeyTi
 
 // ------------------------------------------------------------ tile scores
 
-// One query row as the tile kernels take it.
-struct QueryRow {
-  const float* qi;  // fp32: [Hi][Di]
-  const float* w;   // fp32: [Hi]
-  const int8_t* q8; // int8: [Hi][Dg*4], zero-padded
-  const float* c;   // int8: [Hi] w * scale_q
-  const int32_t* corr;  // int8: [Hi] 128 * sum(q8): the +128 offset of the keys
-};
-
 // fp32: sc[0..64) = sum_j w[j] relu(qi[j] . key) over a [Di][64] tile.
 DSA_MULTIVERSION void TileScoresF32(const QueryRow& r, const float* tile, int Hi, int Di, float* sc) {
   V16 t0 = {}, t1 = {}, t2 = {}, t3 = {};
@@ -195,6 +185,31 @@ DSA_MULTIVERSION void TileScoresF32(const QueryRow& r, const float* tile, int Hi
   StoreV(sc + 16, t1);
   StoreV(sc + 32, t2);
   StoreV(sc + 48, t3);
+}
+
+// TileScoresF32 in 8-lane vectors, 32 keys at a time (4 + 4 accumulators):
+// for CPUs without AVX-512, where the 16-lane form needs 32 registers and
+// GCC lowers its relu lane by lane. The same operations per key: the same
+// bits.
+DSA_MULTIVERSION void TileScoresF32x8(const QueryRow& r, const float* tile, int Hi, int Di, float* sc) {
+  for (int half = 0; half < kTile; half += 32) {
+    V8 t[4] = {};
+    for (int j = 0; j < Hi; ++j) {
+      const float* qj = r.qi + (int64_t)j * Di;
+      V8 a[4] = {};
+      for (int d = 0; d < Di; ++d) {
+        const V8 x = SplatV8(qj[d]);
+        const float* kr = tile + d * kTile + half;
+#pragma GCC unroll 4
+        for (int v = 0; v < 4; ++v) a[v] += x * LoadV8(kr + 8 * v);
+      }
+      const V8 wj = SplatV8(r.w[j]);
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) t[v] += wj * (a[v] > V8{} ? a[v] : V8{});
+    }
+#pragma GCC unroll 4
+    for (int v = 0; v < 4; ++v) StoreV8(sc + half + 8 * v, t[v]);
+  }
 }
 
 // int8, any ISA: dot = sum (key + 128) * q - corr, exact in int32; then
@@ -233,21 +248,8 @@ int TileCollectI8Portable(const QueryRow& r, const uint8_t* tile, const float* k
   return CollectPortable(sc, valid, s0, tau, ckey, cidx, c);
 }
 
-// The rows of one task's block on one tile (first key s0): each row that
-// sees more than K keys and key s0 appends the tile's keys at or above its
-// tau among its n[r] - s0 visible ones to ckey/cidx + r * cap. One call per
-// tile for the whole block: no per-row call through the kernel table.
-struct TileRows {
-  const QueryRow* rows;
-  const int* n;
-  const uint32_t* tau;
-  uint32_t* ckey;
-  int32_t* cidx;
-  int* count;
-  int64_t cap;
-  int nr, K;
-};
-
+// The rows of one task's block on one tile (IndexTileRows): one call per
+// tile for the whole block, no per-row call through the kernel table.
 void TileCollectRowsI8Portable(const TileRows& b, const uint8_t* tile, const float* ks, int Hi, int Dg,
                                int s0) {
   for (int r = 0; r < b.nr; ++r) {
@@ -482,6 +484,7 @@ inline void CompactPortable(const uint32_t* ck, const int32_t* ci, int c, uint32
 }
 
 struct Kernels {
+  void (*f32)(const QueryRow&, const float*, int, int, float*) = TileScoresF32;
   void (*i8)(const QueryRow&, const uint8_t*, const float*, int, int, float*) = TileScoresI8Portable;
   int (*i8_collect)(const QueryRow&, const uint8_t*, const float*, int, int, int, int, uint32_t,
                     uint32_t*, int32_t*, int) = TileCollectI8Portable;
@@ -492,26 +495,38 @@ struct Kernels {
   uint32_t (*threshold)(const uint32_t*, int, int, int*, uint32_t*) = KthThresholdPortable;
 };
 
-const Kernels& Pick() {
-  static const Kernels k = [] {
-    Kernels out;
+// The kernels of one ISA (UseDsaKernelIsa): int8 scores by VNNI where the
+// CPU has it (avx512), else AVX2's (avx2 and avx512); candidates and
+// compaction by AVX-512 compress (avx512) or AVX2 permutes (avx2); the
+// portable ones for scalar. Every table gives the same selection bits.
+Kernels MakeKernels(detail::Isa isa) {
+  Kernels out;
+  if (isa != detail::Isa::kAvx512) out.f32 = TileScoresF32x8;
 #ifdef DSA_HAVE_VNNI_KERNEL
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f"))
-      out.collect = CollectAvx512, out.compact = CompactAvx512, out.threshold = KthThresholdAvx512;
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vnni")) {
+  if (isa != detail::Isa::kScalar) {
+    out.i8 = cpu::dsa::TileScoresI8Avx2;
+    out.i8_collect = cpu::dsa::TileCollectI8Avx2;
+    out.i8_collect_rows = cpu::dsa::TileCollectRowsI8Avx2;
+    out.collect = cpu::dsa::CollectAvx2, out.compact = cpu::dsa::CompactAvx2;
+    out.threshold = cpu::dsa::KthThresholdAvx2;
+  }
+  if (isa == detail::Isa::kAvx512) {
+    out.collect = CollectAvx512, out.compact = CompactAvx512, out.threshold = KthThresholdAvx512;
+    if (GetCpuInfo().avx512_vnni) {
       out.i8 = TileScoresI8Vnni;
       out.i8_collect = TileCollectI8Vnni;
       out.i8_collect_rows = TileCollectRowsI8Vnni;
     }
+  }
 #endif
-    return out;
-  }();
-  return k;
+  return out;
 }
 
-std::atomic<bool> g_portable{false};
+const Kernels& Pick() {
+  static const Kernels tables[3] = {MakeKernels(detail::Isa::kScalar), MakeKernels(detail::Isa::kAvx2),
+                                    MakeKernels(detail::Isa::kAvx512)};
+  return tables[static_cast<int>(detail::ActiveIsa())];
+}
 
 // Candidates of one row on tile number `tile` of kt: scores, then the keys
 // at or above tau (see CollectVectors).
@@ -523,7 +538,7 @@ DSA_INLINE int TileCandidates(const IndexerParams& p, const KeyTiles& kt, const 
     return k.i8_collect(r, kt.i8.data() + first * kt.Dg * 4, kt.scale.data() + first, p.Hi, kt.Dg,
                         valid, (int)(tile * kTile), tau, ckey, cidx, c);
   alignas(64) float sc[kTile];
-  TileScoresF32(r, kt.f32.data() + first * p.Di, p.Hi, p.Di, sc);
+  k.f32(r, kt.f32.data() + first * p.Di, p.Hi, p.Di, sc);
   return k.collect(sc, valid, (int)(tile * kTile), tau, ckey, cidx, c);
 }
 
@@ -534,7 +549,7 @@ DSA_INLINE void TileScores(const IndexerParams& p, const KeyTiles& kt, const Ker
   if (p.precision == IndexerPrecision::kInt8)
     k.i8(r, kt.i8.data() + first * kt.Dg * 4, kt.scale.data() + first, p.Hi, kt.Dg, sc);
   else
-    TileScoresF32(r, kt.f32.data() + first * p.Di, p.Hi, p.Di, sc);
+    k.f32(r, kt.f32.data() + first * p.Di, p.Hi, p.Di, sc);
 }
 
 inline int VisibleKeys(int Tq, int Tk, int t) { return std::max(0, std::min(Tk, Tk - Tq + t + 1)); }
@@ -616,7 +631,7 @@ int DirectTiles(const IndexerParams& p, const Kernels& kern, const QueryRow& q, 
     } else {
       std::memset(tile_f32, 0, (size_t)Di * kTile * sizeof(float));
       for (int i = 0; i < m; ++i) LayOutKey(ki + (int64_t)(s0 + i) * Di, Di, i, tile_f32, nullptr, nullptr);
-      TileScoresF32(q, tile_f32, Hi, Di, sc);
+      kern.f32(q, tile_f32, Hi, Di, sc);
       count = kern.collect(sc, n - s0, s0, 0, ckey, cidx, count);
     }
   }
@@ -683,8 +698,6 @@ void IndexerTopKDirect(const IndexerParams& p, const Kernels& kern) {
 
 }  // namespace
 
-void UsePortableIndexerKernels(bool portable) { g_portable.store(portable); }
-
 void IndexerTopK(const IndexerParams& p) {
   CHECK_MSG(p.B > 0 && p.Tq > 0 && p.Tk >= p.Tq && p.Hi > 0 && p.Di > 0 && p.K > 0,
             "[dsa_indexer_topk] invalid arguments");
@@ -696,8 +709,7 @@ void IndexerTopK(const IndexerParams& p) {
   const bool int8 = p.precision == IndexerPrecision::kInt8;
   const bool any_select = VisibleKeys(Tq, Tk, Tq - 1) > K;
   const bool par = (int64_t)B * Tq * (Tk - Tq / 2) * Hi * Di >= (int64_t{1} << 20);
-  static const Kernels kPortable;
-  const Kernels& kern = g_portable.load() ? kPortable : Pick();
+  const Kernels& kern = Pick();
   if ((int64_t)B * Tq <= kDirectMaxRows) return IndexerTopKDirect(p, kern);
   KeyTiles keys, sample;
   if (any_select) {

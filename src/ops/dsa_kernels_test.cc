@@ -17,8 +17,8 @@ namespace {
 using namespace dsatest;
 
 // The int8 indexer against the reference's own quantisation (dsa.h's
-// spec, written apart): the same selection, with the VNNI kernels and with
-// the portable ones; Di not a multiple of 4, decode, K small and large.
+// spec, written apart): the same selection with every ISA's kernels (VNNI,
+// AVX2, portable); Di not a multiple of 4, decode, K small and large.
 TEST(Dsa, Int8IndexerMatchesReference) {
   for (const Dims& d : {Dims{2, 300, 300, 1, 1, 8, 4, 32, 40}, Dims{1, 257, 400, 1, 1, 8, 3, 30, 64},
                         Dims{3, 1, 2000, 1, 1, 8, 2, 16, 128}, Dims{1, 200, 200, 1, 1, 8, 4, 32, 5},
@@ -26,9 +26,7 @@ TEST(Dsa, Int8IndexerMatchesReference) {
                         Dims{1, 1, 9000, 1, 1, 8, 4, 32, 256}}) {
     SCOPED_TRACE(d.Name());
     const Case c(d, 21);
-    for (bool portable : {false, true}) {
-      SCOPED_TRACE(portable ? "portable kernels" : "this CPU's kernels");
-      UsePortableIndexerKernels(portable);
+    ForEachKernelIsa([&] {
       std::vector<int32_t> fast = c.NewIdx(), ref = c.NewIdx();
       IndexerParams p = c.Indexer(fast.data());
       p.precision = IndexerPrecision::kInt8;
@@ -36,8 +34,7 @@ TEST(Dsa, Int8IndexerMatchesReference) {
       p.idx = ref.data();
       ref::IndexerTopK(p);
       EXPECT_EQ(fast, ref);
-    }
-    UsePortableIndexerKernels(false);
+    });
   }
 }
 
@@ -121,47 +118,49 @@ TEST(Dsa, DecodeSelectionEqualsPrefillRows) {
 // IndexerTopK would never write (not ascending, pads in the middle) go
 // through the row kernel inside the blocked one.
 TEST(Dsa, BlockedScheduleMatchesReference) {
-  for (const Dims& d : {Dims{2, 150, 150, 4, 2, 40, 3, 16, 24}, Dims{1, 200, 300, 2, 1, 64, 2, 8, 37},
-                        Dims{2, 170, 260, 6, 3, 32, 2, 8, 50}}) {
-    SCOPED_TRACE(d.Name());
-    const Case c(d, 11);
-    std::vector<int32_t> idx = c.NewIdx();
-    IndexerTopK(c.Indexer(idx.data()));
-    // Three irregular rows: reversed, a pad in the middle, a duplicate-free shuffle.
-    int32_t* r1 = idx.data() + (int64_t)(d.Tq - 1) * d.K;
-    std::reverse(r1, r1 + d.K);
-    int32_t* r2 = idx.data() + (int64_t)(d.Tq - 2) * d.K;
-    r2[d.K / 2] = -1;
-    int32_t* r3 = idx.data() + (int64_t)(d.Tq / 2) * d.K;
-    std::swap(r3[0], r3[d.K - 1]);
-    Tensor out_row = c.NewOut();
-    std::vector<float> lse_row = c.NewLse();
-    SparseAttentionParams p = c.Attn(idx.data(), &out_row, &lse_row);
-    p.q_block = 1;
-    SparseAttention(p);
-    Tensor out_ref = c.NewOut();
-    std::vector<float> lse_ref = c.NewLse();
-    ref::SparseAttention(c.Attn(idx.data(), &out_ref, &lse_ref));
-    EXPECT_LE(RelErr(out_row, out_ref), 1e-5);
-    EXPECT_LE(RelErr(lse_row, lse_ref), 1e-6);
-    for (int qb : {2, 7, 64, 1000})
-      for (int chunk : {1, 16, 100, 4096}) {
-        SCOPED_TRACE(testing::Message() << "q_block " << qb << " key_chunk " << chunk);
-        Tensor out = c.NewOut();
-        std::vector<float> lse = c.NewLse();
-        SparseAttentionParams pb = c.Attn(idx.data(), &out, &lse);
-        pb.q_block = qb;
-        pb.key_chunk = chunk;
-        const SparseAttentionSchedule s = ResolveSparseAttentionSchedule(pb);
-        EXPECT_EQ(s.q_block, qb);
-        EXPECT_EQ(s.key_chunk, chunk);
-        SparseAttention(pb);
-        EXPECT_LE(RelErr(out, out_ref), 1e-5);
-        EXPECT_LE(RelErr(lse, lse_ref), 1e-6);
-        EXPECT_LE(RelErr(out, out_row), 1e-5);
-        EXPECT_TRUE(PaddingIntact(out));
-      }
-  }
+  ForEachKernelIsa([] {
+    for (const Dims& d : {Dims{2, 150, 150, 4, 2, 40, 3, 16, 24}, Dims{1, 200, 300, 2, 1, 64, 2, 8, 37},
+                          Dims{2, 170, 260, 6, 3, 32, 2, 8, 50}}) {
+      SCOPED_TRACE(d.Name());
+      const Case c(d, 11);
+      std::vector<int32_t> idx = c.NewIdx();
+      IndexerTopK(c.Indexer(idx.data()));
+      // Three irregular rows: reversed, a pad in the middle, a duplicate-free shuffle.
+      int32_t* r1 = idx.data() + (int64_t)(d.Tq - 1) * d.K;
+      std::reverse(r1, r1 + d.K);
+      int32_t* r2 = idx.data() + (int64_t)(d.Tq - 2) * d.K;
+      r2[d.K / 2] = -1;
+      int32_t* r3 = idx.data() + (int64_t)(d.Tq / 2) * d.K;
+      std::swap(r3[0], r3[d.K - 1]);
+      Tensor out_row = c.NewOut();
+      std::vector<float> lse_row = c.NewLse();
+      SparseAttentionParams p = c.Attn(idx.data(), &out_row, &lse_row);
+      p.q_block = 1;
+      SparseAttention(p);
+      Tensor out_ref = c.NewOut();
+      std::vector<float> lse_ref = c.NewLse();
+      ref::SparseAttention(c.Attn(idx.data(), &out_ref, &lse_ref));
+      EXPECT_LE(RelErr(out_row, out_ref), 1e-5);
+      EXPECT_LE(RelErr(lse_row, lse_ref), 1e-6);
+      for (int qb : {2, 7, 64, 1000})
+        for (int chunk : {1, 16, 100, 4096}) {
+          SCOPED_TRACE(testing::Message() << "q_block " << qb << " key_chunk " << chunk);
+          Tensor out = c.NewOut();
+          std::vector<float> lse = c.NewLse();
+          SparseAttentionParams pb = c.Attn(idx.data(), &out, &lse);
+          pb.q_block = qb;
+          pb.key_chunk = chunk;
+          const SparseAttentionSchedule s = ResolveSparseAttentionSchedule(pb);
+          EXPECT_EQ(s.q_block, qb);
+          EXPECT_EQ(s.key_chunk, chunk);
+          SparseAttention(pb);
+          EXPECT_LE(RelErr(out, out_ref), 1e-5);
+          EXPECT_LE(RelErr(lse, lse_ref), 1e-6);
+          EXPECT_LE(RelErr(out, out_row), 1e-5);
+          EXPECT_TRUE(PaddingIntact(out));
+        }
+    }
+  });
 }
 
 // Masked dense attention (dense_tile) computes the same math by GEMMs over
@@ -229,8 +228,11 @@ TEST(Dsa, ScheduleResolution) {
   EXPECT_EQ(ResolveSparseAttentionSchedule(p).q_block, DefaultSparseAttentionSchedule(p).q_block);
   EXPECT_EQ(DefaultSparseAttentionSchedule(p).q_block, 192);  // ~32 rows per selected key: 32 * 12288 / 2048
   p.Tk = p.Tq = 65536;
-  EXPECT_EQ(DefaultSparseAttentionSchedule(p).q_block, 1024);
-  EXPECT_EQ(DefaultSparseAttentionSchedule(p).key_chunk, 1024);  // ~32 keys of a row per chunk
+  EXPECT_EQ(DefaultSparseAttentionSchedule(p, 1 << 20).q_block, 1024);
+  EXPECT_EQ(DefaultSparseAttentionSchedule(p, 1 << 20).key_chunk, 1024);  // ~32 keys of a row per chunk
+  // A 512 KB L2 halves both (the rows' state and the chunk must share it).
+  EXPECT_EQ(DefaultSparseAttentionSchedule(p, 1 << 19).q_block, 512);
+  EXPECT_EQ(DefaultSparseAttentionSchedule(p, 1 << 19).key_chunk, 512);
   SetSparseAttentionScheduleLookup(nullptr);
   p.Tk = p.Tq = 16384;
   EXPECT_EQ(ResolveSparseAttentionSchedule(p).q_block, d.q_block);

@@ -55,12 +55,20 @@ constexpr int kLanes = 16;  // keys (or inverse-index entries) per block: one ve
 typedef float V16 __attribute__((vector_size(64)));
 typedef int32_t I16 __attribute__((vector_size(64)));
 
-DSA_INLINE V16 LoadV(const float* p) {
-  V16 v;
+// Unaligned loads and stores of any of the vector types below.
+template <typename V>
+DSA_INLINE V LoadVec(const float* p) {
+  V v;
   std::memcpy(&v, p, sizeof v);
   return v;
 }
-DSA_INLINE void StoreV(float* p, const V16& v) { std::memcpy(p, &v, sizeof v); }
+template <typename V>
+DSA_INLINE void StoreVec(float* p, const V& v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+DSA_INLINE V16 LoadV(const float* p) { return LoadVec<V16>(p); }
+DSA_INLINE void StoreV(float* p, const V16& v) { StoreVec(p, v); }
 DSA_INLINE V16 SplatV(float x) { return V16{} + x; }
 DSA_INLINE V16 Relu(const V16& x) { return x > V16{} ? x : V16{}; }
 // Lanes >= n replaced by `fill`.
@@ -85,18 +93,20 @@ DSA_INLINE float HMax(const V16& x) {
   v = MaxV(v, __builtin_shuffle(v, I16{1, 0, 3, 2, 5, 4, 7, 6, 9, 8, 11, 10, 13, 12, 15, 14}));
   return v[0];
 }
-// backend/cpu's ExpF (same steps, same constants) on 16 lanes.
-DSA_INLINE V16 ExpV(const V16& x) {
-  const V16 hi = SplatV(88.7f), lo = SplatV(-87.3f);
-  V16 xc = x > hi ? hi : x;
+// backend/cpu's ExpF (same steps, same constants) on the lanes of V (I:
+// the integer vector of the same shape).
+template <typename V, typename I>
+DSA_INLINE V ExpT(const V& x) {
+  const V hi = V{} + 88.7f, lo = V{} + -87.3f;
+  V xc = x > hi ? hi : x;
   xc = xc < lo ? lo : xc;
-  const V16 t = xc * 1.44269504088896341f;
-  const V16 r = t + 12582912.f;
-  const V16 n = r - 12582912.f;
-  const I16 ni = (I16)r - 0x4B400000;
-  V16 f = xc - n * 0.693145751953125f;
+  const V t = xc * 1.44269504088896341f;
+  const V r = t + 12582912.f;
+  const V n = r - 12582912.f;
+  const I ni = (I)r - 0x4B400000;
+  V f = xc - n * 0.693145751953125f;
   f = f - n * 1.42860682030941723212e-6f;
-  V16 p = SplatV(1.f / 5040.f);
+  V p = V{} + 1.f / 5040.f;
   p = p * f + 1.f / 720.f;
   p = p * f + 1.f / 120.f;
   p = p * f + 1.f / 24.f;
@@ -104,9 +114,10 @@ DSA_INLINE V16 ExpV(const V16& x) {
   p = p * f + 0.5f;
   p = p * f + 1.f;
   p = p * f + 1.f;
-  const V16 y = p * (V16)((ni + 127) << 23);
-  return x < lo ? V16{} : y;
+  const V y = p * (V)((ni + 127) << 23);
+  return x < lo ? V{} : y;
 }
+DSA_INLINE V16 ExpV(const V16& x) { return ExpT<V16, I16>(x); }
 
 // r[j] = the sum of the lanes of a[j]: a transpose-and-add tree (unpack,
 // shuffle within 128-bit lanes, then across them), 15 adds for 16 sums.
@@ -171,6 +182,43 @@ DSA_INLINE void AccumRows16(float* acc, const float* const* rows, const float* w
     for (int j = 0; j < kLanes; ++j) t += w[j] * rows[j][c];
     acc[c] = t;
   }
+}
+
+// 8 floats: the AVX2 path's vector (16 registers of 8 lanes; the 16-lane
+// kernels above would need 32 accumulators there and spill).
+typedef float V8 __attribute__((vector_size(32)));
+typedef int32_t I8x __attribute__((vector_size(32)));
+DSA_INLINE V8 LoadV8(const float* p) { return LoadVec<V8>(p); }
+DSA_INLINE void StoreV8(float* p, const V8& v) { StoreVec(p, v); }
+DSA_INLINE V8 SplatV8(float x) { return V8{} + x; }
+DSA_INLINE V8 ExpV8(const V8& x) { return ExpT<V8, I8x>(x); }
+DSA_INLINE V8 MaxV8(const V8& a, const V8& b) { return a > b ? a : b; }
+DSA_INLINE float HMax8(const V8& x) {
+  V8 v = MaxV8(x, __builtin_shuffle(x, I8x{4, 5, 6, 7, 0, 1, 2, 3}));
+  v = MaxV8(v, __builtin_shuffle(v, I8x{2, 3, 0, 1, 6, 7, 4, 5}));
+  v = MaxV8(v, __builtin_shuffle(v, I8x{1, 0, 3, 2, 5, 4, 7, 6}));
+  return v[0];
+}
+DSA_INLINE float HSum8(const V8& x) {
+  V8 v = x + __builtin_shuffle(x, I8x{4, 5, 6, 7, 0, 1, 2, 3});
+  v += __builtin_shuffle(v, I8x{2, 3, 0, 1, 6, 7, 4, 5});
+  v += __builtin_shuffle(v, I8x{1, 0, 3, 2, 5, 4, 7, 6});
+  return v[0];
+}
+// r[j] = the sum of the lanes of a[j], j < 8: unpack, then 64-bit
+// unpack, then 128-bit halves (7 adds for 8 sums).
+DSA_INLINE V8 Reduce8(const V8* a) {
+  const I8x lo = {0, 8, 1, 9, 4, 12, 5, 13}, hi = {2, 10, 3, 11, 6, 14, 7, 15};
+  const I8x pa = {0, 1, 8, 9, 4, 5, 12, 13}, pb = {2, 3, 10, 11, 6, 7, 14, 15};
+  const I8x qa = {0, 1, 2, 3, 8, 9, 10, 11}, qb = {4, 5, 6, 7, 12, 13, 14, 15};
+  V8 w[4], z[2];
+#pragma GCC unroll 4
+  for (int i = 0; i < 4; ++i)
+    w[i] = __builtin_shuffle(a[2 * i], a[2 * i + 1], lo) + __builtin_shuffle(a[2 * i], a[2 * i + 1], hi);
+#pragma GCC unroll 2
+  for (int i = 0; i < 2; ++i)
+    z[i] = __builtin_shuffle(w[2 * i], w[2 * i + 1], pa) + __builtin_shuffle(w[2 * i], w[2 * i + 1], pb);
+  return __builtin_shuffle(z[0], z[1], qa) + __builtin_shuffle(z[0], z[1], qb);
 }
 
 DSA_INLINE void ScaleRow(float* y, float a, int n) {

@@ -28,55 +28,57 @@ namespace {
 using namespace dsatest;
 
 TEST(Dsa, FastMatchesReference) {
-  uint32_t seed = 1;
-  for (const Dims& d : AllDims()) {
-    SCOPED_TRACE(d.Name());
-    const Case c(d, seed++);
-    const Results f = RunAll<false>(c, nullptr);
-    const Results r = RunAll<true>(c, &f.idx);
-    EXPECT_EQ(f.idx, r.idx);
-    EXPECT_LE(RelErr(f.out, r.out), 1e-5);
-    EXPECT_LE(RelErr(f.lse, r.lse), 1e-5);
-    EXPECT_LE(RelErr(f.dv, r.dv), 1e-5);
-    if (d.K > 1) {
-      EXPECT_LE(RelErr(f.dq, r.dq), 1e-5);
-      EXPECT_LE(RelErr(f.dk, r.dk), 1e-5);
-      EXPECT_LE(RelErr(f.dqi, r.dqi), 1e-5);
-      EXPECT_LE(RelErr(f.dki, r.dki), 1e-5);
-      EXPECT_LE(RelErr(f.dwi, r.dwi), 1e-5);
-    } else {
-      // One key: P = 1 and p = q = 1 are constant, so dq, dk and the
-      // indexer's gradients are exactly 0 (both sides hold rounding noise,
-      // which a relative comparison would magnify).
-      for (const Tensor* t :
-           {&f.dq, &f.dk, &f.dqi, &f.dki, &f.dwi, &r.dq, &r.dk, &r.dqi, &r.dki, &r.dwi})
-        EXPECT_LE(MaxAbs(*t), 1e-5);
+  ForEachKernelIsa([] {
+    uint32_t seed = 1;
+    for (const Dims& d : AllDims()) {
+      SCOPED_TRACE(d.Name());
+      const Case c(d, seed++);
+      const Results f = RunAll<false>(c, nullptr);
+      const Results r = RunAll<true>(c, &f.idx);
+      EXPECT_EQ(f.idx, r.idx);
+      EXPECT_LE(RelErr(f.out, r.out), 1e-5);
+      EXPECT_LE(RelErr(f.lse, r.lse), 1e-5);
+      EXPECT_LE(RelErr(f.dv, r.dv), 1e-5);
+      if (d.K > 1) {
+        EXPECT_LE(RelErr(f.dq, r.dq), 1e-5);
+        EXPECT_LE(RelErr(f.dk, r.dk), 1e-5);
+        EXPECT_LE(RelErr(f.dqi, r.dqi), 1e-5);
+        EXPECT_LE(RelErr(f.dki, r.dki), 1e-5);
+        EXPECT_LE(RelErr(f.dwi, r.dwi), 1e-5);
+      } else {
+        // One key: P = 1 and p = q = 1 are constant, so dq, dk and the
+        // indexer's gradients are exactly 0 (both sides hold rounding noise,
+        // which a relative comparison would magnify).
+        for (const Tensor* t :
+             {&f.dq, &f.dk, &f.dqi, &f.dki, &f.dwi, &r.dq, &r.dk, &r.dqi, &r.dki, &r.dwi})
+          EXPECT_LE(MaxAbs(*t), 1e-5);
+      }
+      // K = 1: p = q = 1, the KL is 0 up to rounding; otherwise a real divergence.
+      if (d.K > 1) {
+        EXPECT_GT(r.loss, 1e-3);
+      }
+      EXPECT_GE(f.loss, -1e-7);  // KL >= 0 (up to rounding when it is 0)
+      EXPECT_LE(std::fabs(f.loss - r.loss), std::max(1e-6 * std::fabs(r.loss), 1e-7))
+          << f.loss << " vs " << r.loss;
+      if (std::getenv("DSA_TEST_VERBOSE"))
+        std::printf(
+            "%s: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e dqi %.2e dki %.2e dwi %.2e loss %.2e "
+            "(%.4f)\n",
+            d.Name().c_str(), RelErr(f.out, r.out), RelErr(f.lse, r.lse), RelErr(f.dq, r.dq),
+            RelErr(f.dk, r.dk), RelErr(f.dv, r.dv), RelErr(f.dqi, r.dqi), RelErr(f.dki, r.dki),
+            RelErr(f.dwi, r.dwi), std::fabs(f.loss - r.loss) / std::max(1e-300, std::fabs(r.loss)),
+            r.loss);
+      for (const Tensor* t : {&f.out, &f.dq, &f.dk, &f.dv, &f.dqi, &f.dki, &f.dwi})
+        EXPECT_TRUE(PaddingIntact(*t));
+      // Loss only (null gradients) gives the same loss.
+      IndexerLossParams lp;
+      lp.indexer = c.Indexer(const_cast<int32_t*>(f.idx.data()));
+      Tensor out = c.NewOut();
+      std::vector<float> lse = f.lse;
+      lp.attn = c.Attn(f.idx.data(), &out, &lse);
+      EXPECT_EQ(IndexerLoss(lp), f.loss);
     }
-    // K = 1: p = q = 1, the KL is 0 up to rounding; otherwise a real divergence.
-    if (d.K > 1) {
-      EXPECT_GT(r.loss, 1e-3);
-    }
-    EXPECT_GE(f.loss, -1e-7);  // KL >= 0 (up to rounding when it is 0)
-    EXPECT_LE(std::fabs(f.loss - r.loss), std::max(1e-6 * std::fabs(r.loss), 1e-7))
-        << f.loss << " vs " << r.loss;
-    if (std::getenv("DSA_TEST_VERBOSE"))
-      std::printf(
-          "%s: out %.2e lse %.2e dq %.2e dk %.2e dv %.2e dqi %.2e dki %.2e dwi %.2e loss %.2e "
-          "(%.4f)\n",
-          d.Name().c_str(), RelErr(f.out, r.out), RelErr(f.lse, r.lse), RelErr(f.dq, r.dq),
-          RelErr(f.dk, r.dk), RelErr(f.dv, r.dv), RelErr(f.dqi, r.dqi), RelErr(f.dki, r.dki),
-          RelErr(f.dwi, r.dwi), std::fabs(f.loss - r.loss) / std::max(1e-300, std::fabs(r.loss)),
-          r.loss);
-    for (const Tensor* t : {&f.out, &f.dq, &f.dk, &f.dv, &f.dqi, &f.dki, &f.dwi})
-      EXPECT_TRUE(PaddingIntact(*t));
-    // Loss only (null gradients) gives the same loss.
-    IndexerLossParams lp;
-    lp.indexer = c.Indexer(const_cast<int32_t*>(f.idx.data()));
-    Tensor out = c.NewOut();
-    std::vector<float> lse = f.lse;
-    lp.attn = c.Attn(f.idx.data(), &out, &lse);
-    EXPECT_EQ(IndexerLoss(lp), f.loss);
-  }
+  });
 }
 
 // ---------------------------------------------------------------- selection

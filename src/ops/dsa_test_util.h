@@ -20,6 +20,20 @@
 
 namespace myriad::ops::dsa::dsatest {
 
+// Runs f once per DSA kernel ISA this CPU has (avx512, avx2, scalar: every
+// variant is tested, not only the one the CPU would pick), then restores
+// the default.
+template <typename F>
+void ForEachKernelIsa(F&& f) {
+  for (const std::string& isa : AvailableDsaKernelIsas()) {
+    SCOPED_TRACE("kernel ISA " + isa);
+    EXPECT_TRUE(UseDsaKernelIsa(isa));
+    f();
+  }
+  UseDsaKernelIsa("");
+}
+
+
 inline constexpr float kSentinel = -7777.f;  // output padding: must stay untouched
 inline constexpr int kPad = 3;               // extra floats per batch element
 
