@@ -287,6 +287,23 @@ Result<JobDesc> ReadJob(ConfigDoc* doc) {
   return j;
 }
 
+JobDesc TrainingJob(const ModelConfig& m, int64_t seq_len, int64_t sequences, const std::string& name) {
+  JobDesc j;
+  j.model = m;
+  j.model_name = name;
+  j.seq_len = seq_len;
+  j.global_batch_tokens = sequences * seq_len;
+  j.precision = "fp32";
+  j.weight_bytes = 4, j.grad_bytes = 4, j.optimizer_bytes = 8, j.activation_bytes = 4;
+  j.overlap_grad_reduce = true;
+  j.balance_stages = false;
+  j.zero3_prefetch = false;
+  j.zero3_release_pages = true;
+  j.mtp_whole_sequences = true;
+  j.moe_imbalance = 1.0;
+  return j;
+}
+
 double PeakFlops(const DeviceDesc& d, const JobDesc& job) {
   if (job.precision == "fp32") return d.peak_flops_fp32;
   if (job.precision == "fp8") return d.peak_flops_fp8;

@@ -89,6 +89,16 @@ struct JobDesc {
   Status Validate() const;
 };
 
+// The job a Myriad training config describes ([model], train.seq_len and
+// `sequences` = train.batch_size * train.grad_accum per step), as Myriad
+// trains on a CPU: fp32 weights, gradients and activations, AdamW moments
+// (8 B per parameter), gradients reduced behind the backward, stages as even
+// as possible, ZeRO-3 gathering each block when it runs (no prefetch) and
+// returning its pages after, MTP on whole sequences under cp, no expert
+// imbalance assumed. `myriad plan` and `--calibrate` plan training configs
+// with it.
+JobDesc TrainingJob(const ModelConfig& m, int64_t seq_len, int64_t sequences, const std::string& name);
+
 // Reads [cluster] from `doc` (starting from [cluster].preset when given).
 Result<ClusterDesc> ReadCluster(ConfigDoc* doc);
 // Reads [job] and [model] from `doc`.
