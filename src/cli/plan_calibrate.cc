@@ -71,7 +71,9 @@ Result<plan::JobDesc> JobFromTrainDoc(ConfigDoc* doc, const std::string& name, T
   *tc = TrainConfig::Read(doc);
   RETURN_IF_ERROR(m.Validate().With(name));
   RETURN_IF_ERROR(tc->Validate().With(name));
-  return plan::TrainingJob(m, tc->seq_len, tc->batch_size * tc->grad_accum, name);
+  plan::JobDesc j = plan::TrainingJob(m, tc->seq_len, tc->batch_size * tc->grad_accum, name);
+  j.train_tokens = static_cast<double>(tc->steps) * static_cast<double>(j.global_batch_tokens);
+  return j;
 }
 
 Result<plan::JobDesc> JobFromTrainConfig(const std::string& path, const std::vector<std::string>& overrides,

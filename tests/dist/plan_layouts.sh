@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Layouts the planner proposes train. `myriad plan` on configs/tiny.toml
 # (a training config: planned as Myriad trains it) for 4 CPU devices gives
-# its best layout and the best of every other (dp, tp, pp, ep, cp); three of
+# its best layout and the best of every other (dp, tp, pp, ep, cp); five of
 # them -- the best, then those that add a degree not yet covered -- run 3
 # steps of `myriad train` under mpirun, as a run would set them in
 # [parallel] (degrees, ZeRO stage; with pp, parallel.microbatches = a data
 # rank's sequences / the micro-batch). Each must exit 0, log 3 steps of
 # finite loss on 4 ranks. The same with DSA attention: every proposal is dp
-# and ep only (what dist training supports with DSA), and one with ep runs.
+# and ep only (what dist training supports with DSA), one with ep runs, and
+# `myriad train` refuses DSA under tp2 x dp2 with the validator's message.
 # tests/layout_test.cc checks that every proposal validates; this checks a
 # sample really trains.
 # Usage: plan_layouts.sh BUILD_DIR SOURCE_DIR MYRIAD_BINARY
@@ -22,7 +23,7 @@ DSA=(--set 'model.attention="dsa"' --set model.dsa_topk=8 --set model.dsa_index_
 # "dp tp pp ep cp zero microbatches" lines (the first the planner's best).
 sample() {
   local name="$1" count="$2"; shift 2
-  "$MYRIAD" plan -c "$CFG" --cluster cpu --devices 4 --top 50 --json "$@" \
+  "$MYRIAD" plan -c "$CFG" --cluster cpu --devices 4 --set cluster.node.size=4 --top 50 --json "$@" \
     >"$WORK/$name.plan.json" 2>"$WORK/$name.plan.err" || { fail "$name: myriad plan: $(cat "$WORK/$name.plan.err")"; return 1; }
   "$PY" - "$WORK/$name.plan.json" "$count" <<'EOF'
 import json, sys
@@ -66,14 +67,17 @@ EOF
 }
 
 echo "== planner proposals for the tiny config, 4 devices"
-if layouts=$(sample dense 3); then
+if layouts=$(sample dense 5); then
   cat "$WORK/dense.plan.err" >&2 || true
-  [ "$(wc -l <<<"$layouts")" -ge 3 ] && pass "3 sampled proposals" || fail "fewer than 3 proposals: $layouts"
+  [ "$(wc -l <<<"$layouts")" -ge 5 ] && pass "5 sampled proposals cover dp, ep, tp, cp and pp" ||
+    fail "fewer than 5 proposals: $layouts"
   i=0
-  while read -r dp tp pp ep cp zero micro; do
+  # (fd 3: mpirun reads stdin)
+  while read -r -u 3 dp tp pp ep cp zero micro; do
     i=$((i + 1))
     run "dense$i" "$dp" "$tp" "$pp" "$ep" "$cp" "$zero" "$micro"
-  done <<<"$layouts"
+  done 3<<<"$layouts"
+  [ "$i" -eq 5 ] && pass "5 proposals run" || fail "$i proposals run, expected 5"
 fi
 
 echo "== with DSA attention"
@@ -90,6 +94,11 @@ EOF
   if [ -n "${dp:-}" ]; then run dsa_ep "$dp" "$tp" "$pp" "$ep" "$cp" "$zero" "$micro" "${DSA[@]}"
   else fail "no DSA proposal with ep > 1: $layouts"; fi
 fi
+
+# What the planner leaves out, training refuses with the same rule.
+expect_error "DSA under tp2 x dp2" 'parallel\.tp=2: model\.attention="dsa" trains with data and expert parallelism only' \
+  timeout 60 mpirun -np 4 --oversubscribe "$MYRIAD" train -c "$CFG" "${S[@]}" "${DSA[@]}" --set "train.out_dir=$WORK/bad" \
+  -q --set parallel.tp=2 --set parallel.dp=2
 
 echo "   total $((SECONDS - T0)) s"
 finish
