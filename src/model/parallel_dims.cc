@@ -97,7 +97,7 @@ Status ParallelDims::Validate(int world_size, const ModelConfig& m, const Layout
   if (pp > 1)
     RETURN_IF_ERROR(divides("sequences per data rank", b.sequences / data, b.microbatches_key, b.microbatches,
                             "the pipeline splits a rank's sequences into equal micro-batches"));
-  if (m.dsa() && (tp > 1 || pp > 1 || cp > 1)) {
+  if (b.myriad_limits && m.dsa() && (tp > 1 || pp > 1 || cp > 1)) {
     const char* why =
         tp > 1   ? "its indexer learns the attention of all heads, which tp splits across ranks"
         : cp > 1 ? "sparse attention does not run over the context-parallel ring"

@@ -37,6 +37,10 @@ struct LayoutBatch {
   std::string sequences_key = "global batch (train.batch_size*train.grad_accum)";
   std::string microbatches_key = "parallel.microbatches";
   std::string dims_prefix = "parallel.";
+  // Myriad's own training runs the layout, so its implementation's limits
+  // apply as well as the shapes' (today: DSA trains with dp and ep only).
+  // The planner clears it for a job planned for another engine.
+  bool myriad_limits = true;
 };
 
 struct ParallelDims {
@@ -60,8 +64,8 @@ struct ParallelDims {
   //   - cp > 1: 2*cp divides seq_len (ring attention's load-balanced chunks);
   //   - dp*ep divides the sequences per step; with pp > 1, microbatches
   //     divides each data rank's sequences;
-  //   - model.attention = "dsa" trains under dp and ep only: tp, pp and cp
-  //     must be 1. Why (the code as it is): the indexer's KL target is the
+  //   - b.myriad_limits: model.attention = "dsa" trains under dp and ep
+  //     only: tp, pp and cp must be 1. Why (Myriad's code as it is): the indexer's KL target is the
   //     head-averaged attention of all heads, which tp splits across ranks;
   //     sparse attention bypasses the context-parallel ring (each cp rank
   //     would attend to its own chunk only); and the pipeline schedule is

@@ -171,6 +171,10 @@ TEST(ParallelDimsTest, DsaTrainsUnderDataAndExpertParallelismOnly) {
   EXPECT_HAS(cp, "ring");
   // Every degree named at once, and the same layouts pass with dense attention.
   EXPECT_HAS(ErrorOf(Dims(1, 2, 2, 1, 2), 8, m), "parallel.tp=2, parallel.pp=2, parallel.cp=2");
+  // Another engine's limits (the planner's [job] descriptions): the shapes' rules only.
+  LayoutBatch any;
+  any.sequences = 8, any.seq_len = 32, any.microbatches = 2, any.myriad_limits = false;
+  EXPECT_TRUE(Dims(1, 2, 2, 1, 2).Validate(8, m, any).ok());
   m.attention = "dense";
   EXPECT_EQ(ErrorOf(Dims(1, 2, 2, 1, 2), 8, m), "");
 }

@@ -443,6 +443,7 @@ Status CheckLayout(const JobDesc& job, const ClusterDesc& c, const Layout& l) {
   b.sequences_key = "sequences per step";
   b.microbatches_key = "micro-batches";
   b.dims_prefix = "";
+  b.myriad_limits = job.myriad_limits;
   const int64_t data = static_cast<int64_t>(l.dp) * l.ep;
   if (data >= 1 && b.sequences % data == 0) {
     const int64_t per_replica = b.sequences / data;

@@ -104,9 +104,9 @@ struct StepEstimate {
 
 // Checks that the layout can run the job at all: the micro-batch divides a
 // replica's sequences, the ZeRO stage is 0-3, the degrees multiply to the
-// cluster's devices, and ParallelDims::Validate (the rules training applies,
-// DSA's included) passes with the job's figures; the message names the
-// first rule broken, prefixed with the layout.
+// cluster's devices, and ParallelDims::Validate (the rules training applies;
+// Myriad's own limits, DSA's, when job.myriad_limits) passes with the job's
+// figures; the message names the first rule broken, prefixed with the layout.
 Status CheckLayout(const JobDesc& job, const ClusterDesc& c, const Layout& l);
 
 // Contiguous stages for per-layer times `t` (each stage at least one layer)
