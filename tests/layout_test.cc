@@ -141,21 +141,19 @@ void CheckAgreement(const Loaded& s) {
 const std::vector<std::string> kDsa = {"model.attention=\"dsa\"", "model.dsa_topk=8", "model.dsa_index_heads=2",
                                        "model.dsa_index_dim=16"};
 
-TEST(PlannedLayouts, TinyProposalsValidate) {
-  const Loaded s = Load("tiny.toml", {});
+// A dense-attention training config: proposals validate, cover every
+// degree, and the planner agrees with training on every tuple.
+void CheckDenseConfig(const std::string& name) {
+  const Loaded s = Load(name, {});
   const Seen seen = CheckProposals(s);
-  EXPECT_GT(seen.proposals, 50);
-  for (const char* d : {"dp", "tp", "pp", "ep", "cp"}) EXPECT_TRUE(seen.degrees.count(d)) << "no proposal with " << d;
+  EXPECT_GT(seen.proposals, 50) << name;
+  for (const char* d : {"dp", "tp", "pp", "ep", "cp"})
+    EXPECT_TRUE(seen.degrees.count(d)) << name << ": no proposal with " << d;
   CheckAgreement(s);
 }
 
-TEST(PlannedLayouts, DemoMoeProposalsValidate) {
-  const Loaded s = Load("demo-moe.toml", {});
-  const Seen seen = CheckProposals(s);
-  EXPECT_GT(seen.proposals, 50);
-  for (const char* d : {"dp", "tp", "pp", "ep", "cp"}) EXPECT_TRUE(seen.degrees.count(d)) << "no proposal with " << d;
-  CheckAgreement(s);
-}
+TEST(PlannedLayouts, TinyProposalsValidate) { CheckDenseConfig("tiny.toml"); }
+TEST(PlannedLayouts, DemoMoeProposalsValidate) { CheckDenseConfig("demo-moe.toml"); }
 
 TEST(PlannedLayouts, DsaProposalsAreDataAndExpertParallelOnly) {
   const Loaded s = Load("tiny.toml", kDsa);
