@@ -26,7 +26,9 @@ int RunPlan(int argc, char** argv) {
   int top = 5;
   bool json = false;
   plan::SearchSpace flags;  // degrees and limits given on the command line (0: from [search])
-  app.add_option("-c,--config", config, "plan description: [model], [job], [cluster] (configs/plan/*.toml)");
+  app.add_option("-c,--config", config,
+                 "plan description: [model], [job], [cluster] (configs/plan/*.toml), or a training config "
+                 "(configs/*.toml, with --cluster)");
   app.add_option("--set", overrides, "override a key, e.g. --set job.seq_len=32768 (repeatable)");
   app.add_option("--cluster", cluster_preset, "cluster preset: 910b, a100, h100, cpu (instead of [cluster])");
   app.add_option("--devices", devices, "number of devices (overrides cluster.devices)")->check(CLI::PositiveNumber);
@@ -90,10 +92,16 @@ int RunPlan(int argc, char** argv) {
   if (!doc.ok()) return fail(doc.status());
   auto cluster = plan::ReadCluster(doc->get());
   if (!cluster.ok()) return fail(cluster.status());
-  auto job = plan::ReadJob(doc->get());
+  // A training config ([train], no [job]: configs/*.toml) is planned as
+  // Myriad trains it (plan::TrainingJob), over the knobs Myriad has: plain
+  // 1F1B and no recomputation.
+  const bool training_config = (*doc)->Has("train") && !(*doc)->Has("job");
+  TrainConfig tc;
+  auto job = training_config ? JobFromTrainDoc(doc->get(), config, &tc) : plan::ReadJob(doc->get());
   if (!job.ok()) return fail(job.status());
   auto read_space = plan::ReadSearchSpace(doc->get());
   if (!read_space.ok()) return fail(read_space.status());
+  if (training_config) read_space->recompute = {plan::Recompute::kNone}, read_space->interleave = {1};
   // A [failures] section: the time to train is also given with failures
   // (ETTR from the simulator, `myriad simulate` for the details).
   std::optional<plan::FailureSpec> failures;

@@ -37,34 +37,6 @@ std::string Quote(const std::string& s) {
   return q + "'";
 }
 
-// The job a training config describes, as Myriad runs it on a CPU: fp32
-// weights, gradients and activations, Adam moments (8 B), gradients reduced
-// behind the backward, stages as even as possible.
-Result<plan::JobDesc> JobFromTrainConfig(const std::string& path, const std::vector<std::string>& overrides,
-                                         TrainConfig* tc) {
-  ASSIGN_OR_RETURN(auto doc, ConfigDoc::Load(path, overrides));
-  plan::JobDesc j;
-  j.model = ModelConfig::Read(doc.get());
-  *tc = TrainConfig::Read(doc.get());
-  RETURN_IF_ERROR(doc->Finish());
-  RETURN_IF_ERROR(j.model.Validate().With(path));
-  j.model_name = path;
-  j.seq_len = tc->seq_len;
-  j.global_batch_tokens = tc->batch_size * tc->grad_accum * tc->seq_len;
-  j.precision = "fp32";
-  j.weight_bytes = 4, j.grad_bytes = 4, j.optimizer_bytes = 8, j.activation_bytes = 4;
-  j.overlap_grad_reduce = true;
-  j.balance_stages = false;
-  // ZeRO-3 gathers each block's weights when it runs and returns the pages
-  // to the OS after (train/parallel/zero.h), with no prefetch.
-  j.zero3_prefetch = false;
-  j.zero3_release_pages = true;
-  // With cp the MTP modules run on whole sequences on every cp rank (docs/parallel.md).
-  j.mtp_whole_sequences = true;
-  j.moe_imbalance = 1.0;
-  return j;
-}
-
 // Median of the logged step times after the first (warm-up) line.
 Result<double> MedianStepSeconds(const std::string& metrics) {
   std::ifstream in(metrics);
@@ -93,6 +65,24 @@ std::vector<std::vector<double>> ExpertLoad(const std::string& metrics) {
 }
 
 }  // namespace
+
+Result<plan::JobDesc> JobFromTrainDoc(ConfigDoc* doc, const std::string& name, TrainConfig* tc) {
+  const ModelConfig m = ModelConfig::Read(doc);
+  *tc = TrainConfig::Read(doc);
+  RETURN_IF_ERROR(m.Validate().With(name));
+  RETURN_IF_ERROR(tc->Validate().With(name));
+  plan::JobDesc j = plan::TrainingJob(m, tc->seq_len, tc->batch_size * tc->grad_accum, name);
+  j.train_tokens = static_cast<double>(tc->steps) * static_cast<double>(j.global_batch_tokens);
+  return j;
+}
+
+Result<plan::JobDesc> JobFromTrainConfig(const std::string& path, const std::vector<std::string>& overrides,
+                                         TrainConfig* tc) {
+  ASSIGN_OR_RETURN(auto doc, ConfigDoc::Load(path, overrides));
+  ASSIGN_OR_RETURN(plan::JobDesc j, JobFromTrainDoc(doc.get(), path, tc));
+  RETURN_IF_ERROR(doc->Finish());
+  return j;
+}
 
 int RunMeasureComm(const std::string& out, const std::string& config, const std::vector<std::string>& overrides) {
   auto world = comm::InitWorld(nullptr, nullptr);

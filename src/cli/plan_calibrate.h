@@ -5,7 +5,9 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
 #include "plan/calibrate.h"
+#include "train/train_config.h"
 
 namespace myriad::cli {
 
@@ -19,6 +21,13 @@ struct CalibrateOptions {
   std::string report;                  // JSON report path ("": none)
   std::string work_dir;                // kept when given ("": a temporary one, removed)
 };
+
+// The job a training config describes (plan::TrainingJob from its [model]
+// and [train]); the doc's keys are read, not finished. The second form loads
+// `path` with `overrides` and finishes it.
+Result<plan::JobDesc> JobFromTrainDoc(ConfigDoc* doc, const std::string& name, TrainConfig* tc);
+Result<plan::JobDesc> JobFromTrainConfig(const std::string& path, const std::vector<std::string>& overrides,
+                                         TrainConfig* tc);
 
 // The calibration: kernels, collectives, then each layout predicted and run.
 int RunCalibrate(const CalibrateOptions& o);

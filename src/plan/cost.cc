@@ -73,11 +73,13 @@ Result<Layout> ParseLayout(const std::string& spec) {
     } catch (const std::exception&) {
       return bad("not an integer");
     }
-    if (key == "dp") l.dp = v;
-    else if (key == "tp") l.tp = v;
-    else if (key == "pp") l.pp = v;
-    else if (key == "ep") l.ep = v;
-    else if (key == "cp") l.cp = v;
+    const bool degree = key == "dp" || key == "tp" || key == "pp" || key == "ep" || key == "cp";
+    if (degree && (v < 1 || v > (int64_t{1} << 30))) return bad("a degree is an integer from 1 to 2^30");
+    if (key == "dp") l.dp = static_cast<int>(v);
+    else if (key == "tp") l.tp = static_cast<int>(v);
+    else if (key == "pp") l.pp = static_cast<int>(v);
+    else if (key == "ep") l.ep = static_cast<int>(v);
+    else if (key == "cp") l.cp = static_cast<int>(v);
     else if (key == "mb") l.micro_batch = v;
     else if (key == "zero") l.zero = static_cast<int>(v);
     else if (key == "v") l.interleave = v;
@@ -403,34 +405,36 @@ double MegatronFlopsPerIteration(double B, double s, double l, double h, double 
 }
 
 Status CheckLayout(const JobDesc& job, const ClusterDesc& c, const Layout& l) {
-  const ModelConfig& m = job.model;
   auto err = [&](const std::string& s) { return Status::Error(l.ToString() + ": " + s); };
-  for (int64_t v : {l.dp, l.tp, l.pp, l.ep, l.cp, l.micro_batch, l.interleave})
-    if (v < 1) return err("every degree, the micro-batch and the interleave must be >= 1");
+  if (l.micro_batch < 1) return err("the micro-batch must be >= 1");
   if (l.zero < 0 || l.zero > 3) return err("zero stage must be 0-3");
   if (l.devices() != c.devices)
     return err("dp*tp*pp*ep*cp = " + std::to_string(l.devices()) + " but the cluster has " + std::to_string(c.devices));
-  auto divides = [&](const char* what, int64_t v, const char* by, int64_t d) -> Status {
-    if (d > 0 && v % d) return err(std::string(what) + "=" + std::to_string(v) + " is not divisible by " + by + "=" + std::to_string(d));
-    return Status::Ok();
-  };
-  RETURN_IF_ERROR(divides("n_heads", m.n_heads, "tp", l.tp));
-  RETURN_IF_ERROR(divides("n_kv_heads", m.n_kv_heads, "tp", l.tp));
-  if (m.n_dense_layers > 0 || m.n_routed_experts == 0) RETURN_IF_ERROR(divides("d_ff", m.d_ff, "tp", l.tp));
-  if (m.n_routed_experts > 0) {
-    RETURN_IF_ERROR(divides("d_expert", m.d_expert, "tp", l.tp));
-    RETURN_IF_ERROR(divides("n_routed_experts", m.n_routed_experts, "ep", l.ep));
-  } else if (l.ep > 1) {
-    return err("ep > 1 but the model has no routed experts");
+  if (job.seq_len < 1 || job.global_batch_tokens % job.seq_len)
+    return err("global_batch_tokens=" + std::to_string(job.global_batch_tokens) + " is not divisible by seq_len=" +
+               std::to_string(job.seq_len));
+  // The degrees against the model and the batch: training's own validator.
+  // A micro-batch of mb sequences is S/mb pipeline micro-batches per replica
+  // (Myriad's parallel.microbatches), once mb divides the S sequences.
+  LayoutBatch b;
+  b.seq_len = job.seq_len;
+  b.sequences = job.sequences();
+  b.interleave = l.interleave;
+  b.seq_len_key = "seq_len";
+  b.sequences_key = "sequences per step";
+  b.microbatches_key = "micro-batches";
+  b.dims_prefix = "";
+  b.myriad_limits = job.myriad_limits;
+  const int64_t data = static_cast<int64_t>(l.dp) * l.ep;
+  if (data >= 1 && b.sequences % data == 0) {
+    const int64_t per_replica = b.sequences / data;
+    if (per_replica % l.micro_batch)
+      return err("sequences per replica=" + std::to_string(per_replica) + " is not divisible by micro_batch=" +
+                 std::to_string(l.micro_batch));
+    b.microbatches = per_replica / l.micro_batch;
   }
-  if (l.pp * l.interleave > m.n_layers) return err("pp*interleave exceeds n_layers");
-  if (l.interleave > 1 && l.pp == 1) return err("interleaving needs pp > 1");
-  if (l.cp > 1) RETURN_IF_ERROR(divides("seq_len", job.seq_len, "2*cp", 2 * l.cp));
-  RETURN_IF_ERROR(divides("global_batch_tokens", job.global_batch_tokens, "seq_len", job.seq_len));
-  const int64_t B = job.sequences();
-  RETURN_IF_ERROR(divides("sequences per step", B, "dp*ep", l.dp * l.ep));
-  RETURN_IF_ERROR(divides("sequences per replica", B / (l.dp * l.ep), "micro_batch", l.micro_batch));
-  return Status::Ok();
+  const Status st = l.Validate(0, job.model, b);
+  return st.ok() ? st : err(st.message());
 }
 
 std::vector<int64_t> BalanceStages(const std::vector<double>& t, double first_extra, double last_extra, int64_t P) {

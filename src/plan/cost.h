@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "model/parallel_dims.h"
 #include "plan/desc.h"
 
 namespace myriad::plan {
@@ -20,13 +21,15 @@ namespace myriad::plan {
 enum class Recompute { kNone, kSelective, kFull };
 const char* RecomputeName(Recompute r);
 
-struct Layout {
-  int64_t dp = 1, tp = 1, pp = 1, ep = 1, cp = 1;
+// A candidate: the degrees (ParallelDims, model/parallel_dims.h, the one
+// layout type, which training's [parallel] extends too) and the knobs the
+// cost model prices.
+struct Layout : ParallelDims {
   int64_t micro_batch = 1;   // sequences per micro-batch (per dp*ep replica)
   int zero = 1;              // ZeRO stage 0-3 (over the replicas of each parameter)
   Recompute recompute = Recompute::kNone;
   int64_t interleave = 1;    // model chunks per pipeline stage (interleaved 1F1B)
-  int64_t devices() const { return dp * tp * pp * ep * cp; }
+  int64_t devices() const { return int64_t{dp} * tp * pp * ep * cp; }
   // "dp8 tp8 pp4 ep1 cp1 mb1 zero1 rc=none v1"
   std::string ToString() const;
 };
@@ -99,9 +102,11 @@ struct StepEstimate {
   MemoryBreakdown mem;
 };
 
-// Checks that the layout can run the job at all (every split divides what
-// it splits; Myriad's rules, see ParallelDims::Validate); the message names
-// the first rule broken.
+// Checks that the layout can run the job at all: the micro-batch divides a
+// replica's sequences, the ZeRO stage is 0-3, the degrees multiply to the
+// cluster's devices, and ParallelDims::Validate (the rules training applies;
+// Myriad's own limits, DSA's, when job.myriad_limits) passes with the job's
+// figures; the message names the first rule broken, prefixed with the layout.
 Status CheckLayout(const JobDesc& job, const ClusterDesc& c, const Layout& l);
 
 // Contiguous stages for per-layer times `t` (each stage at least one layer)

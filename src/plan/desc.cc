@@ -270,6 +270,7 @@ Result<JobDesc> ReadJob(ConfigDoc* doc) {
   j.zero3_prefetch = doc->GetBool("job.zero3_prefetch", j.zero3_prefetch);
   j.zero3_release_pages = doc->GetBool("job.zero3_release_pages", j.zero3_release_pages);
   j.mtp_whole_sequences = doc->GetBool("job.mtp_whole_sequences", j.mtp_whole_sequences);
+  j.myriad_limits = doc->GetBool("job.myriad_limits", j.myriad_limits);
   j.precision = doc->GetString("job.precision", "bf16");
   if (j.precision == "bf16") {
     j.weight_bytes = 2, j.grad_bytes = 4, j.optimizer_bytes = 12, j.activation_bytes = 2;
@@ -284,6 +285,24 @@ Result<JobDesc> ReadJob(ConfigDoc* doc) {
   // train at: the model's limit follows the job.
   j.model.max_seq_len = std::max(j.model.max_seq_len, j.seq_len);
   RETURN_IF_ERROR(j.Validate().With(doc->source()));
+  return j;
+}
+
+JobDesc TrainingJob(const ModelConfig& m, int64_t seq_len, int64_t sequences, const std::string& name) {
+  JobDesc j;
+  j.model = m;
+  j.model_name = name;
+  j.seq_len = seq_len;
+  j.global_batch_tokens = sequences * seq_len;
+  j.precision = "fp32";
+  j.weight_bytes = 4, j.grad_bytes = 4, j.optimizer_bytes = 8, j.activation_bytes = 4;
+  j.overlap_grad_reduce = true;
+  j.balance_stages = false;
+  j.zero3_prefetch = false;
+  j.zero3_release_pages = true;
+  j.mtp_whole_sequences = true;
+  j.moe_imbalance = 1.0;
+  j.myriad_limits = true;
   return j;
 }
 

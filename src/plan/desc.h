@@ -86,9 +86,23 @@ struct JobDesc {
   bool zero3_release_pages = false;        // ZeRO-3 returns gathered weights' pages to the OS (refaulted each gather)
   bool mtp_whole_sequences = false;        // with cp > 1 every cp rank runs the MTP modules on whole sequences
   bool balance_stages = true;              // pipeline stages get layers by time (false: as even as possible)
+  // Layouts must also meet Myriad's training limits (LayoutBatch::myriad_limits:
+  // DSA with dp and ep only). On for training configs (TrainingJob); a [job]
+  // plans for any engine unless job.myriad_limits = true.
+  bool myriad_limits = false;
   int64_t sequences() const { return global_batch_tokens / seq_len; }
   Status Validate() const;
 };
+
+// The job a Myriad training config describes ([model], train.seq_len and
+// `sequences` = train.batch_size * train.grad_accum per step), as Myriad
+// trains on a CPU: fp32 weights, gradients and activations, AdamW moments
+// (8 B per parameter), gradients reduced behind the backward, stages as even
+// as possible, ZeRO-3 gathering each block when it runs (no prefetch) and
+// returning its pages after, MTP on whole sequences under cp, no expert
+// imbalance assumed, Myriad's layout limits on (myriad_limits). `myriad
+// plan` and `--calibrate` plan training configs with it.
+JobDesc TrainingJob(const ModelConfig& m, int64_t seq_len, int64_t sequences, const std::string& name);
 
 // Reads [cluster] from `doc` (starting from [cluster].preset when given).
 Result<ClusterDesc> ReadCluster(ConfigDoc* doc);

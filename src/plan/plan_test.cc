@@ -239,6 +239,23 @@ TEST(PlanCost, RulesOfTheLayout) {
   EXPECT_NE(s.message().find("but the cluster has 8"), std::string::npos) << s.message();
 }
 
+// DSA under tp: another engine's job may use it; a job for Myriad
+// (job.myriad_limits, every training config) may not, with training's message.
+TEST(PlanCost, MyriadLimitsRefuseDsaUnderTensorParallelism) {
+  JobDesc j = TinyJob(4);
+  j.model.attention = "dsa";
+  j.model.dsa_topk = 16, j.model.dsa_index_heads = 2, j.model.dsa_index_dim = 16;
+  ASSERT_TRUE(j.model.Validate().ok());
+  const ClusterDesc c = FlopBound(8);
+  EXPECT_TRUE(CheckLayout(j, c, Layout{2, 4, 1, 1, 1}).ok());
+  j.myriad_limits = true;
+  const Status s = CheckLayout(j, c, Layout{2, 4, 1, 1, 1});
+  EXPECT_NE(s.message().find("tp=4: model.attention=\"dsa\" trains with data and expert parallelism only"),
+            std::string::npos)
+      << s.message();
+  EXPECT_TRUE(CheckLayout(j, FlopBound(4), Layout{4, 1, 1, 1, 1}).ok());  // data parallelism is fine
+}
+
 TEST(PlanLayout, ParsesBothSpellings) {
   auto a = ParseLayout("dp=6,tp=8,pp=64,mb=2,zero=2,rc=full,v=2");
   ASSERT_TRUE(a.ok()) << a.status().message();

@@ -25,7 +25,7 @@ std::vector<int64_t> Divisors(int64_t n) {
 
 bool Better(const StepEstimate& a, const StepEstimate& b) { return a.tokens_per_s > b.tokens_per_s; }
 
-std::string DimsKey(const Layout& l) { return Layout{l.dp, l.tp, l.pp, l.ep, l.cp}.ToString(); }
+std::string DimsKey(const Layout& l) { return ParallelDims(l).ToString(); }
 
 // Keeps the best result and the best of each other parallel layout.
 struct Tracker {
@@ -131,7 +131,9 @@ std::vector<Layout> ParallelLayouts(const JobDesc& job, const ClusterDesc& c, co
           if (pp > max_pp || !fixed(s.pp, pp)) continue;
           const int64_t dp = N / (tp * cp * ep * pp);
           if (!fixed(s.dp, dp)) continue;
-          Layout l{dp, tp, pp, ep, cp};
+          Layout l;
+          l.dp = static_cast<int>(dp), l.tp = static_cast<int>(tp), l.pp = static_cast<int>(pp);
+          l.ep = static_cast<int>(ep), l.cp = static_cast<int>(cp);
           if (CheckLayout(job, c, l).ok()) out.push_back(l);
         }
       }

@@ -56,14 +56,10 @@ ShardPlan DistTrainer::PlanFor(const Coords& c) const {
 Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(comm::Comm* world, const ModelConfig& mc,
                                                          const TrainConfig& tc) {
   const ParallelConfig& pc = tc.parallel;
-  ParallelDims dims{pc.dp, pc.tp, pc.pp, pc.ep, pc.cp};
+  const ParallelDims dims = pc;
   const int64_t global_batch = tc.batch_size * tc.grad_accum;
-  const int64_t micro = pc.microbatches > 0 ? pc.microbatches : 2 * pc.pp;
-  RETURN_IF_ERROR(dims.Validate(world->size(), mc, global_batch, tc.seq_len, micro));
-  if (mc.dsa() && (pc.tp > 1 || pc.pp > 1 || pc.cp > 1))
-    return Status::Error("model.attention=\"dsa\" runs with data and expert parallelism only (tp=" +
-                         std::to_string(pc.tp) + ", pp=" + std::to_string(pc.pp) + ", cp=" + std::to_string(pc.cp) +
-                         ") (hint: set parallel.tp, pp and cp to 1)");
+  const int64_t micro = pc.pipeline_microbatches();
+  RETURN_IF_ERROR(tc.ValidateLayout(mc, world->size()));
   std::unique_ptr<DistTrainer> t(new DistTrainer());
   t->mc_ = mc;
   t->tc_ = tc;

@@ -74,6 +74,14 @@ Status TrainConfig::Validate() const {
   return Status::Ok();
 }
 
+Status TrainConfig::ValidateLayout(const ModelConfig& m, int world_size) const {
+  LayoutBatch b;
+  b.seq_len = seq_len;
+  b.sequences = batch_size * grad_accum;
+  b.microbatches = parallel.pipeline_microbatches();
+  return parallel.Validate(world_size, m, b).With("parallel");
+}
+
 nlohmann::json TrainConfig::ToJson() const {
   return {{"seq_len", seq_len}, {"batch_size", batch_size}, {"grad_accum", grad_accum},
           {"steps", steps}, {"lr", optim.lr}, {"min_lr", optim.min_lr},

@@ -8,20 +8,25 @@
 
 #include "core/config.h"
 #include "core/status.h"
+#include "model/parallel_dims.h"
 #include "train/optim.h"
 
 namespace myriad {
 
-// [parallel]: the layout of a distributed run (docs/parallel.md).
-struct ParallelConfig {
-  int dp = 1, tp = 1, pp = 1, ep = 1, cp = 1;
+// [parallel]: the layout of a distributed run (docs/parallel.md): the
+// degrees (ParallelDims, model/parallel_dims.h: the one layout type and its
+// validator) and how training runs them.
+struct ParallelConfig : ParallelDims {
   int zero = 1;                // ZeRO stage 0-3 for data parallelism
   int microbatches = 0;        // pipeline micro-batches per step (0: 2*pp)
   std::string pp_layers;       // main layers per stage, e.g. "3,2,2,1" ("": as even as possible)
   int ranks_per_node = 0;      // 0: real machines (MPI shared-memory split)
   bool hierarchical = false;   // two-level gradient all-reduce (intra/inter node)
   std::string compression = "none";  // inter-node gradient stage: none | bf16 | int8
-  bool trivial() const { return dp * tp * pp * ep * cp == 1; }
+  // The pipeline's micro-batches per data rank: `microbatches`, or 2*pp when 0.
+  int64_t pipeline_microbatches() const {
+    return microbatches > 0 ? microbatches : 2 * static_cast<int64_t>(pp);
+  }
 };
 
 struct TrainConfig {
@@ -50,6 +55,10 @@ struct TrainConfig {
 
   static TrainConfig Read(ConfigDoc* doc);
   Status Validate() const;
+  // The layout in `parallel` against the model, this batch and `world_size`
+  // ranks: ParallelDims::Validate with [train]'s figures (the check
+  // DistTrainer::Create and pre-flight make). Errors start "parallel: ".
+  Status ValidateLayout(const ModelConfig& m, int world_size) const;
   nlohmann::json ToJson() const;
 };
 

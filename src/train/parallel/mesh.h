@@ -1,5 +1,5 @@
-// The parallel layout: ParallelDims (dp, tp, pp, ep, cp) and the Mesh of
-// sub-communicators built from the world communicator.
+// The Mesh of sub-communicators a parallel layout (ParallelDims, dp, tp,
+// pp, ep, cp: model/parallel_dims.h) builds from the world communicator.
 //
 // World = dp * ep * cp * tp * pp ranks. Rank coordinates, innermost first:
 //   rank = tp_r + tp * (cp_r + cp * (ep_r + ep * (dp_r + dp * pp_r)))
@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
-#include "model/config.h"
+#include "model/parallel_dims.h"
 #include "train/comm/comm.h"
 
 namespace myriad {
@@ -26,21 +26,6 @@ namespace myriad {
 enum class Dim : unsigned { kTp = 1, kCp = 2, kEp = 4, kDp = 8, kPp = 16 };
 inline unsigned operator|(Dim a, Dim b) { return static_cast<unsigned>(a) | static_cast<unsigned>(b); }
 inline unsigned operator|(unsigned a, Dim b) { return a | static_cast<unsigned>(b); }
-
-struct ParallelDims {
-  int dp = 1, tp = 1, pp = 1, ep = 1, cp = 1;
-  int world() const { return dp * tp * pp * ep * cp; }
-  bool trivial() const { return world() == 1; }
-  // "dp2 x ep2", "single rank" for 1.
-  std::string ToString() const;
-  nlohmann::json ToJson() const;
-  static Result<ParallelDims> FromJson(const nlohmann::json& j);
-  // Checks the dims against the world size and the model: every split must
-  // divide what it splits. `global_batch` = sequences per optimizer step,
-  // `seq_len` the training length, `microbatches` the pipeline's count.
-  Status Validate(int world_size, const ModelConfig& m, int64_t global_batch, int64_t seq_len,
-                  int64_t microbatches) const;
-};
 
 struct Coords {
   int tp = 0, cp = 0, ep = 0, dp = 0, pp = 0;

@@ -90,14 +90,9 @@ BatchPlan PlanBatches(const TrainConfig& t, const ParallelDims& d, int64_t micro
 }
 
 ParallelDims DimsOf(const TrainConfig& t, int ranks) {
-  const ParallelConfig& pc = t.parallel;
-  ParallelDims d{pc.dp, pc.tp, pc.pp, pc.ep, pc.cp};
+  ParallelDims d = t.parallel;
   if (d.trivial() && ranks > 1) d.dp = ranks;
   return d;
-}
-
-int64_t Microbatches(const TrainConfig& t) {
-  return t.parallel.microbatches > 0 ? t.parallel.microbatches : 2 * static_cast<int64_t>(t.parallel.pp);
 }
 
 std::string Plural(int64_t n, const std::string& word) {
@@ -137,7 +132,11 @@ MemoryEstimate EstimateRankMemory(const ModelConfig& m, const TrainConfig& t, in
   // ParamLayout's own checks); otherwise the whole model, divided below.
   ParallelDims tp_only;
   tp_only.tp = static_cast<int>(tp);
-  const bool tp_exact = tp == 1 || tp_only.Validate(static_cast<int>(tp), m, 1, t.seq_len, 1).ok();
+  ModelConfig dense = m;  // the shapes only: DSA's own rule is the layout check's
+  dense.attention = "dense";
+  LayoutBatch one_sequence;
+  one_sequence.seq_len = t.seq_len;
+  const bool tp_exact = tp == 1 || tp_only.Validate(static_cast<int>(tp), dense, one_sequence).ok();
   ShardPlan plan;
   if (tp_exact) plan.tp = static_cast<int>(tp);
   const ParamLayout layout(m, plan);
@@ -165,7 +164,7 @@ MemoryEstimate EstimateRankMemory(const ModelConfig& m, const TrainConfig& t, in
   }
 
   // Activations (formula in the header).
-  const BatchPlan bp = PlanBatches(t, d, Microbatches(t));
+  const BatchPlan bp = PlanBatches(t, d, t.parallel.pipeline_microbatches());
   const double N = static_cast<double>(bp.per_micro) * static_cast<double>(t.seq_len) / static_cast<double>(cp);
   const double C = static_cast<double>(m.d_model);
   const double a_dense = 16 * C + 4.0 * static_cast<double>(m.d_ff) / static_cast<double>(tp);
@@ -257,23 +256,20 @@ nlohmann::json PreflightReport::ToJson() const {
 namespace {
 
 PreflightItem CheckLayout(const PreflightOptions& o, const ModelConfig& mc, const TrainConfig& tc) {
-  const ParallelConfig& pc = tc.parallel;
-  const ParallelDims dims{pc.dp, pc.tp, pc.pp, pc.ep, pc.cp};
-  const int64_t global_batch = tc.batch_size * tc.grad_accum;
-  const int64_t micro = Microbatches(tc);
-  Status st = dims.Validate(o.ranks, mc, global_batch, tc.seq_len, micro);
+  const ParallelDims& dims = tc.parallel;
+  Status st = tc.ValidateLayout(mc, o.ranks);
   if (st.ok()) {
-    const BatchPlan bp = PlanBatches(tc, dims, micro);
+    const BatchPlan bp = PlanBatches(tc, dims, tc.parallel.pipeline_microbatches());
     if (dims.trivial()) return Pass("layout", "single rank, " + std::to_string(bp.per_rank) + " sequences per step");
     return Pass("layout", dims.ToString() + " over " + Plural(o.ranks, "rank") + ", ZeRO-" +
-                              std::to_string(pc.zero) + ", " + std::to_string(bp.per_rank) +
+                              std::to_string(tc.parallel.zero) + ", " + std::to_string(bp.per_rank) +
                               " sequences per rank per step");
   }
   std::string detail = st.message();
   // A rank-count mismatch hides the layout's own problems: check those too,
   // against the world size the layout itself asks for.
   if (dims.world() != o.ranks && dims.world() >= 1) {
-    Status own = dims.Validate(dims.world(), mc, global_batch, tc.seq_len, micro);
+    Status own = tc.ValidateLayout(mc, dims.world());
     if (!own.ok()) detail += "; also " + own.message();
   }
   return Fail("layout", detail);

@@ -9,7 +9,7 @@
 // skipped, with the reason. The items, in order:
 //
 //   config            LoadRunConfig (train/trainer.h) accepts the config + --set overrides
-//   layout            [parallel] multiplies to `ranks` and passes ParallelDims::Validate
+//   layout            [parallel] passes TrainConfig::ValidateLayout for `ranks` (ParallelDims::Validate: DSA included)
 //   memory            EstimateRankMemory x ranks on this host fits MemAvailable
 //   data.train        DataLoader::Open(data.dir, "train", seq_len, seed); its vocab fits the model
 //   data.val          the "val" split (warn only: a run without one trains, without evaluation)

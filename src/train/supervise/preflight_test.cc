@@ -185,6 +185,33 @@ TEST_F(PreflightTest, RanksNotMatchingTheLayoutNameBoth) {
   EXPECT_NE(Item(r, "layout").detail.find("dp2 over 2 ranks, ZeRO-2"), std::string::npos) << Item(r, "layout").detail;
 }
 
+// DSA's layout rules are pre-flight's too (it used to pass tp2 x dp2 for a
+// DSA model, which DistTrainer::Create then refused on every rank).
+TEST_F(PreflightTest, DsaUnderTensorParallelismFailsTheLayoutCheck) {
+  const std::vector<std::string> dsa = {"model.attention=\"dsa\"", "model.dsa_topk=8", "model.dsa_index_heads=2",
+                                        "model.dsa_index_dim=16"};
+  std::vector<std::string> over = dsa;
+  over.push_back("parallel.tp=2");
+  over.push_back("parallel.dp=2");
+  PreflightOptions o = Options(over);
+  o.ranks = 4;
+  o.launcher = "sh";
+  PreflightReport r = RunPreflight(o);
+  const PreflightItem& layout = Item(r, "layout");
+  EXPECT_FALSE(layout.ok);
+  EXPECT_NE(layout.detail.find("parallel.tp=2: model.attention=\"dsa\" trains with data and expert parallelism"),
+            std::string::npos)
+      << layout.detail;
+  EXPECT_EQ(r.problems(), 1) << r.Format();
+  // dp2 x ep2 is what DSA trains with.
+  over = dsa;
+  over.push_back("parallel.ep=2");
+  over.push_back("parallel.dp=2");
+  o.overrides = over;
+  r = RunPreflight(o);
+  EXPECT_TRUE(r.ok()) << r.Format();
+}
+
 TEST_F(PreflightTest, MemoryThatDoesNotFitFailsWithTheNumbers) {
   PreflightOptions o = Options({"parallel.dp=4"});
   o.ranks = 4;
