@@ -7,6 +7,7 @@
 #include "backend/cpu/impl/attention.h"
 #include "backend/cpu/impl/elementwise.h"
 #include "backend/cpu/impl/gemv.h"
+#include "backend/cpu/impl/paged_attention.h"
 
 namespace myriad::cpu {
 namespace {
@@ -21,6 +22,7 @@ inline void FillPortableOps(BackendOps* o) {
   o->softmax_xent = SoftmaxXentK;
   o->attention_fwd = AttentionFwdK;
   o->attention_bwd = AttentionBwdK;
+  o->paged_attention = PagedAttentionK;
   o->moe_gather = MoeGatherK;
   o->moe_combine = MoeCombineK;
   o->moe_combine_bwd = MoeCombineBwdK;
