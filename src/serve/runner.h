@@ -8,8 +8,8 @@
 // Attention over pages: each layer first stores the new keys and values in
 // their blocks, then (dense attention) one backend paged_attention call
 // (ops::PagedAttention) serves every sequence of the batch, reading K and V
-// in place through the block tables; its work items (sequence, kv head,
-// query positions) spread over the threads whatever the batch's mix of
+// in place through the block tables; its work items (sequence, query
+// positions, kv heads) spread over the threads whatever the batch's mix of
 // prefill chunks and decode tokens. AttentionPath::kGather keeps the former
 // path as a reference for tests and benchmarks: each sequence's blocks are
 // gathered into contiguous per-thread scratch and attention_fwd runs once
