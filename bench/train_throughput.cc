@@ -18,7 +18,9 @@
 #include "core/rng.h"
 #include "ops/ops.h"
 #include "train/precision.h"
-#include "train/train_step.h"
+#include "model/flops.h"
+#include "train/comm/local_comm.h"
+#include "train/dist_train.h"
 #include "train/trainer.h"
 
 using namespace myriad;
@@ -40,16 +42,19 @@ int main(int argc, char** argv) {
   if (!choice.ok()) { std::fprintf(stderr, "%s\n", choice.status().message().c_str()); return 1; }
   ops::SetGemmPrecision(choice->precision);
   std::fprintf(stderr, "precision: %s\n", choice->reason.c_str());
-  Model model(mc);
-  model.InitWeights(tc.seed);
-  AdamWOptimizer opt(model.layout(), tc.optim);
+  // `myriad train`'s step on one rank, over one micro-batch of B sequences.
+  tc.grad_accum = 1;
+  std::unique_ptr<comm::Comm> world = comm::MakeSelfComm();
+  auto trainer = DistTrainer::Create(world.get(), mc, tc);
+  if (!trainer.ok()) { std::fprintf(stderr, "%s\n", trainer.status().message().c_str()); return 1; }
+  DistTrainer& dtr = **trainer;
   Rng rng(42);
   std::vector<int32_t> tokens(static_cast<size_t>(B) * (T + 1));
   std::vector<double> times;
   for (int i = 0; i < warmup + steps; ++i) {
     for (auto& t : tokens) t = static_cast<int32_t>(rng.Below(mc.vocab_size));
     auto t0 = std::chrono::steady_clock::now();
-    TrainOneStep(model, opt, {tokens.data()}, B, T, i + 1);
+    dtr.Step(tokens.data(), 1, B, T, i + 1);
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (i >= warmup) times.push_back(dt);
   }
@@ -59,9 +64,9 @@ int main(int argc, char** argv) {
   const double peak = MeasureSgemmPeakGflops(1024);
   const double tps = B * T / med;
   nlohmann::json out = {{"tokens_per_s", tps}, {"step_ms_median", med * 1e3},
-                        {"sgemm_peak_gflops", peak}, {"flops_per_token", model.TrainFlopsPerToken(T)},
-                        {"mfu", model.TrainFlopsPerToken(T) * tps / (peak * 1e9)},
-                        {"params", model.layout().total()},
+                        {"sgemm_peak_gflops", peak}, {"flops_per_token", TrainFlopsPerToken(mc, T)},
+                        {"mfu", TrainFlopsPerToken(mc, T) * tps / (peak * 1e9)},
+                        {"params", dtr.model().layout().total()},
                         {"precision", choice->precision == ops::GemmPrecision::kBf16 ? "bf16" : "fp32"}, {"backend", ops::Active()->name()},
                         {"blas_core", GetBlasInfo().corename}, {"threads", ops::Active()->num_threads()}};
   std::printf("%s\n", out.dump().c_str());

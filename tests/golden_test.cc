@@ -1,6 +1,7 @@
 // Golden test: the PyTorch reference (tests/golden/reference.py, an
 // independent implementation of docs/model.md) dumps inputs, logits, losses,
-// every gradient and 10 training steps; Myriad must match them.
+// every gradient and 10 training steps; Myriad must match them. The steps
+// run through DistTrainer on a world of one rank: the step `myriad train` runs.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,8 +14,9 @@
 #include "core/safetensors.h"
 #include "model/model.h"
 #include "ops/ops.h"
+#include "train/comm/local_comm.h"
+#include "train/dist_train.h"
 #include "train/train_config.h"
-#include "train/train_step.h"
 
 namespace myriad {
 namespace {
@@ -88,6 +90,25 @@ void LoadInit(const Golden& g, Model* m, const std::string& prefix) {
   }
 }
 
+// The trainer users run, on a world of one rank, from the reference's init.
+struct OneRank {
+  std::unique_ptr<comm::Comm> world = comm::MakeSelfComm();
+  std::unique_ptr<DistTrainer> trainer;
+};
+void MakeTrainer(const Golden& g, OneRank* r) {
+  auto t = DistTrainer::Create(r->world.get(), g.model, g.train);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  r->trainer = std::move(t).value();
+  ASSERT_TRUE(r->trainer->solo());
+  LoadInit(g, &r->trainer->model(), "");
+}
+
+// Tokens of training step s (0-based): A*B sequences of T+1.
+const int32_t* StepTokens(const TensorView* tt, const Golden& g, int s) {
+  const int64_t per_step = g.train.grad_accum * g.train.batch_size * (g.train.seq_len + 1);
+  return static_cast<const int32_t*>(tt->data) + s * per_step;
+}
+
 void CheckGolden(const std::string& name, const std::vector<std::string>& sets) {
   Golden g = MakeGolden(name, sets);
   ASSERT_TRUE(g.file);
@@ -128,9 +149,10 @@ void CheckGolden(const std::string& name, const std::vector<std::string>& sets) 
   EXPECT_EQ(checked, static_cast<int>(model.layout().params().size()));
 
   // Ten training steps from the same init.
-  Model tm(cfg);
-  LoadInit(g, &tm, "");
-  AdamWOptimizer opt(tm.layout(), g.train.optim);
+  OneRank run;
+  MakeTrainer(g, &run);
+  ASSERT_TRUE(run.trainer);
+  Model& tm = run.trainer->model();
   const TensorView* tt = f.Find("train_tokens");
   ASSERT_NE(tt, nullptr);
   const int A = g.train.grad_accum;
@@ -140,11 +162,8 @@ void CheckGolden(const std::string& name, const std::vector<std::string>& sets) 
   const float* ref_norms = F32(f, "step_grad_norm", steps);
   const float* ref_lr = F32(f, "step_lr", steps);
   for (int s = 0; s < steps; ++s) {
-    std::vector<const int32_t*> micro;
-    for (int a = 0; a < A; ++a)
-      micro.push_back(static_cast<const int32_t*>(tt->data) + (static_cast<int64_t>(s) * A + a) * B * (T + 1));
-    StepStats st = TrainOneStep(tm, opt, micro, B, T, s + 1);
-    EXPECT_NEAR(st.loss, ref_losses[s], 1e-5 * std::fabs(ref_losses[s])) << "step " << s + 1;
+    StepStats st = run.trainer->Step(StepTokens(tt, g, s), A, B, T, s + 1);
+    EXPECT_NEAR(st.loss.total, ref_losses[s], 1e-5 * std::fabs(ref_losses[s])) << "step " << s + 1;
     EXPECT_NEAR(st.grad_norm, ref_norms[s], 1e-4 * std::fabs(ref_norms[s])) << "step " << s + 1;
     EXPECT_NEAR(st.lr, ref_lr[s], 1e-6 * std::fabs(ref_lr[s])) << "step " << s + 1;
   }
@@ -172,19 +191,16 @@ TEST(GoldenTest, Bf16GemmTracksReference) {
   ASSERT_TRUE(g.file);
   const SafetensorsFile& f = *g.file;
   const int B = g.train.batch_size, T = g.train.seq_len, A = g.train.grad_accum, steps = g.train.steps;
-  Model tm(g.model);
-  LoadInit(g, &tm, "");
-  AdamWOptimizer opt(tm.layout(), g.train.optim);
+  OneRank run;
+  MakeTrainer(g, &run);
+  ASSERT_TRUE(run.trainer);
   const TensorView* tt = f.Find("train_tokens");
   ASSERT_NE(tt, nullptr);
   const float* ref_losses = F32(f, "step_losses", steps);
   ops::SetGemmPrecision(ops::GemmPrecision::kBf16);
   for (int s = 0; s < steps; ++s) {
-    std::vector<const int32_t*> micro;
-    for (int a = 0; a < A; ++a)
-      micro.push_back(static_cast<const int32_t*>(tt->data) + (static_cast<int64_t>(s) * A + a) * B * (T + 1));
-    StepStats st = TrainOneStep(tm, opt, micro, B, T, s + 1);
-    EXPECT_NEAR(st.loss, ref_losses[s], 1e-2 * std::fabs(ref_losses[s])) << "step " << s + 1;
+    StepStats st = run.trainer->Step(StepTokens(tt, g, s), A, B, T, s + 1);
+    EXPECT_NEAR(st.loss.total, ref_losses[s], 1e-2 * std::fabs(ref_losses[s])) << "step " << s + 1;
   }
   ops::SetGemmPrecision(ops::GemmPrecision::kFp32);
 }

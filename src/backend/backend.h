@@ -1,7 +1,8 @@
-// The backend seam: a narrow table of ops that a device implements. The model
-// and trainer call ops only through this table (via src/ops/, which validates
-// shapes once), so a new backend (CUDA, an NPU) implements this file and
-// nothing else.
+// The backend seam: a narrow table of slots that a device implements —
+// device memory (allocate, free, copy, set, synchronise) and the ops. The
+// model and trainer reach a device only through this table (via src/ops/,
+// which validates shapes once). MYRIAD_BACKEND_SLOTS below lists every slot
+// once; supports(), the parity test and docs/backends.md iterate it.
 //
 // Conventions for every op:
 //   * fp32 unless the name says otherwise, row-major, contiguous unless a
@@ -16,6 +17,7 @@
 //   * Results are deterministic: same inputs, same thread count, same bits.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -89,9 +91,51 @@ struct AdamWParams {
   float grad_scale = 1.f;  // grads are multiplied by this first (clipping)
 };
 
+// MoE routing of N tokens over E experts, K per token (K <= E <= 256):
+//   scores = softmax(logits) over E, or sigmoid(logits) elementwise;
+//   sel[t, 0..K) = the K experts of largest scores[t,e] + bias[e] (bias
+//     only chooses; ties go to the lower index), in descending order;
+//   weights[t,k] = scores[t, sel[t,k]] / sum_k scores[t, sel[t,k]];
+//   the permutation that groups the N*K (token, expert) rows by expert,
+//     tokens ascending within an expert: expert e's rows are
+//     [expert_offset[e], expert_offset[e+1]), perm[row] is the row's token
+//     and pos[t,k] the row of (t, sel[t,k]).
+// Every output is written; scores may alias logits. bias may be null.
+struct MoeRouteParams {
+  int64_t N = 0, E = 0, K = 0;
+  bool sigmoid = false;
+  const float* logits = nullptr;   // [N, E]
+  const float* bias = nullptr;     // [E] or null
+  float* scores = nullptr;         // [N, E]
+  int32_t* sel = nullptr;          // [N, K]
+  float* weights = nullptr;        // [N, K]
+  int32_t* pos = nullptr;          // [N, K]
+  int32_t* perm = nullptr;         // [N*K]
+  int64_t* expert_offset = nullptr;  // [E+1]
+};
+
 // One slot per op; a comment per slot. Optional slots may be null, and
 // supports() says which are present.
+enum class CopyKind : int { kHostToDevice = 0, kDeviceToHost = 1, kDeviceToDevice = 2 };
+
 struct BackendOps {
+  // ---- device memory ----
+  // Allocates `bytes` of device memory aligned to at least 64 bytes; contents
+  // unspecified. Returns null only when bytes == 0. Out of memory aborts
+  // with the size (callers size their allocations before they start).
+  void* (*mem_alloc)(size_t bytes);
+  // Frees what mem_alloc returned (null is a no-op).
+  void (*mem_free)(void* p);
+  // Copies `bytes` between host and device memory in the direction `kind`;
+  // the regions must not overlap. Returns when the copy is complete.
+  void (*mem_copy)(void* dst, const void* src, size_t bytes, CopyKind kind);
+  // Sets `bytes` of device memory to the byte `value`.
+  void (*mem_set)(void* dst, int value, size_t bytes);
+  // Waits for all work this backend has queued (ops may run asynchronously
+  // on a device; on the CPU they are complete when they return).
+  void (*synchronize)();
+
+  // ---- ops ----
   // C[M,N] = alpha * op(A) @ op(B) + beta * C, row-major; op(A) is [M,K].
   void (*gemm)(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha,
                const float* A, int64_t lda, const float* B, int64_t ldb, float beta,
@@ -136,6 +180,9 @@ struct BackendOps {
   // (PagedAttentionParams); same math as attention_fwd on the gathered cache.
   void (*paged_attention)(const PagedAttentionParams& p);
 
+  // Router: scores, top-K, weights and the permutation (MoeRouteParams).
+  // The one routing rule of training and inference.
+  void (*moe_route)(const MoeRouteParams& p);
   // MoE permutation. gather: dst[i,:] = src[idx[i],:] for i < M (writes).
   void (*moe_gather)(const float* src, const int32_t* idx, int64_t M, int64_t C, float* dst);
   // combine: out[t,:] += sum_k w[t,k] * buf[pos[t,k],:] for t < N, k < K
@@ -148,6 +195,20 @@ struct BackendOps {
   void (*moe_combine_bwd)(const float* dout, const float* buf, const int32_t* pos,
                           const float* w, int64_t N, int64_t K, int64_t C, float* dbuf,
                           float* dw);
+
+  // ---- data movement and reductions the model needs between ops ----
+  // Strided 2-D copy with a scale: dst[r*ld_dst + c] = scale * src[r*ld_src + c]
+  // for r < rows, c < width (writes). src and dst must not overlap.
+  void (*copy_rows)(const float* src, int64_t ld_src, float* dst, int64_t ld_dst, int64_t rows,
+                    int64_t width, float scale);
+  // Residual add: out[i] = x[i] + alpha * y[i] for i < n (writes; out may
+  // alias x or y).
+  void (*add_scaled)(const float* x, const float* y, float alpha, int64_t n, float* out);
+  // Embedding backward: dtable[tok[n], :] += dout[n, :] for n < N, rows
+  // added in order of n (accumulates; tokens may repeat).
+  void (*embedding_bwd)(const float* dout, const int32_t* tok, int64_t N, int64_t C, float* dtable);
+  // Returns sum(x) accumulated in double (loss sums).
+  double (*sum)(const float* x, int64_t n);
 
   // Fused AdamW with decoupled weight decay:
   //   g = grad*grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2
@@ -166,14 +227,70 @@ struct BackendOps {
                   int64_t in, float* y);
 };
 
+// Every slot of BackendOps, once, in declaration order: X(name, required).
+// Required slots must be non-null in every backend; optional ones may be
+// null. The static_assert below fails when a slot is added to the struct
+// but not here.
+#define MYRIAD_BACKEND_SLOTS(X) \
+  X(mem_alloc, true)            \
+  X(mem_free, true)             \
+  X(mem_copy, true)             \
+  X(mem_set, true)              \
+  X(synchronize, true)          \
+  X(gemm, true)                 \
+  X(gemm_bf16, false)           \
+  X(rmsnorm_fwd, true)          \
+  X(rmsnorm_bwd, true)          \
+  X(rope, true)                 \
+  X(swiglu_fwd, true)           \
+  X(swiglu_bwd, true)           \
+  X(softmax_xent, true)         \
+  X(attention_fwd, true)        \
+  X(attention_bwd, true)        \
+  X(paged_attention, true)      \
+  X(moe_route, true)            \
+  X(moe_gather, true)           \
+  X(moe_combine, true)          \
+  X(moe_combine_bwd, true)      \
+  X(copy_rows, true)            \
+  X(add_scaled, true)           \
+  X(embedding_bwd, true)        \
+  X(sum, true)                  \
+  X(adamw, true)                \
+  X(sumsq, true)                \
+  X(gemv_f32, true)             \
+  X(gemv_f16, true)             \
+  X(gemv_q8, true)
+
+#define MYRIAD_COUNT_SLOT(name, required) +1
+inline constexpr int kNumBackendSlots = 0 MYRIAD_BACKEND_SLOTS(MYRIAD_COUNT_SLOT);
+#undef MYRIAD_COUNT_SLOT
+static_assert(sizeof(BackendOps) == kNumBackendSlots * sizeof(void (*)()),
+              "BackendOps and MYRIAD_BACKEND_SLOTS disagree: list every slot once");
+
+struct BackendSlot {
+  const char* name;
+  bool required;
+  bool (*present)(const BackendOps& ops);  // whether the slot is non-null
+};
+// The slots in declaration order (from MYRIAD_BACKEND_SLOTS).
+const BackendSlot* BackendSlots();  // kNumBackendSlots entries
+// The slot named `name`, or null.
+const BackendSlot* FindBackendSlot(const std::string& name);
+// Names of required slots that `ops` leaves null (empty when complete).
+std::string MissingRequiredSlots(const BackendOps& ops);
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;     // "cpu-avx512", "cpu-avx2", "cpu-scalar", "cuda"
   virtual const BackendOps& ops() const = 0;
-  // Whether the op slot named `op` (the field name above) is implemented.
-  virtual bool supports(const std::string& op) const = 0;
   virtual int num_threads() const = 0;
+  // Whether the slot named `op` (the field name above) is implemented.
+  bool supports(const std::string& op) const {
+    const BackendSlot* s = FindBackendSlot(op);
+    return s && s->present(ops());
+  }
 };
 
 // The CPU backend for the best ISA this machine has (or `isa` if given:

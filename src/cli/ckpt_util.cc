@@ -13,7 +13,7 @@ Result<LoadedModel> LoadModelFromCheckpoint(const std::string& path) {
   ASSIGN_OR_RETURN(ModelConfig mc, ModelConfig::FromJson(meta["model_config"]));
   LoadedModel out;
   out.model = std::make_unique<Model>(mc);
-  RETURN_IF_ERROR(RestoreModel(ck, out.model.get(), nullptr));
+  RETURN_IF_ERROR(RestoreModel(ck, out.model.get()));
   if (meta.contains("train_config")) {
     const auto& t = meta["train_config"];
     out.train.seq_len = t.value("seq_len", out.train.seq_len);

@@ -115,13 +115,9 @@ void DsaSelect(const BlockContext& ctx, const BlockWeights<float*>& w, const flo
   const float* rows = a->ia.data();
   // Per-head weights scaled by 1/sqrt(Hi*Di) keep the scores O(1) at init.
   const float ws = 1.f / std::sqrt(static_cast<float>(Hi * Di));
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    const float* r = rows + n * IA;
-    std::memcpy(qi + n * Hi * Di, r, Hi * Di * sizeof(float));
-    std::memcpy(ki + n * Di, r + Hi * Di, Di * sizeof(float));
-    for (int64_t j = 0; j < Hi; ++j) wi[n * Hi + j] = ws * r[Hi * Di + Di + j];
-  }
+  ops::CopyRows(rows, IA, qi, Hi * Di, N, Hi * Di);
+  ops::CopyRows(rows + Hi * Di, IA, ki, Di, N, Di);
+  ops::CopyRows(rows + Hi * Di + Di, IA, wi, Hi, N, Hi, ws);
   if (cfg.dsa_index_rope_dim > 0) IndexerRope(cfg, qi, ki, N, ctx.pos, *ctx.index_rope, false);
   if (a->sparse) {
     ops::dsa::IndexerTopK(MakeIndexer(cfg, a, a->K));
@@ -140,24 +136,16 @@ void DsaSelect(const BlockContext& ctx, const BlockWeights<float*>& w, const flo
 
 void SplitQkv(const float* qkv, int64_t N, int64_t qd, int64_t kvd, float* q, float* k, float* v) {
   const int64_t row = qd + 2 * kvd;
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    const float* src = qkv + n * row;
-    std::memcpy(q + n * qd, src, qd * sizeof(float));
-    std::memcpy(k + n * kvd, src + qd, kvd * sizeof(float));
-    std::memcpy(v + n * kvd, src + qd + kvd, kvd * sizeof(float));
-  }
+  ops::CopyRows(qkv, row, q, qd, N, qd);
+  ops::CopyRows(qkv + qd, row, k, kvd, N, kvd);
+  ops::CopyRows(qkv + qd + kvd, row, v, kvd, N, kvd);
 }
 
 void JoinQkv(const float* q, const float* k, const float* v, int64_t N, int64_t qd, int64_t kvd, float* qkv) {
   const int64_t row = qd + 2 * kvd;
-#pragma omp parallel for schedule(static)
-  for (int64_t n = 0; n < N; ++n) {
-    float* dst = qkv + n * row;
-    std::memcpy(dst, q + n * qd, qd * sizeof(float));
-    std::memcpy(dst + qd, k + n * kvd, kvd * sizeof(float));
-    std::memcpy(dst + qd + kvd, v + n * kvd, kvd * sizeof(float));
-  }
+  ops::CopyRows(q, qd, qkv, row, N, qd);
+  ops::CopyRows(k, kvd, qkv + qd, row, N, kvd);
+  ops::CopyRows(v, kvd, qkv + qd + kvd, row, N, kvd);
 }
 
 void BlockForward(const BlockContext& ctx, const BlockWeights<float*>& w, const float* x_in,
@@ -209,12 +197,12 @@ void BlockForward(const BlockContext& ctx, const BlockWeights<float*>& w, const 
   }
   // x_mid = x_in + att @ Wo^T (summed over tp ranks' heads).
   if (!sp) {
-    std::memcpy(a->x_mid.data(), x_in, N * C * sizeof(float));
+    ops::Copy(x_in, N * C, a->x_mid.data());
     ops::Linear(a->att.data(), w.wo, N, H * D, C, a->x_mid.data(), /*accumulate=*/true);
   } else {
     ops::Linear(a->att.data(), w.wo, N, H * D, C, part.data());
     ctx.hooks->ReduceScatterRows(part.data(), a->x_mid.data(), N, C);
-    for (int64_t i = 0; i < Ns * C; ++i) a->x_mid[i] += x_in[i];
+    ops::AddScaled(a->x_mid.data(), x_in, 1.f, Ns * C, a->x_mid.data());
   }
 
   // FFN on f = norm(x_mid).
@@ -234,10 +222,7 @@ void BlockForward(const BlockContext& ctx, const BlockWeights<float*>& w, const 
     MoeForward(ctx, w, f_in, B, T, &a->moe, ffn);
   }
   if (sp) ctx.hooks->ReduceScatterRows(part.data(), a->ffn_out.data(), N, C);
-  const float* xm = a->x_mid.data();
-  const float* fo = a->ffn_out.data();
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < Ns * C; ++i) x_out[i] = xm[i] + fo[i];
+  ops::AddScaled(a->x_mid.data(), a->ffn_out.data(), 1.f, Ns * C, x_out);
 }
 
 void BlockBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
@@ -276,7 +261,7 @@ void BlockBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
     ctx.hooks->ReduceScatterRows(s->d_f.data(), s->d_own.data(), N, C);
     d_f = s->d_own.data();
   }
-  std::memcpy(s->d_mid.data(), d_out, Ns * C * sizeof(float));
+  ops::Copy(d_out, Ns * C, s->d_mid.data());
   ops::RmsNormBackward(d_f, a->x_mid.data(), w.ffn_norm, a->rstd2.data(), Ns, C, s->d_mid.data(), gw.ffn_norm);
 
   // Attention.
@@ -320,13 +305,9 @@ void BlockBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
     if (cfg.dsa_index_rope_dim > 0) IndexerRope(cfg, dqi, dki, N, ctx.pos, *ctx.index_rope, true);
     const float ws = 1.f / std::sqrt(static_cast<float>(Hi * Di));
     float* rows = dia.data();
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < N; ++n) {
-      float* r = rows + n * IA;
-      std::memcpy(r, dqi + n * Hi * Di, Hi * Di * sizeof(float));
-      std::memcpy(r + Hi * Di, dki + n * Di, Di * sizeof(float));
-      for (int64_t j = 0; j < Hi; ++j) r[Hi * Di + Di + j] = ws * dwi[n * Hi + j];
-    }
+    ops::CopyRows(dqi, Hi * Di, rows, IA, N, Hi * Di);
+    ops::CopyRows(dki, Di, rows + Hi * Di, IA, N, Di);
+    ops::CopyRows(dwi, Hi, rows + Hi * Di + Di, IA, N, Hi, ws);
     const float* a_in_i = sp ? a->a_full.data() : a->a.data();
     ops::LinearBackward(rows, a_in_i, w.iq, N, C, IA, nullptr, false, gw.iq);
   }
@@ -342,7 +323,7 @@ void BlockBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
     ctx.hooks->ReduceScatterRows(s->d_a.data(), s->d_own.data(), N, C);
     d_a = s->d_own.data();
   }
-  std::memcpy(d_in, s->d_mid.data(), Ns * C * sizeof(float));
+  ops::Copy(s->d_mid.data(), Ns * C, d_in);
   ops::RmsNormBackward(d_a, a->x_in, w.attn_norm, a->rstd1.data(), Ns, C, d_in, gw.attn_norm);
 }
 

@@ -32,11 +32,12 @@ struct MoeActs {
   Buf<float> w;                   // [N, K] normalised weights
   Buf<int32_t> pos;               // [N, K] row in the permuted buffer
   Buf<int32_t> perm;              // [M=N*K] token of each buffer row
-  Buf<int64_t> expert_offset;     // [E+1]
+  Buf<int64_t> expert_offset;     // [E+1] (device)
+  std::vector<int64_t> offset_host;  // [E+1] its host copy: sizes each expert's GEMMs
   Buf<float> x, gu, h, y;         // permuted: x [M,C], gu [M,2F] (gate|up), h [M,F], y [M,C]
   Buf<float> sgu, sh;             // shared experts: [N, 2*S*F], [N, S*F]
   Buf<float> f_frac;              // [B, E] balance-loss f_i per sequence
-  Buf<int64_t> load;              // [E] assignments in this forward
+  std::vector<int64_t> load;      // [E] assignments in this forward (host: bias updates)
   double aux_loss = 0;                    // alpha-weighted balance loss
 };
 

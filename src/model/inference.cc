@@ -152,45 +152,17 @@ void Ffn(const ModelConfig& cfg, const InferenceWeights::Layer& L, const float* 
   const int64_t E = cfg.n_routed_experts, K = cfg.top_k, F = cfg.d_expert, M = n * K;
   s->scores.resize(n * E);
   ops::Linear(f, L.router, n, C, E, s->scores.data());
-  s->sel.resize(M); s->wsel.resize(M);
-  std::vector<int32_t> idx(E);
-  for (int64_t t = 0; t < n; ++t) {
-    float* sc = s->scores.data() + t * E;
-    if (cfg.sigmoid_scores()) {
-      for (int64_t e = 0; e < E; ++e) sc[e] = 1.f / (1.f + std::exp(-sc[e]));
-    } else {
-      float mx = *std::max_element(sc, sc + E), sum = 0;
-      for (int64_t e = 0; e < E; ++e) sum += (sc[e] = std::exp(sc[e] - mx));
-      for (int64_t e = 0; e < E; ++e) sc[e] /= sum;
-    }
-    // Top-K of score + bias, the same rule as training (ties: lower index).
-    for (int64_t e = 0; e < E; ++e) idx[e] = static_cast<int32_t>(e);
-    std::partial_sort(idx.begin(), idx.begin() + K, idx.end(), [&](int32_t a, int32_t b) {
-      float va = sc[a] + L.bias[a], vb = sc[b] + L.bias[b];
-      return va > vb || (va == vb && a < b);
-    });
-    float z = 0;
-    for (int64_t k = 0; k < K; ++k) z += sc[idx[k]];
-    for (int64_t k = 0; k < K; ++k) {
-      s->sel[t * K + k] = idx[k];
-      s->wsel[t * K + k] = sc[idx[k]] / z;
-    }
-  }
-  // Permute: rows of expert e at [offset[e], offset[e+1]).
-  s->count.assign(E + 1, 0);
-  for (int64_t i = 0; i < M; ++i) ++s->count[s->sel[i] + 1];
-  for (int64_t e = 0; e < E; ++e) s->count[e + 1] += s->count[e];
-  s->perm.resize(M); s->slot.resize(M);
-  {
-    std::vector<int32_t> fill(s->count.begin(), s->count.end() - 1);
-    for (int64_t i = 0; i < M; ++i) {
-      const int32_t row = fill[s->sel[i]]++;
-      s->perm[row] = static_cast<int32_t>(i / K);
-      s->slot[i] = row;
-    }
-  }
+  s->sel.resize(M); s->wsel.resize(M); s->perm.resize(M); s->slot.resize(M); s->offset.resize(E + 1);
+  MoeRouteParams rp;  // the training rule (ops::MoeRoute): the same experts, weights and row order
+  rp.N = n, rp.E = E, rp.K = K, rp.sigmoid = cfg.sigmoid_scores();
+  rp.logits = s->scores.data(), rp.bias = L.bias, rp.scores = s->scores.data();
+  rp.sel = s->sel.data(), rp.weights = s->wsel.data(), rp.pos = s->slot.data(), rp.perm = s->perm.data();
+  rp.expert_offset = s->offset.data();
+  ops::MoeRoute(rp);
+  s->count.resize(E + 1);  // rows of expert e at [count[e], count[e+1]), read back to size the GEMMs
+  ops::CopyToHost(s->count.data(), s->offset.data(), (E + 1) * sizeof(int64_t));
   s->xe.resize(M * C); s->ye.resize(M * C);
-  for (int64_t r = 0; r < M; ++r) std::memcpy(s->xe.data() + r * C, f + s->perm[r] * C, C * sizeof(float));
+  ops::MoeGather(f, s->perm.data(), M, C, s->xe.data());
   s->g.resize(M * 2 * F); s->h.resize(M * F);
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = s->count[e], m = s->count[e + 1] - r0;
@@ -200,12 +172,7 @@ void Ffn(const ModelConfig& cfg, const InferenceWeights::Layer& L, const float* 
     L.e_down[e].Apply(s->h.data() + r0 * F, m, s->ye.data() + r0 * C);
   }
   std::memset(out, 0, n * C * sizeof(float));
-  for (int64_t t = 0; t < n; ++t)
-    for (int64_t k = 0; k < K; ++k) {
-      const float wk = s->wsel[t * K + k];
-      const float* y = s->ye.data() + static_cast<int64_t>(s->slot[t * K + k]) * C;
-      for (int64_t c = 0; c < C; ++c) out[t * C + c] += wk * y[c];
-    }
+  ops::MoeCombine(s->ye.data(), s->slot.data(), s->wsel.data(), n, K, C, out);
   if (L.s_gate.out() > 0) {
     const int64_t SF = L.s_gate.out() / 2;
     s->g.resize(n * 2 * SF); s->h.resize(n * SF); s->ye.resize(n * C);

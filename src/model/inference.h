@@ -113,7 +113,8 @@ void DsaAttend(const ModelConfig& cfg, int64_t n, int64_t Tk, const float* q, co
 struct InferenceScratch {
   std::vector<float> x, a, q, k, v, att, f, tmp, g, h, rstd, scores, xe, ye, last;
   std::vector<float> ia, qi, ki, wi;  // DSA indexer rows
-  std::vector<int32_t> sel, perm, count, slot;
+  std::vector<int32_t> sel, perm, slot;
+  std::vector<int64_t> offset, count;  // expert row offsets: on the device, and read back
   std::vector<float> wsel;
 };
 

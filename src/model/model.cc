@@ -10,20 +10,6 @@
 #include "ops/ops.h"
 
 namespace myriad {
-namespace {
-
-// g.embed[tok[n]] += d[n] for n < N (rows may repeat: serial over rows,
-// parallel over columns).
-void EmbeddingBackward(const int32_t* tok, const float* d, int64_t N, int64_t C, float* g) {
-#pragma omp parallel for schedule(static)
-  for (int64_t c0 = 0; c0 < C; c0 += 16) {
-    int64_t c1 = std::min(C, c0 + 16);
-    for (int64_t n = 0; n < N; ++n)
-      for (int64_t c = c0; c < c1; ++c) g[static_cast<int64_t>(tok[n]) * C + c] += d[n * C + c];
-  }
-}
-
-}  // namespace
 
 Model::Model(const ModelConfig& cfg, const ShardPlan& plan) : cfg_(cfg), layout_(cfg, plan) {
   params_.assign(layout_.total(), 0.f);
@@ -135,15 +121,19 @@ LossParts Model::Step(const int32_t* tokens, int B, int T, bool backward, float 
   LossParts out;
   StageForward(0, tokens, B, T, nullptr, backward, loss_scale, &out);
   if (backward) StageBackward(0, nullptr, loss_scale);
-  if (backward && cfg_.dsa()) {
-    // The indexers' KL (computed in backward; not part of total: its
-    // gradient reaches the indexers only).
-    int n = 0;
-    for (int64_t l = 0; l < cfg_.n_layers; ++l)
-      if (cfg_.dsa_indexer_layer(l)) out.indexer += slots_[0].acts[l].indexer_loss, ++n;
-    if (n) out.indexer /= n;
-  }
+  // The indexers' KL (computed in backward; not part of total: its
+  // gradient reaches the indexers only).
+  if (backward) out.indexer = IndexerLoss(0);
   return out;
+}
+
+double Model::IndexerLoss(int slot) const {
+  const int64_t n = cfg_.dsa_indexer_layers();
+  if (n == 0) return 0;
+  double sum = 0;
+  for (int l = l0_; l < l1_; ++l)
+    if (cfg_.dsa_indexer_layer(l)) sum += slots_[slot].acts[l].indexer_loss;
+  return sum / static_cast<double>(n);
 }
 
 const float* Model::StageForward(int slot, const int32_t* tokens, int B, int T, const float* x_in, bool backward,
@@ -189,7 +179,7 @@ const float* Model::StageForward(int slot, const int32_t* tokens, int B, int T, 
   if (plan.first_stage) {
     ops::MoeGather(W.embed, S.inputs.data() + own.begin, Ns, C, S.resid[l0_].data());
   } else {
-    std::memcpy(S.resid[l0_].data(), x_in, Ns * C * sizeof(float));
+    ops::Copy(x_in, Ns * C, S.resid[l0_].data());
   }
   for (int l = l0_; l < l1_; ++l) {
     if (hooks_) hooks_->BeforeBlockForward(l);
@@ -214,7 +204,7 @@ const float* Model::StageForward(int slot, const int32_t* tokens, int B, int T, 
   ops::SoftmaxXent(S.logits.data(), S.targets.data() + own.begin, Ns, V, loss_scale / static_cast<float>(Ntot),
                    S.losses.data(), backward ? S.logits.data() : nullptr);
   LossParts& out = *loss;
-  for (int64_t n = 0; n < Ns; ++n) out.main += S.losses[n];
+  out.main += ops::Sum(S.losses.data(), Ns);
   out.main /= static_cast<double>(Ntot);
 
   // ---- MTP modules: module k predicts token i+k+1 from h^{k-1}_i and x[i+k].
@@ -261,10 +251,8 @@ const float* Model::StageForward(int slot, const int32_t* tokens, int B, int T, 
     ops::RmsNorm(m.h_in.data(), mw.hnorm, eps, Nko, C, m.hn.data(), m.rstd_h.data());
     ops::MoeGather(W.embed, etok.data(), Nko, C, m.e.data());
     ops::RmsNorm(m.e.data(), mw.enorm, eps, Nko, C, m.en.data(), m.rstd_e.data());
-    for (int64_t n = 0; n < Nko; ++n) {
-      std::memcpy(m.cat.data() + n * 2 * C, m.hn.data() + n * C, C * sizeof(float));
-      std::memcpy(m.cat.data() + n * 2 * C + C, m.en.data() + n * C, C * sizeof(float));
-    }
+    ops::CopyRows(m.hn.data(), C, m.cat.data(), 2 * C, Nko, C);
+    ops::CopyRows(m.en.data(), C, m.cat.data() + C, 2 * C, Nko, C);
     ops::Linear(m.cat.data(), mw.eh_proj, Nko, 2 * C, C, m.hp.data());
     if (hooks_) hooks_->BeforeBlockForward(L + j);
     BlockForward(Context(L + j, S.mtp_pos[j].data()), mw.block, m.hp.data(), B, Tk, &m.block, m.out.data());
@@ -274,8 +262,7 @@ const float* Model::StageForward(int slot, const int32_t* tokens, int B, int T, 
     ops::SoftmaxXent(m.logits.data(), tgt.data(), Nko, V,
                      static_cast<float>(loss_scale * mtp_w / static_cast<double>(Nk)),
                      m.losses.data(), backward ? m.logits.data() : nullptr);
-    double lk = 0;
-    for (int64_t n = 0; n < Nko; ++n) lk += m.losses[n];
+    const double lk = ops::Sum(m.losses.data(), Nko);
     out.mtp += mtp_w * lk / static_cast<double>(Nk);
   }
   if (sp || cp > 1) {
@@ -315,7 +302,7 @@ const float* Model::StageBackward(int slot, const float* d_out_stage, float loss
   Fit(&d_resid_a_, Ns * C); Fit(&d_resid_b_, Ns * C);
 
   if (!plan.last_stage) {
-    std::memcpy(d_resid_a_.data(), d_out_stage, Ns * C * sizeof(float));
+    ops::Copy(d_out_stage, Ns * C, d_resid_a_.data());
   } else {
     // ---- d_chain_ holds d(previous level's output) over all of its rows
     // [B*Tprev, C]: each MTP module's d(h_in) scattered back to the rows it
@@ -366,19 +353,17 @@ const float* Model::StageBackward(int slot, const float* d_out_stage, float loss
       Fit(&m.d_hn, Nko * C);
       Fit(&m.d_en, Nko * C);
       Fit(&m.d_e, Nko * C);
-      std::fill(m.d_e.begin(), m.d_e.end(), 0.f);
+      ops::Zero(m.d_e.data(), Nko * C);
       auto& d_hn = m.d_hn;
       auto& d_en = m.d_en;
       auto& d_e = m.d_e;
-      for (int64_t n = 0; n < Nko; ++n) {
-        std::memcpy(d_hn.data() + n * C, d_cat.data() + n * 2 * C, C * sizeof(float));
-        std::memcpy(d_en.data() + n * C, d_cat.data() + n * 2 * C + C, C * sizeof(float));
-      }
+      ops::CopyRows(d_cat.data(), 2 * C, d_hn.data(), C, Nko, C);
+      ops::CopyRows(d_cat.data() + C, 2 * C, d_en.data(), C, Nko, C);
       ops::RmsNormBackward(d_en.data(), m.e.data(), mw.enorm, m.rstd_e.data(), Nko, C, d_e.data(), mg.enorm);
-      EmbeddingBackward(S.mtp_etok[j].data(), d_e.data(), Nko, C, G.embed);
+      ops::EmbeddingBackward(d_e.data(), S.mtp_etok[j].data(), Nko, C, G.embed);
       // d(h_in) of the own rows, then back to the previous level's rows.
       Fit(&m.d_hin, Nko * C);
-      std::fill(m.d_hin.begin(), m.d_hin.end(), 0.f);
+      ops::Zero(m.d_hin.data(), Nko * C);
       ops::RmsNormBackward(d_hn.data(), m.h_in.data(), mw.hnorm, m.rstd_h.data(), Nko, C, m.d_hin.data(), mg.hnorm);
       d_chain.assign(static_cast<size_t>(B) * Tprev * C, 0.f);
       for (int64_t n = ok.begin; n < ok.end; ++n) {
@@ -405,29 +390,11 @@ const float* Model::StageBackward(int slot, const float* d_out_stage, float loss
   }
   const float* d_in = d_cur;
   if (plan.first_stage) {
-    EmbeddingBackward(S.inputs.data() + own.begin, d_cur, Ns, C, G.embed);
+    ops::EmbeddingBackward(d_cur, S.inputs.data() + own.begin, Ns, C, G.embed);
     d_in = nullptr;
   }
   if (hooks_) hooks_->AfterBackward();
   return d_in;
-}
-
-double Model::TrainFlopsPerToken(int T) const {
-  const double C = cfg_.d_model, D = cfg_.head_dim(), H = cfg_.n_heads, Hkv = cfg_.n_kv_heads;
-  auto block_flops = [&](bool moe) {
-    double attn_proj = C * (H * D) * 2 + C * (Hkv * D) * 2;  // q,o + k,v
-    double attn_core = 2.0 * H * D * T * 0.5 * 2;              // qk and pv, causal half
-    double ffn = moe ? 3.0 * C * cfg_.d_expert * (cfg_.top_k + cfg_.n_shared_experts) +
-                           C * cfg_.n_routed_experts
-                     : 3.0 * C * cfg_.d_ff;
-    return 2.0 * (attn_proj + ffn) + attn_core;
-  };
-  double f = 0;
-  for (int64_t l = 0; l < cfg_.n_layers; ++l) f += block_flops(cfg_.is_moe_layer(l));
-  f += 2.0 * C * cfg_.vocab_size;
-  for (int64_t j = 0; j < cfg_.mtp_depth; ++j)
-    f += block_flops(cfg_.mtp_block_is_moe()) + 2.0 * 2 * C * C + 2.0 * C * cfg_.vocab_size;
-  return 3.0 * f;  // forward + backward (2x)
 }
 
 }  // namespace myriad

@@ -13,12 +13,39 @@
 
 namespace myriad {
 
+// The loss terms of a step, the one record every path fills and every
+// report reads (the trainer's metrics, sums over ranks and stages).
 struct LossParts {
   double total = 0;   // main + mtp + aux: what the gradient is of
   double main = 0;    // next-token cross-entropy (nats/token)
   double mtp = 0;     // lambda/D * sum_k L_k
   double aux = 0;     // sum over MoE blocks of the balance loss
   double indexer = 0; // DSA: mean over indexer layers of their KL (not in total; backward only)
+
+  // Every field with its metrics name ("loss", "loss_main", ...), in one
+  // fixed order: f(name, member pointer).
+  static constexpr int kCount = 5;
+  template <class F>
+  static void ForEachField(F&& f) {
+    f("loss", &LossParts::total);
+    f("loss_main", &LossParts::main);
+    f("loss_mtp", &LossParts::mtp);
+    f("loss_aux", &LossParts::aux);
+    f("loss_indexer", &LossParts::indexer);
+  }
+  // this += w * o, field by field.
+  void AddScaled(const LossParts& o, double w) {
+    ForEachField([&](const char*, double LossParts::*m) { this->*m += w * (o.*m); });
+  }
+  // The fields as an array of kCount (to sum over ranks) and back.
+  void ToArray(double* v) const {
+    int i = 0;
+    ForEachField([&](const char*, double LossParts::*m) { v[i++] = this->*m; });
+  }
+  void FromArray(const double* v) {
+    int i = 0;
+    ForEachField([&](const char*, double LossParts::*m) { this->*m = v[i++]; });
+  }
 };
 
 class Model {
@@ -83,9 +110,10 @@ class Model {
   const RopeTables& rope() const { return rope_; }
   const RopeTables& index_rope() const { return index_rope_; }  // DSA indexer (dsa_index_rope_dim)
 
-  // Model FLOPs per trained token (forward+backward, matmuls and attention),
-  // for MFU; counts only the active experts.
-  double TrainFlopsPerToken(int T) const;
+  // DSA: this stage's share of the indexers' mean KL after StageBackward on
+  // `slot` (the sum of its indexer layers' KL over the model's indexer
+  // layer count: summed over the stages, the mean); 0 without DSA.
+  double IndexerLoss(int slot) const;
 
  private:
   struct MtpActs {

@@ -15,24 +15,6 @@
 namespace myriad {
 namespace {
 
-// Scores from router logits: softmax over E, or elementwise sigmoid.
-void Scores(bool sigmoid, const float* logits, int64_t N, int64_t E, float* s) {
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < N; ++t) {
-    const float* l = logits + t * E;
-    float* o = s + t * E;
-    if (sigmoid) {
-      for (int64_t e = 0; e < E; ++e) o[e] = 1.f / (1.f + std::exp(-l[e]));
-    } else {
-      float mx = l[0];
-      for (int64_t e = 1; e < E; ++e) mx = std::max(mx, l[e]);
-      float sum = 0;
-      for (int64_t e = 0; e < E; ++e) sum += (o[e] = std::exp(l[e] - mx));
-      for (int64_t e = 0; e < E; ++e) o[e] /= sum;
-    }
-  }
-}
-
 // Whether to run experts in parallel (one per thread) rather than one after
 // another with multi-threaded GEMMs. MYRIAD_MOE_GROUPED=0/1 overrides.
 bool GroupExperts(int64_t E) {
@@ -58,47 +40,23 @@ void MoeForward(const BlockContext& ctx, const BlockWeights<float*>& w, const fl
   Fit(&a->expert_offset, E + 1);
   Fit(&a->x, M * C); Fit(&a->y, M * C);
   if (!remote) { Fit(&a->gu, M * 2 * F); Fit(&a->h, M * F); }
-  a->load.assign(E, 0);
 
-  // 1. Route: scores, top-K of (score + bias), weights normalised over the K.
+  // 1. Route (scores, top-K of score + bias, weights normalised over the K)
+  // and 2. permute (rows grouped by expert, tokens ascending within one):
+  // one op, the rule inference uses too. The row counts come back to the
+  // host to size each expert's GEMMs.
   ops::Linear(f, w.router, N, C, E, a->logits.data());
-  Scores(cfg.sigmoid_scores(), a->logits.data(), N, E, a->scores.data());
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < N; ++t) {
-    const float* s = a->scores.data() + t * E;
-    int32_t* sel = a->sel.data() + t * K;
-    float* wt = a->w.data() + t * K;
-    // Selection by insertion into a sorted list of K (E is small).
-    float best[64];
-    int n = 0;
-    for (int64_t e = 0; e < E; ++e) {
-      float v = s[e] + (bias ? bias[e] : 0.f);
-      if (n < K || v > best[n - 1]) {
-        int i = n < K ? n++ : static_cast<int>(K) - 1;
-        while (i > 0 && best[i - 1] < v) { best[i] = best[i - 1]; sel[i] = sel[i - 1]; --i; }
-        best[i] = v;
-        sel[i] = static_cast<int32_t>(e);
-      }
-    }
-    float sum = 0;
-    for (int64_t k = 0; k < K; ++k) sum += s[sel[k]];
-    for (int64_t k = 0; k < K; ++k) wt[k] = s[sel[k]] / sum;
-  }
-
-  // 2. Permute: rows grouped by expert, tokens ascending within an expert.
-  std::vector<int64_t> count(E, 0);
-  for (int64_t i = 0; i < N * K; ++i) count[a->sel[i]]++;
-  a->expert_offset[0] = 0;
-  for (int64_t e = 0; e < E; ++e) a->expert_offset[e + 1] = a->expert_offset[e] + count[e];
-  std::vector<int64_t> fill(a->expert_offset.begin(), a->expert_offset.end() - 1);
-  for (int64_t t = 0; t < N; ++t)
-    for (int64_t k = 0; k < K; ++k) {
-      int32_t e = a->sel[t * K + k];
-      int64_t row = fill[e]++;
-      a->perm[row] = static_cast<int32_t>(t);
-      a->pos[t * K + k] = static_cast<int32_t>(row);
-    }
-  for (int64_t e = 0; e < E; ++e) a->load[e] = count[e];
+  MoeRouteParams rp;
+  rp.N = N, rp.E = E, rp.K = K, rp.sigmoid = cfg.sigmoid_scores();
+  rp.logits = a->logits.data(), rp.bias = bias, rp.scores = a->scores.data();
+  rp.sel = a->sel.data(), rp.weights = a->w.data(), rp.pos = a->pos.data(), rp.perm = a->perm.data();
+  rp.expert_offset = a->expert_offset.data();
+  ops::MoeRoute(rp);
+  a->offset_host.resize(E + 1);
+  ops::CopyToHost(a->offset_host.data(), a->expert_offset.data(), (E + 1) * sizeof(int64_t));
+  const std::vector<int64_t>& off = a->offset_host;
+  a->load.resize(E);
+  for (int64_t e = 0; e < E; ++e) a->load[e] = off[e + 1] - off[e];
   ops::MoeGather(f, a->perm.data(), M, C, a->x.data());
 
   // 3. Experts: y_e = down(silu(gate x_e) * up x_e) on each expert's rows.
@@ -107,13 +65,13 @@ void MoeForward(const BlockContext& ctx, const BlockWeights<float*>& w, const fl
   // With expert parallelism the rows travel to the ranks that hold their
   // experts (all-to-all) and come back in place.
   if (remote) {
-    ctx.hooks->ExpertsForward(ctx.moe_block, ExpertRows{a->x.data(), a->expert_offset.data(), M, C, E},
+    ctx.hooks->ExpertsForward(ctx.moe_block, ExpertRows{a->x.data(), off.data(), M, C, E},
                               a->y.data());
   }
   const bool grouped = GroupExperts(E);
 #pragma omp parallel for schedule(dynamic, 1) if (grouped && !remote)
   for (int64_t e = 0; e < (remote ? 0 : E); ++e) {
-    const int64_t o = a->expert_offset[e], n = count[e];
+    const int64_t o = off[e], n = off[e + 1] - off[e];
     if (n == 0) continue;
     // gate_proj and up_proj are adjacent in the parameter buffer: one GEMM.
     ops::Linear(a->x.data() + o * C, w.e_gate[e], n, C, 2 * F, a->gu.data() + o * 2 * F);
@@ -203,7 +161,7 @@ void MoeBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
   const bool grouped = GroupExperts(E);
 #pragma omp parallel for schedule(dynamic, 1) if (grouped && !remote)
   for (int64_t e = 0; e < (remote ? 0 : E); ++e) {
-    const int64_t o = a->expert_offset[e], n = a->expert_offset[e + 1] - o;
+    const int64_t o = a->offset_host[e], n = a->offset_host[e + 1] - o;
     if (n == 0) continue;
     ops::LinearBackward(s->d_y.data() + o * C, a->h.data() + o * F, w.e_down[e], n, F, C,
                         s->d_h.data() + o * F, false, gw.e_down[e]);

@@ -1,5 +1,9 @@
 #include "ops/ops.h"
 
+#include <cstdlib>
+#include <string>
+
+#include "backend/fenced/fenced_backend.h"
 #include "core/check.h"
 
 #define OP_CHECK(op, cond) CHECK_MSG(cond, "[%s] invalid arguments", op)
@@ -21,7 +25,15 @@ GemmPrecision GetGemmPrecision() { return g_precision; }
 bool HasBf16Gemm() { return T().gemm_bf16 != nullptr; }
 
 Backend* Active() {
-  if (!g_active) g_active = CpuBackend("");
+  if (!g_active) {
+    // MYRIAD_BACKEND=fenced: the CPU backend behind the fence (debugging the
+    // seam: host code that touches device memory faults at its line).
+    const char* env = std::getenv("MYRIAD_BACKEND");
+    std::string which = env && *env ? env : "cpu";
+    CHECK_MSG(which == "cpu" || which == "fenced", "MYRIAD_BACKEND=%s is not a backend (hint: cpu or fenced)",
+              which.c_str());
+    g_active = which == "fenced" ? FencedBackend(CpuBackend("")) : CpuBackend("");
+  }
   CHECK_MSG(g_active != nullptr, "no CPU backend available");
   return g_active;
 }
@@ -111,6 +123,46 @@ void PagedAttention(const PagedAttentionParams& p) {
   }
   T().paged_attention(p);
 }
+void MoeRoute(const MoeRouteParams& p) {
+  OP_CHECK("moe_route", p.N >= 0 && p.E > 0 && p.E <= 256 && p.K > 0 && p.K <= p.E && p.logits &&
+                            p.scores && p.sel && p.weights && p.pos && p.perm && p.expert_offset);
+  T().moe_route(p);
+}
+
+void CopyRows(const float* src, int64_t ld_src, float* dst, int64_t ld_dst, int64_t rows, int64_t width,
+              float scale) {
+  OP_CHECK("copy_rows", rows >= 0 && width >= 0 && ld_src >= width && ld_dst >= width &&
+                            (rows == 0 || width == 0 || (src && dst)));
+  if (rows && width) T().copy_rows(src, ld_src, dst, ld_dst, rows, width, scale);
+}
+void Copy(const float* src, int64_t n, float* dst) {
+  OP_CHECK("copy", n >= 0 && (n == 0 || (src && dst)));
+  if (n) T().mem_copy(dst, src, static_cast<size_t>(n) * sizeof(float), CopyKind::kDeviceToDevice);
+}
+void AddScaled(const float* x, const float* y, float alpha, int64_t n, float* out) {
+  OP_CHECK("add_scaled", n >= 0 && (n == 0 || (x && y && out)));
+  if (n) T().add_scaled(x, y, alpha, n, out);
+}
+void EmbeddingBackward(const float* dout, const int32_t* tok, int64_t N, int64_t C, float* dtable) {
+  OP_CHECK("embedding_bwd", N >= 0 && C > 0 && (N == 0 || (dout && tok && dtable)));
+  if (N) T().embedding_bwd(dout, tok, N, C, dtable);
+}
+double Sum(const float* x, int64_t n) {
+  OP_CHECK("sum", n >= 0 && (n == 0 || x));
+  return n ? T().sum(x, n) : 0.0;
+}
+void Zero(float* x, int64_t n) {
+  OP_CHECK("zero", n >= 0 && (n == 0 || x));
+  if (n) T().mem_set(x, 0, static_cast<size_t>(n) * sizeof(float));
+}
+
+void CopyToHost(void* host_dst, const void* device_src, size_t bytes) {
+  if (bytes) T().mem_copy(host_dst, device_src, bytes, CopyKind::kDeviceToHost);
+}
+void CopyToDevice(void* device_dst, const void* host_src, size_t bytes) {
+  if (bytes) T().mem_copy(device_dst, host_src, bytes, CopyKind::kHostToDevice);
+}
+
 void MoeGather(const float* src, const int32_t* idx, int64_t M, int64_t C, float* dst) {
   OP_CHECK("moe_gather", (M == 0 || (src && idx && dst)) && C > 0);
   if (M) T().moe_gather(src, idx, M, C, dst);

@@ -14,6 +14,12 @@ namespace myriad::ops {
 Backend* Active();
 void SetActive(Backend* backend);
 
+// The explicit, named copies between host and device memory: small control
+// data the host must read (expert row counts that size the grouped GEMMs)
+// or write (token ids, positions). Every other byte stays on the device.
+void CopyToHost(void* host_dst, const void* device_src, size_t bytes);
+void CopyToDevice(void* device_dst, const void* host_src, size_t bytes);
+
 // Precision of the model's matrix products (Linear, LinearBackward, Gemm):
 // fp32, or bf16 inputs with fp32 accumulation where the backend has
 // gemm_bf16. Process-wide; fp32 unless set. Setting bf16 on a backend
@@ -50,11 +56,25 @@ void AttentionBackward(const AttentionBackwardParams& p);
 // Checks the whole block table once (every block a sequence's keys need lies
 // in [0, num_blocks), rows fit their sequences), then dispatches.
 void PagedAttention(const PagedAttentionParams& p);
+// Routing (BackendOps::moe_route); E <= 256.
+void MoeRoute(const MoeRouteParams& p);
 void MoeGather(const float* src, const int32_t* idx, int64_t M, int64_t C, float* dst);
 void MoeCombine(const float* buf, const int32_t* pos, const float* w, int64_t N, int64_t K,
                 int64_t C, float* out);
 void MoeCombineBackward(const float* dout, const float* buf, const int32_t* pos, const float* w,
                         int64_t N, int64_t K, int64_t C, float* dbuf, float* dw);
+// Data movement between ops (BackendOps contracts): dst[r*ld_dst + c] =
+// scale * src[r*ld_src + c]; out = x + alpha*y; the embedding's row gather
+// (a MoeGather of table rows) and its backward; a sum in double.
+void CopyRows(const float* src, int64_t ld_src, float* dst, int64_t ld_dst, int64_t rows, int64_t width,
+              float scale = 1.f);
+// dst[0..n) = src[0..n): a device-to-device copy.
+void Copy(const float* src, int64_t n, float* dst);
+void AddScaled(const float* x, const float* y, float alpha, int64_t n, float* out);
+void EmbeddingBackward(const float* dout, const int32_t* tok, int64_t N, int64_t C, float* dtable);
+double Sum(const float* x, int64_t n);
+// Zeroes n floats of device memory.
+void Zero(float* x, int64_t n);
 void AdamW(const AdamWParams& p);
 double SumSquares(const float* x, int64_t n);
 void GemvF32(const float* W, const float* x, int64_t out, int64_t in, float* y);

@@ -254,13 +254,6 @@ double Gemm(const DeviceDesc& d, double M, double N, double K, double elem_bytes
          d.gemm_overhead_s;
 }
 
-// Query-key pairs of causal attention over `s` tokens where each query sees
-// at most `k` keys (k >= s: dense causal, s(s+1)/2).
-double CausalPairs(double s, double k) {
-  if (k >= s) return s * (s + 1) / 2;
-  return s * k - k * (k - 1) / 2;
-}
-
 // One layer's pass on one rank for one micro-batch.
 struct LayerCost {
   double gemm_fwd = 0, attn_fwd = 0, elem_fwd = 0;  // seconds
@@ -300,7 +293,8 @@ LayerCost LayerOf(const Ctx& x, bool moe, bool indexer) {
   if (indexer) {
     const double Hi = static_cast<double>(m.dsa_index_heads), Di = static_cast<double>(m.dsa_index_dim);
     gemm(tok, Hi * Di + Di + Hi, C);
-    core += 2 * CausalPairs(x.s, x.s) / static_cast<double>(l.cp) * l.micro_batch * Hi * Di;
+    // Scores of every causal key (model/flops.h: 2 * Hi * (Di + 1) per pair).
+    core += 2 * CausalPairs(x.s, x.s) / static_cast<double>(l.cp) * l.micro_batch * Hi * (Di + 1);
   }
   r.attn_fwd = core / (d.peak_flops * d.attention_efficiency);
   r.flops_fwd += core;
@@ -372,19 +366,6 @@ LayerCost LayerOf(const Ctx& x, bool moe, bool indexer) {
 }
 
 }  // namespace
-
-double ForwardFlopsPerToken(const ModelConfig& m, int64_t seq_len) {
-  const ParamCounts p = CountParams(m);
-  // Every active weight but the embedding lookup does one multiply-add.
-  double f = 2 * (p.active - p.embedding + (m.tie_embeddings ? p.embedding : 0));
-  const double s = static_cast<double>(seq_len);
-  const double k = m.dsa() ? static_cast<double>(m.dsa_topk) : s;
-  const double per_token_pairs = CausalPairs(s, k) / s;
-  f += 4 * per_token_pairs * m.n_heads * m.head_dim() * static_cast<double>(m.n_layers + m.mtp_depth);
-  if (m.dsa())
-    f += 2 * CausalPairs(s, s) / s * m.dsa_index_heads * m.dsa_index_dim * static_cast<double>(m.dsa_indexer_layers());
-  return f;
-}
 
 ServingMemory EstimateServing(const JobDesc& job, const ClusterDesc& c, int64_t devices, double kv_bytes) {
   const ModelConfig& m = job.model;
@@ -714,7 +695,7 @@ StepEstimate Estimate(const JobDesc& job, const ClusterDesc& cluster, const Layo
   e.mem = worst;
   const double tokens = static_cast<double>(job.global_batch_tokens);
   e.tokens_per_s = tokens / e.step_s;
-  e.model_flops_per_token = 3 * ForwardFlopsPerToken(m, job.seq_len);
+  e.model_flops_per_token = TrainFlopsPerToken(m, job.seq_len);
   e.mfu = e.model_flops_per_token * tokens / (e.step_s * static_cast<double>(c.devices) * d.peak_flops);
   // hw_flops counted one pipeline (one dp*ep*cp replica's stages, each
   // tp-sharded): scale to the whole cluster.

@@ -127,9 +127,9 @@ ServingMemory EstimateServing(const JobDesc& job, const ClusterDesc& c, int64_t 
 // at least `kv_fraction` of their memory to the KV cache.
 ServingMemory SmallestServing(const JobDesc& job, const ClusterDesc& c, double kv_fraction = 0.2, double kv_bytes = 2);
 
-// Forward FLOPs of one token through the whole model (GEMMs and causal
-// attention at sequence length `seq_len`), no recomputation.
-double ForwardFlopsPerToken(const ModelConfig& m, int64_t seq_len);
+// FLOPs per token (forward, trained): model/flops.h, shared with the trainer.
+using ::myriad::ForwardFlopsPerToken;
+using ::myriad::TrainFlopsPerToken;
 // Megatron-LM's count for a GPT (Narayanan et al. 2021, eq. 3): FLOPs per
 // iteration with full recomputation, 96 B s l h^2 (1 + s/6h + V/16lh).
 double MegatronFlopsPerIteration(double batch, double seq, double layers, double hidden, double vocab);

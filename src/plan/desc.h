@@ -20,6 +20,7 @@
 #include "core/config.h"
 #include "core/status.h"
 #include "model/config.h"
+#include "model/flops.h"
 
 namespace myriad::plan {
 
@@ -105,18 +106,8 @@ Result<ClusterDesc> ClusterPreset(const std::string& name, int64_t devices = 0);
 // The device's peak for the job's precision (0 when the cluster does not give it).
 double PeakFlops(const DeviceDesc& d, const JobDesc& job);
 
-// Parameter counts from the model's shapes (closed forms, not a layout).
-struct ParamCounts {
-  double embedding = 0;      // input embedding (and the head when tied)
-  double head = 0;           // untied output head + final norm
-  double dense_per_layer = 0;   // attention + norms (+ indexer averaged) of one layer
-  double ffn_dense = 0;      // one dense-FFN layer's FFN
-  double ffn_moe_shared = 0; // one MoE layer's router + shared experts
-  double expert = 0;         // one routed expert
-  double mtp = 0;            // MTP modules in total
-  double total = 0;          // everything
-  double active = 0;         // per token: everything but the unchosen experts
-};
-ParamCounts CountParams(const ModelConfig& m);
+// Parameter counts live with the model (model/flops.h).
+using ::myriad::CountParams;
+using ::myriad::ParamCounts;
 
 }  // namespace myriad::plan

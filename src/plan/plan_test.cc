@@ -127,7 +127,7 @@ TEST(PlanCost, SingleDeviceStepIsTheFlopsByHand) {
   EXPECT_EQ(e.microbatches, 4);
   // Forward FLOPs per token: the same count over 128 tokens, where "2 per
   // active parameter" also counts the five norm weights of 64 (2*2 + 1).
-  EXPECT_NEAR(ForwardFlopsPerToken(TinyDense(), 128) * 128, gemm + attn + 128.0 * 2 * 5 * 64, 1e-9 * gemm);
+  EXPECT_NEAR(ForwardFlopsPerToken(TinyDense(), 128).total() * 128, gemm + attn + 128.0 * 2 * 5 * 64, 1e-9 * gemm);
 }
 
 TEST(PlanCost, PipelineBubbleIsStagesMinusOneStageTimes) {

@@ -1,32 +1,27 @@
-// The engine: a scheduler thread that, each step, admits waiting requests
-// (prefix match in T0, then in the lower tiers, load-or-recompute plan,
-// prefetch on an I/O thread), builds one batch (decode tokens first, then
-// prefill chunks, under step_token_budget), runs the batched runner, samples,
-// emits, publishes full blocks to the prefix index and frees finished
-// requests' blocks. Evicted cached blocks go down the tiers on a write-back
-// thread: into the first tier that spills (host memory), and from there to
-// disk and the remote store when it evicts them. docs/serving.md describes
-// the policy.
+// The engine: a scheduler thread that, each step, admits waiting requests,
+// builds one batch (decode tokens first, then prefill chunks, under
+// step_token_budget), runs the batched runner, samples, emits and frees
+// finished requests' blocks. Everything about KV blocks across requests --
+// the prefix index, the lookups through the lower tiers, the
+// load-or-recompute plan, prefetch and write-back -- is the PrefixCache's
+// (prefix_cache.h); the engine decides only who runs and whether a request's
+// blocks fit. docs/serving.md describes the policy.
 
 #include "serve/engine.h"
 
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
-#include <cstring>
 #include <deque>
 #include <mutex>
 #include <thread>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "core/check.h"
-#include "core/log.h"
 #include "core/rng.h"
 #include "serve/kv_pool.h"
-#include "serve/load_cost.h"
+#include "serve/prefix_cache.h"
 #include "serve/runner.h"
-#include "serve/worker.h"
 
 namespace myriad::serve {
 namespace {
@@ -36,28 +31,6 @@ using Clock = std::chrono::steady_clock;
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
-
-// A lower-tier block is read by the scheduler at admission (not the I/O
-// thread) when its measured read takes at most this long, up to a total.
-constexpr double kInlineBlockSeconds = 100e-6;
-constexpr double kInlineBudgetSeconds = 2e-3;
-
-// Where one matched block beyond the leading T0 run comes from.
-constexpr int32_t kCopiedFromT0 = -2;  // MatchedBlock::t0_block once copied at admission
-struct MatchedBlock {
-  BlockKey key = 0;
-  int32_t t0_block = -1;                  // resident in T0 (copied into a fresh block)
-  std::shared_ptr<const KvBlock> pending;  // on its way to the tiers (write-back queue)
-  int tier = -1;                           // index into EngineConfig::tiers
-};
-
-// Blocks a request reads from lower tiers before it can run (I/O thread).
-struct LoadJob {
-  std::vector<MatchedBlock> src;
-  std::vector<int32_t> dst;
-  std::atomic<bool> done{false};
-  int64_t ok = 0;  // leading blocks that arrived intact
-};
 
 struct Request {
   uint64_t id = 0;
@@ -69,31 +42,37 @@ struct Request {
   int64_t reserve = 0;          // blocks it may hold at most
   std::vector<int32_t> blocks;  // block table
   int64_t computed = 0;         // tokens whose KV is in the blocks
-  int64_t published = 0;        // leading blocks entered in (or found in) the prefix index
-  BlockKey last_key = 0;        // chain key of block published-1
+  ChainCursor chain;            // leading blocks entered in (or found in) the prefix index
   int64_t cached_tokens = 0;
   int64_t generated = 0, emitted = 0;
   bool cancelled = false;
-  std::shared_ptr<LoadJob> load;  // non-null while its prefetch runs
-  std::vector<int> load_tier;     // tier credited for each loaded block (-1: T0)
-  int64_t load_base = 0;          // blocks before the loaded ones
+  std::shared_ptr<PrefixLoad> load;  // non-null while its prefix hit is being read
 };
+
+using Events = std::vector<std::pair<Request*, TokenEvent>>;
+
+// One step's batch: a chunk of new tokens per request.
+struct Batch {
+  std::vector<SeqChunk> chunks;
+  std::vector<Request*> owners;
+  int64_t tokens = 0, prefill_tokens = 0;
+};
+
+PrefixCacheConfig CacheConfig(const EngineConfig& cfg) {
+  PrefixCacheConfig c;
+  c.enabled = cfg.prefix_cache;
+  c.tiers = cfg.tiers;
+  c.load_or_recompute = cfg.load_or_recompute;
+  c.write_through = cfg.write_through;
+  return c;
+}
 
 class EngineImpl : public Engine {
  public:
   EngineImpl(const Model* model, const EngineConfig& cfg, int64_t pool_blocks)
-      : model_(*model), mcfg_(model->config()), cfg_(cfg), fp_(FingerprintModel(*model)),
-        pool_(mcfg_, pool_blocks), runner_(*model, &pool_),
-        cost_(pool_.block_floats() * static_cast<int64_t>(sizeof(float)), 1000.0) {
+      : mcfg_(model->config()), cfg_(cfg), pool_(mcfg_, pool_blocks), runner_(*model, &pool_),
+        cache_(&pool_, FingerprintModel(*model), CacheConfig(cfg), [this] { cv_.notify_all(); }) {
     stats_.kv_blocks_total = pool_blocks;
-    for (KvTier* t : cfg_.tiers) stats_.tier_hits.emplace_back(t->name(), 0);
-    if (!cfg_.tiers.empty() && cfg_.prefix_cache) {
-      writeback_ = std::make_unique<Worker>(/*nice=*/10);
-      pool_.set_on_evict([this](int32_t b, BlockKey key) { WriteBack(b, key); });
-      for (size_t t = 0; t < cfg_.tiers.size(); ++t)
-        if (cfg_.tiers[t]->CanSpill()) cfg_.tiers[t]->SetSpill([this, t](const KvBlock& blk) { PutDown(t + 1, blk); });
-    }
-    loader_ = std::make_unique<Worker>();
     WarmUp();
     thread_ = std::thread([this] { Loop(); });
   }
@@ -152,8 +131,15 @@ class EngineImpl : public Engine {
   }
 
   EngineStats stats() override {
+    // The cache's counters are its own (taken first: never under mu_).
+    const PrefixCacheStats c = cache_.stats();
     std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
+    EngineStats s = stats_;
+    s.t0_hits = c.t0_hits;
+    s.tier_hits = c.tier_hits;
+    s.recomputed_hit_tokens = c.recomputed_hit_tokens;
+    s.skipped_lookups = c.skipped_lookups;
+    return s;
   }
 
   void Shutdown() override {
@@ -165,55 +151,33 @@ class EngineImpl : public Engine {
     }
     cv_.notify_all();
     thread_.join();
-    loader_.reset();
-    writeback_.reset();  // drains the queued write-backs into the tiers
-    // Blocks still cached in the device pool go down too, so a restarted
-    // server finds them on disk (and other servers in the remote tier).
-    if (!cfg_.tiers.empty() && cfg_.prefix_cache) {
-      int64_t n = 0;
-      KvBlock blk;
-      for (int32_t b = 0; b < static_cast<int32_t>(pool_.num_blocks()); ++b) {
-        if (!pool_.keyed(b)) continue;
-        blk.key = pool_.key(b);
-        blk.data.assign(pool_.data(b), pool_.data(b) + pool_.block_floats());
-        PutDown(0, blk);
-        ++n;
-      }
-      // Then what the memory tiers hold goes on to the persistent ones.
-      for (KvTier* t : cfg_.tiers) t->SpillAll();
-      for (KvTier* t : cfg_.tiers) t->SetSpill(nullptr);  // the tiers may outlive this engine
-      if (n > 0) LOG_INFO("engine: %lld cached KV blocks written to the lower tiers at shutdown", static_cast<long long>(n));
-    }
+    cache_.Close();  // queued write-backs, then T0's cached blocks, go down to the tiers
   }
-
-  double prefill_tokens_per_second() const { return cost_.prefill_tokens_per_second(); }
 
  private:
   // ---- scheduler thread ----
   void Loop();
   void Step();
+  void ApplyCancellations(Events* events);
   void Admit();
   bool TryAdmit(Request* r);
-  bool ReadBlocks(LoadJob* job, int64_t from, int64_t to);
-  bool WorthAsking(KvTier* tier, int64_t n_blocks);
+  int64_t SpareBlocks(const Request& r, int64_t shared_blocks) const;
+  void StartAt(Request* r, const ChainCursor& chain);
   void FinishLoad(Request* r);
-  void AfterForward(Request* r, const float* logits, std::vector<std::pair<Request*, TokenEvent>>* events);
-  void PublishFull(Request* r);
-  void Finish(Request* r, const std::string& reason, std::vector<std::pair<Request*, TokenEvent>>* events);
+  Batch BuildBatch();
+  void AddChunk(Request* r, int64_t n, Batch* batch);
+  void RunBatch(const Batch& batch, Events* events);
+  void AfterForward(Request* r, const float* logits, Events* events);
+  void Retire();
+  void Finish(Request* r, const std::string& reason, Events* events);
   void ReleaseBlocks(Request* r);
   void WarmUp();
-  void WriteBack(int32_t b, BlockKey key);
-  void WriteThrough(int32_t b, BlockKey key);
-  void PutDown(size_t from, const KvBlock& blk);
-  std::shared_ptr<const KvBlock> Pending(BlockKey key);
 
-  const Model& model_;
   const ModelConfig mcfg_;
   const EngineConfig cfg_;
-  const ModelFingerprint fp_;
   KvPool pool_;
   BatchRunner runner_;
-  LoadCostModel cost_;
+  PrefixCache cache_;  // after pool_: closed and destroyed before it
 
   std::mutex mu_;  // guards waiting_, cancel_, stopping_, stats_, next_id_
   std::condition_variable cv_;
@@ -225,12 +189,6 @@ class EngineImpl : public Engine {
 
   std::vector<std::unique_ptr<Request>> running_;  // scheduler thread only (admitted, incl. loading)
   std::vector<std::unique_ptr<Request>> finished_;  // this step's, events still to send
-
-  std::mutex pending_mu_;
-  std::unordered_map<BlockKey, std::shared_ptr<const KvBlock>> pending_;  // write-backs in flight
-  int64_t dropped_writebacks_ = 0;                                          // guarded by pending_mu_
-  int64_t through_inflight_ = 0;                                            // guarded by pending_mu_
-  std::unique_ptr<Worker> writeback_, loader_;
   std::thread thread_;
 };
 
@@ -250,72 +208,7 @@ void EngineImpl::WarmUp() {
     secs = Seconds(t0, Clock::now());
   }
   for (int32_t b : blocks) pool_.Release(b);
-  cost_.ObservePrefill(n, secs);
-}
-
-void EngineImpl::WriteBack(int32_t b, BlockKey key) {
-  // Runs inside KvPool::Allocate: copy now (the block is about to be reused),
-  // write to the tiers later. When the tiers fall behind by more than a pool's
-  // worth of blocks, further evictions are dropped rather than queued (a
-  // cache may lose blocks; memory must stay bounded).
-  {
-    std::lock_guard<std::mutex> lock(pending_mu_);
-    if (static_cast<int64_t>(pending_.size()) >= std::max<int64_t>(64, pool_.num_blocks())) {
-      if (dropped_writebacks_++ == 0) LOG_WARN("engine: KV write-back behind; dropping evicted blocks");
-      return;
-    }
-  }
-  auto blk = std::make_shared<KvBlock>();
-  blk->key = key;
-  blk->data.assign(pool_.data(b), pool_.data(b) + pool_.block_floats());
-  std::shared_ptr<const KvBlock> c = blk;
-  {
-    std::lock_guard<std::mutex> lock(pending_mu_);
-    pending_[key] = c;
-  }
-  writeback_->Post([this, c] {
-    PutDown(0, *c);
-    std::lock_guard<std::mutex> lock(pending_mu_);
-    auto it = pending_.find(c->key);
-    if (it != pending_.end() && it->second == c) pending_.erase(it);
-  });
-}
-
-void EngineImpl::WriteThrough(int32_t b, BlockKey key) {
-  // The block stays cached here (no pending entry needed): a copy goes to
-  // the tiers in the background, unless they are a pool's worth behind.
-  {
-    std::lock_guard<std::mutex> lock(pending_mu_);
-    if (static_cast<int64_t>(pending_.size()) + through_inflight_ >= std::max<int64_t>(64, pool_.num_blocks())) return;
-    ++through_inflight_;
-  }
-  auto blk = std::make_shared<KvBlock>();
-  blk->key = key;
-  blk->data.assign(pool_.data(b), pool_.data(b) + pool_.block_floats());
-  writeback_->Post([this, blk] {
-    for (KvTier* t : cfg_.tiers) t->Put(*blk);
-    std::lock_guard<std::mutex> lock(pending_mu_);
-    --through_inflight_;
-  });
-}
-
-void EngineImpl::PutDown(size_t from, const KvBlock& blk) {
-  // Down the hierarchy from tier `from`: into each tier that lacks the block
-  // (a block loaded from the tiers and evicted again is usually still there:
-  // it is not written twice), stopping after a tier that spills -- the rest
-  // get the block when that tier evicts it (or at shutdown). Runs on the
-  // write-back thread (and at shutdown).
-  for (size_t t = from; t < cfg_.tiers.size(); ++t) {
-    KvTier* tier = cfg_.tiers[t];
-    if (!tier->Contains(blk.key)) tier->Put(blk);
-    if (tier->CanSpill()) break;
-  }
-}
-
-std::shared_ptr<const KvBlock> EngineImpl::Pending(BlockKey key) {
-  std::lock_guard<std::mutex> lock(pending_mu_);
-  auto it = pending_.find(key);
-  return it == pending_.end() ? nullptr : it->second;
+  cache_.cost().ObservePrefill(n, secs);
 }
 
 void EngineImpl::Loop() {
@@ -343,79 +236,92 @@ void EngineImpl::Loop() {
 }
 
 void EngineImpl::Step() {
-  std::vector<std::pair<Request*, TokenEvent>> events;
-  // 1. Cancellations.
-  {
-    std::unordered_set<uint64_t> cancel;
-    std::vector<std::unique_ptr<Request>> dropped;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      cancel.swap(cancel_);
-      for (auto it = waiting_.begin(); it != waiting_.end();) {
-        if (cancel.count((*it)->id)) {
-          dropped.push_back(std::move(*it));
-          it = waiting_.erase(it);
-        } else {
-          ++it;
-        }
-      }
-    }
-    for (auto& r : dropped) {
-      r->cancelled = true;
-      Finish(r.get(), "cancelled", &events);
-      finished_.push_back(std::move(r));
-    }
-    for (auto& r : running_)
-      if (cancel.count(r->id)) r->cancelled = true;
-  }
-  // 2. Admission and finished prefetches.
+  Events events;
+  ApplyCancellations(&events);
   Admit();
   for (auto& r : running_)
-    if (r->load && r->load->done.load(std::memory_order_acquire)) FinishLoad(r.get());
+    if (r->load && r->load->ready()) FinishLoad(r.get());
   for (auto& r : running_)
     if (r->cancelled && !r->load) Finish(r.get(), "cancelled", &events);
+  const Batch batch = BuildBatch();
+  RunBatch(batch, &events);
+  Retire();
+  // Events go out last, outside any lock.
+  for (auto& [r, ev] : events) r->on_event(ev);
+  finished_.clear();
+}
 
-  // 3. The batch: decode tokens first, then prefill chunks, under the budget.
-  std::vector<SeqChunk> chunks;
-  std::vector<Request*> owners;
-  int64_t budget = cfg_.step_token_budget, prefill_tokens = 0;
-  auto add = [&](Request* r, int64_t n) {
-    while (static_cast<int64_t>(r->blocks.size()) * kBlockTokens < r->computed + n) {
-      const int32_t b = pool_.Allocate();
-      CHECK_MSG(b >= 0, "KV pool exhausted despite the reservation");
-      r->blocks.push_back(b);
+void EngineImpl::ApplyCancellations(Events* events) {
+  std::unordered_set<uint64_t> cancel;
+  std::vector<std::unique_ptr<Request>> dropped;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancel.swap(cancel_);
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      if (cancel.count((*it)->id)) {
+        dropped.push_back(std::move(*it));
+        it = waiting_.erase(it);
+      } else {
+        ++it;
+      }
     }
-    chunks.push_back(SeqChunk{r->tokens.data() + r->computed, n, r->computed, r->blocks.data(),
-                              static_cast<int64_t>(r->blocks.size())});
-    owners.push_back(r);
-    budget -= n;
-  };
+  }
+  for (auto& r : dropped) {
+    r->cancelled = true;
+    Finish(r.get(), "cancelled", events);
+    finished_.push_back(std::move(r));
+  }
+  for (auto& r : running_)
+    if (cancel.count(r->id)) r->cancelled = true;
+}
+
+Batch EngineImpl::BuildBatch() {
+  // Decode tokens first, then prefill chunks in admission order, under the budget.
+  Batch batch;
   for (auto& r : running_) {
     if (r->load || r->cancelled || r->tokens.empty()) continue;
     if (r->computed >= r->prompt_len && static_cast<int64_t>(r->tokens.size()) - r->computed == 1)
-      add(r.get(), 1);
+      AddChunk(r.get(), 1, &batch);
   }
   for (auto& r : running_) {
+    const int64_t budget = cfg_.step_token_budget - batch.tokens;
     if (budget <= 0) break;
     if (r->load || r->cancelled || r->computed >= r->prompt_len) continue;
     const int64_t n = std::min<int64_t>(r->prompt_len - r->computed, budget);
-    prefill_tokens += n;
-    add(r.get(), n);
+    batch.prefill_tokens += n;
+    AddChunk(r.get(), n, &batch);
   }
-  // 4. Forward, sample, emit.
-  if (!chunks.empty()) {
-    const auto t0 = Clock::now();
-    const float* logits = runner_.Forward(chunks);
-    const double secs = Seconds(t0, Clock::now());
-    cost_.ObserveStep(secs);
-    if (prefill_tokens >= kBlockTokens)
-      cost_.ObservePrefill(cfg_.step_token_budget - budget, secs);
-    for (size_t i = 0; i < chunks.size(); ++i) {
-      owners[i]->computed += chunks[i].n;
-      AfterForward(owners[i], logits + i * runner_.vocab(), &events);
-    }
+  return batch;
+}
+
+void EngineImpl::AddChunk(Request* r, int64_t n, Batch* batch) {
+  // Blocks are taken as tokens arrive; the admission's reservation
+  // guarantees they are there.
+  while (static_cast<int64_t>(r->blocks.size()) * kBlockTokens < r->computed + n) {
+    const int32_t b = pool_.Allocate();
+    CHECK_MSG(b >= 0, "KV pool exhausted despite the reservation");
+    r->blocks.push_back(b);
   }
-  // 5. Retire finished requests, then send events (outside any lock).
+  batch->chunks.push_back(SeqChunk{r->tokens.data() + r->computed, n, r->computed, r->blocks.data(),
+                                   static_cast<int64_t>(r->blocks.size())});
+  batch->owners.push_back(r);
+  batch->tokens += n;
+}
+
+void EngineImpl::RunBatch(const Batch& batch, Events* events) {
+  if (batch.chunks.empty()) return;
+  const auto t0 = Clock::now();
+  const float* logits = runner_.Forward(batch.chunks);
+  const double secs = Seconds(t0, Clock::now());
+  cache_.cost().ObserveStep(secs);
+  if (batch.prefill_tokens >= kBlockTokens) cache_.cost().ObservePrefill(batch.tokens, secs);
+  for (size_t i = 0; i < batch.chunks.size(); ++i) {
+    batch.owners[i]->computed += batch.chunks[i].n;
+    AfterForward(batch.owners[i], logits + i * runner_.vocab(), events);
+  }
+}
+
+void EngineImpl::Retire() {
   for (auto it = running_.begin(); it != running_.end();) {
     if ((*it)->tokens.empty()) {  // Finish clears tokens to mark it
       finished_.push_back(std::move(*it));
@@ -424,14 +330,10 @@ void EngineImpl::Step() {
       ++it;
     }
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.running = static_cast<int>(running_.size());
-    stats_.waiting = static_cast<int>(waiting_.size());
-    stats_.kv_blocks_used = pool_.used();
-  }
-  for (auto& [r, ev] : events) r->on_event(ev);
-  finished_.clear();
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.running = static_cast<int>(running_.size());
+  stats_.waiting = static_cast<int>(waiting_.size());
+  stats_.kv_blocks_used = pool_.used();
 }
 
 void EngineImpl::Admit() {
@@ -450,220 +352,46 @@ void EngineImpl::Admit() {
 }
 
 bool EngineImpl::TryAdmit(Request* r) {
-  // Prefix match over the full blocks of the prompt, leaving at least its
-  // last token to compute (its logits give the first generated token).
-  const int64_t n_full = cfg_.prefix_cache ? (r->prompt_len - 1) / kBlockTokens : 0;
-  auto key_of = [&](BlockKey parent, int64_t i) {
-    return ChainKey(parent, r->tokens.data() + i * kBlockTokens, kBlockTokens, fp_);
-  };
-  // 1. The leading run resident in T0: shared as it is.
-  std::vector<int32_t> t0_run;
-  BlockKey t0_last = 0;
-  for (int64_t i = 0; i < n_full; ++i) {
-    const BlockKey key = key_of(t0_last, i);
-    const int32_t b = pool_.Find(key);
-    if (b < 0) break;
-    t0_run.push_back(b);
-    t0_last = key;
-  }
-  // 2. Room: the T0 run is shared; everything else this request may ever
-  // hold must fit beside the other requests' outstanding reservations.
-  for (int32_t b : t0_run) pool_.Ref(b);
-  int64_t outstanding = 0;
-  for (auto& o : running_) outstanding += o->reserve - static_cast<int64_t>(o->blocks.size());
-  const int64_t need = r->reserve - static_cast<int64_t>(t0_run.size());
-  const int64_t spare = pool_.available() - outstanding - need;
+  // 1. The leading run of the prompt's blocks resident in T0, shared as it is.
+  const int64_t n_full = cache_.MatchableBlocks(r->prompt_len);
+  ChainCursor after_run;
+  std::vector<int32_t> run = cache_.AcquireResidentRun(r->tokens.data(), n_full, &after_run);
+  // 2. Room, or the request waits.
+  const int64_t spare = SpareBlocks(*r, static_cast<int64_t>(run.size()));
   if (spare < 0) {
-    for (int32_t b : t0_run) pool_.Release(b);
+    cache_.ReleaseRun(run);
     return false;
   }
-  // 3. The match goes on block by block: in T0 again (after a gap), in the
-  // write-back queue, in the first lower tier that has the key.
-  // A tier is asked once, for all the remaining keys (one round trip to a
-  // remote store), when the walk first reaches it.
-  const int64_t first = static_cast<int64_t>(t0_run.size());
-  std::vector<BlockKey> keys;
-  for (int64_t i = first; i < n_full; ++i) keys.push_back(key_of(keys.empty() ? t0_last : keys.back(), i));
-  std::vector<std::vector<bool>> in_tier(cfg_.tiers.size());
-  std::vector<MatchedBlock> more;
-  int64_t t0_copies = 0;
-  for (int64_t j = 0; j < static_cast<int64_t>(keys.size()); ++j) {
-    MatchedBlock m;
-    m.key = keys[j];
-    if ((m.t0_block = pool_.Find(m.key)) >= 0) {
-      // Copied into a fresh block, its source referenced meanwhile: that
-      // takes one spare block each for a moment.
-      if (t0_copies == spare) break;
-      ++t0_copies;
-    } else if (!(m.pending = Pending(m.key))) {
-      for (size_t t = 0; t < cfg_.tiers.size() && m.tier < 0; ++t) {
-        if (in_tier[t].empty()) {
-          in_tier[t].assign(j, false);
-          const std::vector<BlockKey> rest(keys.begin() + j, keys.end());
-          if (WorthAsking(cfg_.tiers[t], static_cast<int64_t>(rest.size()))) {
-            const std::vector<bool> got = cfg_.tiers[t]->ContainsMany(rest);
-            in_tier[t].insert(in_tier[t].end(), got.begin(), got.end());
-          } else {
-            in_tier[t].resize(keys.size(), false);
-          }
-        }
-        if (in_tier[t][j]) m.tier = static_cast<int>(t);
-      }
-      if (m.tier < 0) break;
-    }
-    more.push_back(std::move(m));
-  }
-  // 4. Load or recompute the blocks beyond the T0 run. The leading blocks
-  // already in memory (T0 copies, write-back queue, a tier whose measured
-  // read is a memory copy) are read here at once; a read from a slower tier
-  // goes to the I/O thread, and the request waits at least a step for it.
-  std::vector<double> secs;
-  int64_t inline_n = 0;
-  double inline_secs = 0;
-  bool inline_run = true;
-  for (const auto& m : more) {
-    double s = 0.0;  // in memory already
-    if (m.tier >= 0) {
-      KvTier* t = cfg_.tiers[m.tier];
-      s = cost_.TierSecondsPerBlock(t->name(), t->stats());
-    }
-    secs.push_back(s);
-    inline_run = inline_run && s <= kInlineBlockSeconds && inline_secs + s <= kInlineBudgetSeconds;
-    if (inline_run) {
-      ++inline_n;
-      inline_secs += s;
-    }
-  }
-  LoadPlan plan;
-  plan.load_blocks = static_cast<int64_t>(more.size());
-  plan.async = plan.load_blocks > inline_n;
-  if (cfg_.load_or_recompute && !more.empty())
-    plan = ChooseLoadPlan(secs, cost_.RecomputeSecondsPerBlock(), inline_n, cost_.step_seconds());
-  more.resize(plan.load_blocks);
-  r->blocks = t0_run;
-  r->computed = static_cast<int64_t>(t0_run.size()) * kBlockTokens;
-  r->published = static_cast<int64_t>(t0_run.size());
-  r->last_key = t0_last;
+  // 3. Admitted: the rest of the match is loaded (or recomputed) by the cache.
+  r->blocks = std::move(run);
+  StartAt(r, after_run);
+  r->load = cache_.Extend(r->tokens.data(), n_full, after_run, spare, &r->blocks);
+  if (r->load && r->load->ready()) FinishLoad(r);  // read at once: computes its tail in this step
+  return true;
+}
+
+int64_t EngineImpl::SpareBlocks(const Request& r, int64_t shared_blocks) const {
+  // The shared run is held already; everything else this request may ever
+  // hold must fit beside the other requests' outstanding reservations.
+  int64_t outstanding = 0;
+  for (auto& o : running_) outstanding += o->reserve - static_cast<int64_t>(o->blocks.size());
+  return pool_.available() - outstanding - (r.reserve - shared_blocks);
+}
+
+void EngineImpl::StartAt(Request* r, const ChainCursor& chain) {
+  // Its first chain.blocks blocks hold cached KV: it computes from there.
+  r->chain = chain;
+  r->computed = chain.blocks * kBlockTokens;
   r->cached_tokens = r->computed;
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.t0_hits += r->computed;
-    stats_.recomputed_hit_tokens += plan.recompute_blocks * kBlockTokens;
-  }
-  if (more.empty()) return true;
-  // Fresh blocks for the loaded ones; T0-resident sources are referenced
-  // while the allocations run so that they cannot be evicted meanwhile.
-  auto job = std::make_shared<LoadJob>();
-  for (auto& m : more)
-    if (m.t0_block >= 0) pool_.Ref(m.t0_block);
-  for (auto& m : more) {
-    const int32_t b = pool_.Allocate();
-    CHECK(b >= 0);
-    job->dst.push_back(b);
-    r->blocks.push_back(b);
-    r->load_tier.push_back(m.pending ? 0 : m.tier);  // write-back queue: credited to the first tier
-  }
-  r->load_base = static_cast<int64_t>(t0_run.size());
-  job->src = std::move(more);
-  r->load = job;
-  const int64_t n_load = static_cast<int64_t>(job->src.size());
-  const int64_t n_inline = std::min(inline_n, n_load);
-  if (!ReadBlocks(job.get(), 0, n_inline) || n_inline == n_load) {
-    // Everything arrived (or a block failed and the rest is recomputed): the
-    // request computes its tail in this very step.
-    for (auto& m : job->src)
-      if (m.t0_block >= 0) {
-        pool_.Release(m.t0_block);
-        m.t0_block = -1;
-      }
-    job->done.store(true, std::memory_order_release);
-    FinishLoad(r);
-    return true;
-  }
-  // The pool belongs to this thread: T0 sources after the inline run are
-  // copied now, the I/O thread reads only the tiers.
-  for (int64_t i = n_inline; i < n_load; ++i) {
-    MatchedBlock& m = job->src[i];
-    if (m.t0_block < 0) continue;
-    std::memcpy(pool_.data(job->dst[i]), pool_.data(m.t0_block), pool_.block_floats() * sizeof(float));
-    pool_.Release(m.t0_block);
-    m.t0_block = kCopiedFromT0;
-  }
-  loader_->Post([this, job, n_inline, n_load] {
-    ReadBlocks(job.get(), n_inline, n_load);
-    job->done.store(true, std::memory_order_release);
-    cv_.notify_all();
-  });
-  return true;
-}
-
-bool EngineImpl::WorthAsking(KvTier* tier, int64_t n_blocks) {
-  // A tier too slow to read at admission is not even asked (a round trip
-  // to a remote store) when loading all n blocks from it, plus the step the
-  // request would wait for the I/O thread, could not beat recomputing them.
-  if (!cfg_.load_or_recompute) return true;
-  const double read = cost_.TierSecondsPerBlock(tier->name(), tier->stats());
-  if (read <= kInlineBlockSeconds) return true;
-  const double saved = n_blocks * (cost_.RecomputeSecondsPerBlock() - read) - cost_.step_seconds();
-  if (saved > 0) return true;
-  std::lock_guard<std::mutex> lock(mu_);
-  ++stats_.skipped_lookups;
-  return false;
-}
-
-bool EngineImpl::ReadBlocks(LoadJob* job, int64_t from, int64_t to) {
-  // Stops at the first block that is missing or damaged (job->ok counts the
-  // intact leading ones); T0 sources are released as they are copied.
-  const int64_t floats = pool_.block_floats();
-  KvBlock blk;
-  bool ok = true;
-  for (int64_t i = from; i < to; ++i) {
-    MatchedBlock& m = job->src[i];
-    float* dst = pool_.data(job->dst[i]);
-    if (m.t0_block >= 0) {
-      std::memcpy(dst, pool_.data(m.t0_block), floats * sizeof(float));
-      pool_.Release(m.t0_block);
-      m.t0_block = kCopiedFromT0;
-    } else if (m.pending) {
-      std::memcpy(dst, m.pending->data.data(), floats * sizeof(float));
-    } else if (ok && m.tier >= 0) {
-      ok = cfg_.tiers[m.tier]->Get(m.key, &blk) && blk.key == m.key && static_cast<int64_t>(blk.data.size()) == floats;
-      if (ok) std::memcpy(dst, blk.data.data(), floats * sizeof(float));
-    }
-    if (!ok) return false;
-    ++job->ok;
-  }
-  return true;
 }
 
 void EngineImpl::FinishLoad(Request* r) {
-  LoadJob& job = *r->load;
-  // Blocks after the first failed read are recomputed (they stay in the
-  // table as this request's own blocks).
-  int64_t t0_copied = 0;
-  for (int64_t i = 0; i < job.ok; ++i) {
-    const int32_t b = job.dst[i];
-    const BlockKey key = job.src[i].key;
-    if (cfg_.prefix_cache) pool_.Publish(b, key);
-    r->last_key = key;
-    if (job.src[i].t0_block == kCopiedFromT0) ++t0_copied;
-  }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stats_.t0_hits += t0_copied * kBlockTokens;
-    for (int64_t i = 0; i < job.ok; ++i)
-      if (job.src[i].t0_block != kCopiedFromT0 && r->load_tier[i] >= 0)
-        stats_.tier_hits[r->load_tier[i]].second += kBlockTokens;
-  }
-  r->published = r->load_base + job.ok;
-  r->computed = r->published * kBlockTokens;
-  r->cached_tokens = r->computed;
+  StartAt(r, cache_.CompleteLoad(*r->load));
   r->load.reset();
-  r->load_tier.clear();
 }
 
-void EngineImpl::AfterForward(Request* r, const float* logits, std::vector<std::pair<Request*, TokenEvent>>* events) {
-  PublishFull(r);
+void EngineImpl::AfterForward(Request* r, const float* logits, Events* events) {
+  cache_.PublishFull(r->tokens.data(), r->computed, r->blocks, &r->chain);
   if (r->computed < static_cast<int64_t>(r->tokens.size())) return;  // a prefill chunk short of the end
   const int32_t tok = SampleToken(logits, runner_.vocab(), r->params.sampling, &r->rng);
   r->tokens.push_back(tok);
@@ -706,18 +434,7 @@ void EngineImpl::AfterForward(Request* r, const float* logits, std::vector<std::
   if (at_limit) Finish(r, "length", events);
 }
 
-void EngineImpl::PublishFull(Request* r) {
-  if (!cfg_.prefix_cache) return;
-  while ((r->published + 1) * kBlockTokens <= r->computed) {
-    const BlockKey key = ChainKey(r->last_key, r->tokens.data() + r->published * kBlockTokens, kBlockTokens, fp_);
-    const int32_t b = r->blocks[r->published];
-    if (!pool_.keyed(b) && pool_.Publish(b, key) && cfg_.write_through && writeback_) WriteThrough(b, key);
-    r->last_key = key;
-    ++r->published;
-  }
-}
-
-void EngineImpl::Finish(Request* r, const std::string& reason, std::vector<std::pair<Request*, TokenEvent>>* events) {
+void EngineImpl::Finish(Request* r, const std::string& reason, Events* events) {
   TokenEvent ev;
   ev.done = true;
   ev.finish_reason = reason;

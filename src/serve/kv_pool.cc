@@ -35,14 +35,11 @@ int32_t KvPool::Allocate() {
   if (!free_.empty()) {
     b = free_.back();
     free_.pop_back();
-  } else if (!lru_.empty()) {
-    b = lru_.front();
-    lru_.pop_front();
-    Meta& m = meta_[b];
-    if (on_evict_) on_evict_(b, m.key);
-    index_.erase(m.key);
-    m.keyed = false;
-    m.key = 0;
+  } else if (auto victim = lru_.PopOldest()) {
+    b = *victim;
+    if (on_evict_) on_evict_(b);
+    meta_[b].cached = false;
+    --n_cached_;
     ++evictions_;
   } else {
     return -1;
@@ -52,16 +49,11 @@ int32_t KvPool::Allocate() {
   return b;
 }
 
-int32_t KvPool::Find(BlockKey key) const {
-  auto it = index_.find(key);
-  return it == index_.end() ? -1 : it->second;
-}
-
 void KvPool::Ref(int32_t b) {
   Meta& m = meta_[b];
   if (m.refs == 0) {
-    CHECK_MSG(m.keyed, "Ref of an unreferenced block that is not cached");
-    lru_.erase(m.lru);
+    CHECK_MSG(m.cached, "Ref of an unreferenced block that is not cached");
+    lru_.Erase(b);
   }
   ++m.refs;
 }
@@ -70,21 +62,19 @@ void KvPool::Release(int32_t b) {
   Meta& m = meta_[b];
   CHECK(m.refs > 0);
   if (--m.refs > 0) return;
-  if (m.keyed) {
-    m.lru = lru_.insert(lru_.end(), b);
+  if (m.cached) {
+    lru_.Touch(b);
   } else {
     free_.push_back(b);
   }
 }
 
-bool KvPool::Publish(int32_t b, BlockKey key) {
+void KvPool::MarkCached(int32_t b) {
   Meta& m = meta_[b];
-  CHECK(m.refs > 0);
-  if (m.keyed || index_.count(key)) return false;
-  m.keyed = true;
-  m.key = key;
-  index_.emplace(key, b);
-  return true;
+  CHECK_MSG(m.refs > 0, "MarkCached of a block the caller does not reference");
+  if (m.cached) return;
+  m.cached = true;
+  ++n_cached_;
 }
 
 }  // namespace myriad::serve

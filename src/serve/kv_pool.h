@@ -1,11 +1,13 @@
 // The device KV pool (T0): a fixed array of KV blocks of kBlockTokens tokens,
 // shared by every running sequence through per-sequence block tables, with
-// reference counts and a prefix index. A full block that has been published
-// under its chain key (tier.h) stays in the index after its last user lets go
-// (refcount 0: "cached") and is handed out again only when no never-keyed
-// free block is left, least recently released first; the owner hears of that
-// eviction first (on_evict) so it can write the block to the lower tiers.
-// Blocks with a reference (a running request's) are never evicted.
+// reference counts. A block its owner has marked cached (the prefix cache,
+// prefix_cache.h, does so when it publishes a full block under its chain
+// key) keeps its data after its last user lets go (refcount 0: "cached")
+// and is handed out again only when no free block is left, least recently
+// released first; the owner hears of that eviction first (on_evict) so it
+// can forget the block's key and write the block to the lower tiers. Blocks
+// with a reference (a running request's) are never evicted. What a block
+// holds (its key) is the owner's business, not the pool's.
 //
 // Not thread-safe: the engine's scheduler thread owns it. The block data
 // pointers are stable for the pool's lifetime, so another thread may fill a
@@ -14,12 +16,11 @@
 
 #include <cstdint>
 #include <functional>
-#include <list>
-#include <unordered_map>
 #include <vector>
 
 #include "model/model.h"
-#include "serve/kvcache/tier.h"
+#include "serve/kvcache/lru_index.h"
+#include "serve/kvcache/tier.h"  // kBlockTokens, BlockFloats, ModelFingerprint
 
 namespace myriad::serve {
 
@@ -55,46 +56,40 @@ class KvPool {
   // Blocks nobody references (free or cached): what Allocate can hand out.
   int64_t available() const { return static_cast<int64_t>(free_.size() + lru_.size()); }
   int64_t used() const { return num_blocks() - available(); }
-  int64_t cached() const { return static_cast<int64_t>(index_.size()); }
+  int64_t cached() const { return n_cached_; }  // marked cached, referenced or not
 
-  // A block for the caller alone (refcount 1, no key): a free block first,
-  // else the least recently released cached block, whose key leaves the
-  // index after on_evict has seen it (data intact). -1 when all are in use.
+  // A block for the caller alone (refcount 1, not cached): a free block
+  // first, else the least recently released cached block, after on_evict
+  // has seen it (data intact). -1 when all are in use.
   int32_t Allocate();
-  // The block published under `key`, or -1. Counts as a use for the LRU only
-  // when the caller then takes a reference.
-  int32_t Find(BlockKey key) const;
+  // Takes a reference on a referenced or cached block (a cached one leaves
+  // the eviction order while referenced).
   void Ref(int32_t b);
-  // Drops a reference; at zero a keyed block becomes the most recently
-  // released cached block, an unkeyed one goes back to the free list.
+  // Drops a reference; at zero a cached block becomes the most recently
+  // released one, any other goes back to the free list.
   void Release(int32_t b);
-  // Enters block b (which the caller references, and whose tokens are all
-  // written) in the index under `key`. False, and b stays unkeyed, when the
-  // key is already held by another block (two requests computed the same
-  // prefix at once) or b already has a key.
-  bool Publish(int32_t b, BlockKey key);
-  bool keyed(int32_t b) const { return meta_[b].keyed; }
-  BlockKey key(int32_t b) const { return meta_[b].key; }
+  // Keeps block b (which the caller references) after its last release, as
+  // a cached block, until Allocate evicts it.
+  void MarkCached(int32_t b);
+  bool is_cached(int32_t b) const { return meta_[b].cached; }
   int refs(int32_t b) const { return meta_[b].refs; }
 
-  // Called with (block, key) just before a cached block is reused.
-  void set_on_evict(std::function<void(int32_t, BlockKey)> f) { on_evict_ = std::move(f); }
+  // Called with the block just before a cached block is reused.
+  void set_on_evict(std::function<void(int32_t)> f) { on_evict_ = std::move(f); }
   int64_t evictions() const { return evictions_; }
 
  private:
   struct Meta {
     int refs = 0;
-    bool keyed = false;
-    BlockKey key = 0;
-    std::list<int32_t>::iterator lru;  // valid when keyed && refs == 0
+    bool cached = false;
   };
   int64_t block_floats_, kv_dim_, kv_floats_, index_dim_;
   std::vector<float> data_;
   std::vector<Meta> meta_;
-  std::vector<int32_t> free_;   // unkeyed, unreferenced (a stack)
-  std::list<int32_t> lru_;      // keyed, unreferenced; front = least recently released
-  std::unordered_map<BlockKey, int32_t> index_;
-  std::function<void(int32_t, BlockKey)> on_evict_;
+  std::vector<int32_t> free_;   // not cached, unreferenced (a stack)
+  LruIndex<int32_t> lru_;       // cached, unreferenced, by time of release
+  int64_t n_cached_ = 0;
+  std::function<void(int32_t)> on_evict_;
   int64_t evictions_ = 0;
 };
 

@@ -180,21 +180,23 @@ TEST(RunnerTest, DsaBatchedMatchesSessions) {
   CheckBatchedAgainstSessions(cfg);
 }
 
-TEST(KvPoolTest, RefcountsIndexAndLruEviction) {
+TEST(KvPoolTest, RefcountsCachedBlocksAndLruEviction) {
+  // The key index on top is PrefixCache's (prefix_cache_test.cc).
   const ModelConfig cfg = TinyMoe();
   KvPool pool(cfg, 3);
   EXPECT_EQ(pool.block_floats(), BlockFloats(cfg));
-  std::vector<std::pair<int32_t, BlockKey>> evicted;
-  pool.set_on_evict([&](int32_t b, BlockKey k) { evicted.emplace_back(b, k); });
+  std::vector<int32_t> evicted;
+  pool.set_on_evict([&](int32_t b) { evicted.push_back(b); });
   const int32_t a = pool.Allocate(), b = pool.Allocate(), c = pool.Allocate();
   EXPECT_EQ(pool.Allocate(), -1);  // all referenced: nothing to evict
-  EXPECT_TRUE(pool.Publish(a, 101));
-  EXPECT_TRUE(pool.Publish(b, 102));
-  EXPECT_FALSE(pool.Publish(c, 101));  // key taken by another block
-  EXPECT_EQ(pool.Find(101), a);
+  pool.MarkCached(a);
+  pool.MarkCached(b);
+  pool.MarkCached(b);  // once is enough
+  EXPECT_EQ(pool.cached(), 2);
+  EXPECT_FALSE(pool.is_cached(c));
   pool.Ref(a);  // a second user
-  pool.Release(c);  // unkeyed: free
-  pool.Release(b);  // keyed: cached
+  pool.Release(c);  // not cached: free
+  pool.Release(b);  // cached
   pool.Release(a);
   EXPECT_EQ(pool.available(), 2);
   EXPECT_EQ(pool.refs(a), 1);
@@ -203,14 +205,27 @@ TEST(KvPoolTest, RefcountsIndexAndLruEviction) {
   EXPECT_TRUE(evicted.empty());
   EXPECT_EQ(pool.Allocate(), b);
   ASSERT_EQ(evicted.size(), 1u);
-  EXPECT_EQ(evicted[0], std::make_pair(b, BlockKey{102}));
-  EXPECT_EQ(pool.Find(102), -1);
-  EXPECT_EQ(pool.Find(101), a);  // still held, never evicted
+  EXPECT_EQ(evicted[0], b);
+  EXPECT_FALSE(pool.is_cached(b));
+  EXPECT_TRUE(pool.is_cached(a));  // still held, never evicted
+  EXPECT_EQ(pool.cached(), 1);
+  EXPECT_EQ(pool.evictions(), 1);
   EXPECT_EQ(pool.Allocate(), -1);
-  // A cached block found again leaves the LRU when referenced.
+  // A cached block taken again leaves the LRU while referenced.
   pool.Release(a);
+  EXPECT_EQ(pool.available(), 1);
   pool.Ref(a);
   EXPECT_EQ(pool.Allocate(), -1);
+  // Released blocks are evicted least recently released first.
+  pool.MarkCached(b);
+  pool.MarkCached(c);
+  pool.Release(c);
+  pool.Release(a);
+  pool.Release(b);
+  EXPECT_EQ(pool.Allocate(), c);
+  EXPECT_EQ(pool.Allocate(), a);
+  EXPECT_EQ(pool.Allocate(), b);
+  EXPECT_EQ(evicted, (std::vector<int32_t>{b, c, a, b}));
 }
 
 TEST(KvPoolTest, FingerprintFollowsWeightsAndConfig) {

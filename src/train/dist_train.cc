@@ -1,49 +1,18 @@
 #include "train/dist_train.h"
 
-#include "train/checkpoint/async_writer.h"
-
 #include <algorithm>
-#include <chrono>
-#include <map>
 #include <cmath>
+#include <map>
 #include <cstring>
 
 #include "core/log.h"
 #include "train/comm/hierarchical.h"
-#include "ops/ops.h"
-#include "train/trainer.h"
 
 namespace myriad {
 namespace {
 
 using comm::DType;
 using comm::ReduceOp;
-
-// First layer of each stage (and n_layers at the end): from "3,2,..." or
-// as even as possible (the earlier stages take the remainder; the last
-// stage also carries the head and MTP modules).
-Result<std::vector<int>> StageLayers(int64_t n_layers, int pp, const std::string& spec) {
-  std::vector<int> begin{0};
-  if (spec.empty()) {
-    for (int s = 0; s < pp; ++s) begin.push_back(begin.back() + static_cast<int>(n_layers / pp + (s < n_layers % pp)));
-    return begin;
-  }
-  size_t pos = 0;
-  while (pos <= spec.size()) {
-    size_t comma = spec.find(',', pos);
-    std::string item = spec.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    int n = 0;
-    try { n = std::stoi(item); } catch (...) { n = -1; }
-    if (n < 1) return Status::Error("parallel.pp_layers=\"" + spec + "\": \"" + item + "\" is not a layer count >= 1");
-    begin.push_back(begin.back() + n);
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
-  if (static_cast<int>(begin.size()) - 1 != pp || begin.back() != n_layers)
-    return Status::Error("parallel.pp_layers=\"" + spec + "\" must give " + std::to_string(pp) +
-                         " stage sizes summing to model.n_layers=" + std::to_string(n_layers));
-  return begin;
-}
 
 // Copies the slice a local tensor `p` holds out of (to_local) or into a
 // whole tensor `whole` laid out as p.global_shape.
@@ -98,6 +67,11 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(comm::Comm* world, cons
   std::unique_ptr<DistTrainer> t(new DistTrainer());
   t->mc_ = mc;
   t->tc_ = tc;
+  // One rank: ZeRO has nothing to shard (stage 0 keeps the flat state) and
+  // no gradient goes anywhere (no hierarchy or compression).
+  const bool solo = world->size() == 1;
+  const int zero = solo ? 0 : pc.zero;
+  t->tc_.parallel.zero = zero;
   ASSIGN_OR_RETURN(t->stage_begin_, StageLayers(mc.n_layers, dims.pp, pc.pp_layers));
   t->mesh_ = std::make_unique<Mesh>(world, dims);
   Mesh& m = *t->mesh_;
@@ -112,7 +86,7 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(comm::Comm* world, cons
   if (dims.pp > 1) t->model_->set_slots(dims.pp);
   // Hierarchical (and optionally compressed) all-reduce for the dense
   // gradients: a decorator over the dense group.
-  if (pc.hierarchical || pc.compression != "none") {
+  if (!solo && (pc.hierarchical || pc.compression != "none")) {
     comm::HierOptions ho;
     ho.ranks_per_node = pc.ranks_per_node;
     ho.inter.mode = pc.compression == "int8"   ? comm::Compression::kInt8
@@ -125,14 +99,14 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(comm::Comm* world, cons
                            e.what());
     }
     t->grad_comm_ = t->hier_.get();
-    if (pc.zero >= 2 && t->is_root())
+    if (zero >= 2 && t->is_root())
       LOG_WARN("parallel.zero=%d reduce-scatters gradients; hierarchy and compression apply to the all-reduce "
-               "of ZeRO 0 and 1 only", pc.zero);
+               "of ZeRO 0 and 1 only", zero);
     if (t->is_root())
       LOG_INFO("gradients: hierarchical all-reduce over %d nodes x %d ranks, inter-node compression %s",
                t->hier_->num_nodes(), t->hier_->local_size(), pc.compression.c_str());
   }
-  t->zero_ = std::make_unique<ZeroSync>(t->model_.get(), &dense, &expert, dense_rep, pc.zero, t->grad_comm_);
+  t->zero_ = std::make_unique<ZeroSync>(t->model_.get(), &dense, &expert, dense_rep, zero, t->grad_comm_);
   if (ep) t->ep_ = std::make_unique<ExpertParallel>(ep, t->model_.get());
   if (dims.pp > 1 && m.coords().pp == dims.pp - 1 && m.coords().pp != 0 &&
       (mc.tie_embeddings || mc.mtp_depth > 0))
@@ -151,9 +125,14 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(comm::Comm* world, cons
     t->embed_owner_ = m.world().Split(color, m.rank());
     if (ends && (mc.tie_embeddings || mc.mtp_depth > 0)) t->embed_group_ = t->embed_owner_.get();
   }
-  t->hooks_ = std::make_unique<DistHooks>(t->zero_.get(), t->ep_.get(), t->sp_.get(), t->cp_.get(), loss_group);
-  t->model_->set_hooks(t->hooks_.get());
-  const size_t state = pc.zero == 0 ? t->model_->layout().total() : t->zero_->packed_size();
+  if (dims.pp > 1) t->pipe_ = std::make_unique<Pipeline>(&m.pp(), t->model_.get(), t->zero_.get());
+  // On one rank every hook would be a no-op (stage 0, groups of one): the
+  // model runs without them, as a plain single-device model.
+  if (!solo) {
+    t->hooks_ = std::make_unique<DistHooks>(t->zero_.get(), t->ep_.get(), t->sp_.get(), t->cp_.get(), loss_group);
+    t->model_->set_hooks(t->hooks_.get());
+  }
+  const size_t state = zero == 0 ? t->model_->layout().total() : t->zero_->packed_size();
   t->m_.assign(state, 0.f);
   t->v_.assign(state, 0.f);
   // Micro-batches per rank: as few as keep each no larger than train.batch_size.
@@ -163,7 +142,7 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(comm::Comm* world, cons
   t->micro_ = dims.pp > 1 ? micro : mb_count;
   if (t->is_root())
     LOG_INFO("parallel: %s, ZeRO-%d, %lld sequences per rank per step in %lld micro-batches; %lld of %lld "
-             "parameters here", dims.ToString().c_str(), pc.zero, static_cast<long long>(S),
+             "parameters here", dims.ToString().c_str(), zero, static_cast<long long>(S),
              static_cast<long long>(mb_count), static_cast<long long>(t->model_->layout().total()),
              static_cast<long long>(ParamLayout(mc).total()));
   return t;
@@ -172,6 +151,7 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(comm::Comm* world, cons
 StepStats DistTrainer::Step(const int32_t* global, int A, int B, int T, int64_t step) {
   Mesh& m = *mesh_;
   StepStats st;
+  const bool pipe = pipe_ != nullptr, multi = !solo();
   if (mc_.dsa()) model_->set_dsa_dense(step <= mc_.dsa_warmup_steps);
   const int64_t D = m.data_size(), S = static_cast<int64_t>(A) * B / D, mb = S / micro_;
   const int32_t* mine = global + m.data_rank() * S * (T + 1);
@@ -192,49 +172,41 @@ StepStats DistTrainer::Step(const int32_t* global, int A, int B, int T, int64_t 
   // faults) reduces synchronously to time the reduction on its own; the
   // others overlap it with backward (hidden = 1 - exposed / alone).
   zero_->set_sync(steps_done_ == 1);
-  double parts[4] = {0, 0, 0, 0};
-  const int64_t pp_bytes0 = m.dims().pp > 1 ? m.pp().stats().bytes_sent : 0;
-  if (m.dims().pp > 1) {
-    RunPipeline(mine, mb, T, scale, parts);
+  LossParts& loss = st.loss;
+  const int64_t pp_bytes0 = pipe ? m.pp().stats().bytes_sent : 0;
+  if (pipe) {
+    pipe_->Step(mine, micro_, mb, T, scale, &loss);
+    comm_.bubble_theory = pipe_->bubble_theory();
+    comm_.bubble_measured = pipe_->bubble_measured();
   } else {
     for (int64_t i = 0; i < micro_; ++i) {
       zero_->set_reduce(i == micro_ - 1);
-      LossParts lp = model_->Step(mine + i * mb * (T + 1), static_cast<int>(mb), T, true, scale);
-      parts[0] += lp.total * scale; parts[1] += lp.main * scale;
-      parts[2] += lp.mtp * scale; parts[3] += lp.aux * scale;
+      loss.AddScaled(model_->Step(mine + i * mb * (T + 1), static_cast<int>(mb), T, true, scale), scale);
     }
   }
   zero_->Finish();
   if (embed_group_) zero_->SumSegmentGrad(model_->layout().offsets().embed, embed_group_);
   // The model's loss terms cover its sequences (summed over tp and cp
   // already) and its pipeline stage: add the other data ranks' and stages'.
-  data_->AllReduce(parts, 4, DType::kF64, ReduceOp::kSum);
-  if (m.dims().pp > 1) m.pp().AllReduce(parts, 4, DType::kF64, ReduceOp::kSum);
-  st.loss = parts[0]; st.loss_main = parts[1]; st.loss_mtp = parts[2]; st.loss_aux = parts[3];
+  if (multi) {
+    double parts[LossParts::kCount];
+    loss.ToArray(parts);
+    data_->AllReduce(parts, LossParts::kCount, DType::kF64, ReduceOp::kSum);
+    if (pipe) m.pp().AllReduce(parts, LossParts::kCount, DType::kF64, ReduceOp::kSum);
+    loss.FromArray(parts);
+  }
 
   // Global gradient norm over disjoint owned slices, clipping, AdamW.
   double sumsq = zero_->OwnedGradSumSquares();
-  m.world().AllReduce(&sumsq, 1, DType::kF64, ReduceOp::kSum);
+  if (multi) m.world().AllReduce(&sumsq, 1, DType::kF64, ReduceOp::kSum);
   const OptimConfig& oc = tc_.optim;
   const double norm = std::sqrt(sumsq);
-  const double clip = oc.grad_clip > 0 ? std::min(1.0, oc.grad_clip / (norm + 1e-6)) : 1.0;
+  const double clip = ClipScale(oc, norm);
   const double lr = LearningRate(oc, step);
   const bool flat = zero_->stage() == 0;
   zero_->ForEachOwned([&](int64_t off, int64_t n, int64_t packed, bool decay) {
-    AdamWParams a;
-    a.n = n;
-    a.lr = static_cast<float>(lr);
-    a.beta1 = static_cast<float>(oc.beta1);
-    a.beta2 = static_cast<float>(oc.beta2);
-    a.eps = static_cast<float>(oc.eps);
-    a.weight_decay = decay ? static_cast<float>(oc.weight_decay) : 0.f;
-    a.step = step;
-    a.param = zero_->OwnedParam(off, packed);
-    a.grad = zero_->OwnedGrad(off, packed);
-    a.m = m_.data() + (flat ? off : packed);
-    a.v = v_.data() + (flat ? off : packed);
-    a.grad_scale = static_cast<float>(clip);
-    ops::AdamW(a);
+    AdamWUpdate(oc, step, lr, clip, decay, n, zero_->OwnedParam(off, packed), zero_->OwnedGrad(off, packed),
+                m_.data() + (flat ? off : packed), v_.data() + (flat ? off : packed));
   });
   zero_->PublishParams();
   st.grad_norm = norm;
@@ -243,9 +215,11 @@ StepStats DistTrainer::Step(const int32_t* global, int A, int B, int T, int64_t 
   // Expert loads of every data rank, then the (identical) bias update.
   // (Each pipeline stage counts its own blocks: summed over the stages, every
   // rank holds every block's loads and keeps every bias in step.)
-  for (auto& load : model_->mutable_expert_load()) {
-    dense.AllReduce(load.data(), static_cast<int64_t>(load.size()), DType::kI64, ReduceOp::kSum);
-    if (m.dims().pp > 1) m.pp().AllReduce(load.data(), static_cast<int64_t>(load.size()), DType::kI64, ReduceOp::kSum);
+  if (multi) {
+    for (auto& load : model_->mutable_expert_load()) {
+      dense.AllReduce(load.data(), static_cast<int64_t>(load.size()), DType::kI64, ReduceOp::kSum);
+      if (pipe) m.pp().AllReduce(load.data(), static_cast<int64_t>(load.size()), DType::kI64, ReduceOp::kSum);
+    }
   }
   st.expert_load = model_->expert_load();
   for (const auto& load : st.expert_load) {
@@ -264,7 +238,7 @@ StepStats DistTrainer::Step(const int32_t* global, int A, int B, int T, int64_t 
   comm_.exposed_s = zero_->stats().wait_s;
   comm_.resident_peak = zero_->stats().gathered_peak;
   comm_.local_params = model_->layout().total();
-  comm_.pp_bytes = m.dims().pp > 1 ? m.pp().stats().bytes_sent - pp_bytes0 : 0;
+  comm_.pp_bytes = pipe ? m.pp().stats().bytes_sent - pp_bytes0 : 0;
   if (steps_done_ == 1) {
     comm_.sync_s = zero_->stats().reduce_sync_s;
     comm_.exposed_s = comm_.sync_s;  // nothing was hidden in the timing step
@@ -273,90 +247,9 @@ StepStats DistTrainer::Step(const int32_t* global, int A, int B, int T, int64_t 
   return st;
 }
 
-void DistTrainer::RunPipeline(const int32_t* mine, int64_t mb, int T, float scale, double* parts) {
-  comm::Comm& pp = mesh_->pp();
-  const int P = pp.size(), s = pp.rank();
-  const int64_t M = micro_, F = model_->BoundaryFloats(static_cast<int>(mb), T);
-  constexpr int kActTag = 1 << 20, kGradTag = 2 << 20;
-  act_in_.resize(P); act_out_.resize(P); grad_out_.resize(P);
-  for (int i = 0; i < P; ++i) { act_in_[i].resize(F); act_out_[i].resize(F); grad_out_[i].resize(F); }
-  grad_in_.resize(F);
-  std::vector<comm::Request> send_act(P), send_grad(P);
-  double wait = 0;
-  auto now = [] { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); };
-  const double t_start = now();
-  // Micro-batch i lives in slot i % P: at most P - s are in flight on stage s.
-  auto forward = [&](int64_t i) {
-    const int slot = static_cast<int>(i % P);
-    const float* x = nullptr;
-    if (s > 0) {
-      const double t0 = now();
-      pp.Recv(act_in_[slot].data(), F, DType::kF32, s - 1, kActTag + static_cast<int>(i));
-      wait += now() - t0;
-      x = act_in_[slot].data();
-    }
-    LossParts lp;
-    const float* y = model_->StageForward(slot, mine + i * mb * (T + 1), static_cast<int>(mb), T, x, true, scale, &lp);
-    parts[0] += lp.total * scale; parts[1] += lp.main * scale;
-    parts[2] += lp.mtp * scale; parts[3] += lp.aux * scale;
-    if (s < P - 1) {
-      send_act[slot].Wait();
-      std::memcpy(act_out_[slot].data(), y, F * sizeof(float));
-      send_act[slot] = pp.ISend(act_out_[slot].data(), F, DType::kF32, s + 1, kActTag + static_cast<int>(i));
-    }
-  };
-  auto backward = [&](int64_t i) {
-    const int slot = static_cast<int>(i % P);
-    const float* d = nullptr;
-    if (s < P - 1) {
-      const double t0 = now();
-      pp.Recv(grad_in_.data(), F, DType::kF32, s + 1, kGradTag + static_cast<int>(i));
-      wait += now() - t0;
-      d = grad_in_.data();
-    }
-    zero_->set_reduce(i == M - 1);  // reduce gradients during the last backward
-    const float* dx = model_->StageBackward(slot, d, scale);
-    if (s > 0) {
-      send_grad[slot].Wait();
-      std::memcpy(grad_out_[slot].data(), dx, F * sizeof(float));
-      send_grad[slot] = pp.ISend(grad_out_[slot].data(), F, DType::kF32, s - 1, kGradTag + static_cast<int>(i));
-    }
-  };
-  // 1F1B: warm up with P-s-1 forwards, then alternate one forward and one
-  // backward, then drain the backwards.
-  const int64_t warmup = std::min<int64_t>(P - s - 1, M);
-  for (int64_t i = 0; i < warmup; ++i) forward(i);
-  for (int64_t i = 0; i < M - warmup; ++i) {
-    forward(warmup + i);
-    backward(i);
-  }
-  for (int64_t i = M - warmup; i < M; ++i) backward(i);
-  for (auto& r : send_act) r.Wait();
-  for (auto& r : send_grad) r.Wait();
-  // Idle fraction: the schedule's (P-1)/(M+P-1), and the time this stage
-  // waited for its neighbours, averaged over the stages.
-  double frac = wait / std::max(1e-9, now() - t_start);
-  pp.AllReduce(&frac, 1, DType::kF64, ReduceOp::kSum);
-  comm_.bubble_measured = frac / P;
-  comm_.bubble_theory = static_cast<double>(P - 1) / static_cast<double>(M + P - 1);
-}
-
 EvalResult DistTrainer::Evaluate(DataLoader& val, int B, int T, int64_t batches) {
-  if (mesh_->dims().pp == 1) return myriad::Evaluate(*model_, val, B, T, batches);
-  // Forward only, stage after stage; the last stage's loss goes to everyone.
-  comm::Comm& pp = mesh_->pp();
-  const int P = pp.size(), s = pp.rank();
-  const int64_t F = model_->BoundaryFloats(B, T);
-  std::vector<float> x(F);
-  EvalResult r = EvaluateWith(val, B, T, batches, [&](const int32_t* tokens) {
-    if (s > 0) pp.Recv(x.data(), F, DType::kF32, s - 1, 3 << 20);
-    LossParts lp;
-    const float* y = model_->StageForward(0, tokens, B, T, s > 0 ? x.data() : nullptr, false, 1.f, &lp);
-    if (s < P - 1) pp.Send(y, F, DType::kF32, s + 1, 3 << 20);
-    double loss = lp.main;
-    pp.Broadcast(&loss, 1, DType::kF64, P - 1);
-    return loss;
-  });
+  if (!pipe_) return myriad::Evaluate(*model_, val, B, T, batches);
+  EvalResult r = EvaluateWith(val, B, T, batches, [&](const int32_t* tokens) { return pipe_->ForwardLoss(tokens, B, T); });
   model_->ClearExpertLoad();
   return r;
 }
@@ -365,6 +258,9 @@ std::unique_ptr<CheckpointSnapshot> DistTrainer::Snapshot(int64_t step, const nl
   Mesh& m = *mesh_;
   zero_->GatherAll();
   const ParamLayout& lay = model_->layout();
+  // One rank holds the whole tensors in the single-device layout and flat
+  // moments: they go into the snapshot as they are (one copy, the snapshot's).
+  if (solo()) return MakeSnapshot(step, meta, model_->params().data(), m_.data(), v_.data());
   // Whole local optimizer moments (local layout).
   std::vector<float> lm, lv;
   if (zero_->stage() == 0) {
@@ -427,24 +323,31 @@ std::unique_ptr<CheckpointSnapshot> DistTrainer::Snapshot(int64_t step, const nl
         CopySlice(p, Vo.data() + o, const_cast<float*>(pv) + p.offset, false);
       }
     }
-    auto snap = std::make_unique<CheckpointSnapshot>();
-    snap->step = step;
-    snap->meta = meta;
-    for (const auto& p : whole.params()) {
-      if (mc_.tie_embeddings && p.name == "lm_head.weight") continue;
-      snap->AddModel(p.name, p.shape, P.data() + p.offset, p.numel);
-    }
-    const auto& bn = whole.bias_names();
-    for (size_t i = 0; i < bn.size(); ++i)
-      snap->AddModel(bn[i], {mc_.n_routed_experts}, model_->biases()[i].data(), mc_.n_routed_experts);
-    for (const auto& p : whole.params()) {
-      if (mc_.tie_embeddings && p.name == "lm_head.weight") continue;
-      snap->AddOptimizer(p.name + ".exp_avg", p.shape, Mo.data() + p.offset, p.numel);
-      snap->AddOptimizer(p.name + ".exp_avg_sq", p.shape, Vo.data() + p.offset, p.numel);
-    }
-    return snap;
+    return MakeSnapshot(step, meta, P.data(), Mo.data(), Vo.data());
   }
   return nullptr;
+}
+
+std::unique_ptr<CheckpointSnapshot> DistTrainer::MakeSnapshot(int64_t step, const nlohmann::json& meta,
+                                                              const float* params, const float* exp_avg,
+                                                              const float* exp_avg_sq) const {
+  const ParamLayout whole(mc_);
+  auto snap = std::make_unique<CheckpointSnapshot>();
+  snap->step = step;
+  snap->meta = meta;
+  for (const auto& p : whole.params()) {
+    if (mc_.tie_embeddings && p.name == "lm_head.weight") continue;
+    snap->AddModel(p.name, p.shape, params + p.offset, p.numel);
+  }
+  const auto& bn = whole.bias_names();
+  for (size_t i = 0; i < bn.size(); ++i)
+    snap->AddModel(bn[i], {mc_.n_routed_experts}, model_->biases()[i].data(), mc_.n_routed_experts);
+  for (const auto& p : whole.params()) {
+    if (mc_.tie_embeddings && p.name == "lm_head.weight") continue;
+    snap->AddOptimizer(p.name + ".exp_avg", p.shape, exp_avg + p.offset, p.numel);
+    snap->AddOptimizer(p.name + ".exp_avg_sq", p.shape, exp_avg_sq + p.offset, p.numel);
+  }
+  return snap;
 }
 
 Status DistTrainer::Restore(const LoadedCheckpoint& ck, bool with_optimizer) {

@@ -1,7 +1,13 @@
-// A distributed training run's per-rank state: the mesh, this rank's shard
-// of the model, ZeRO gradient/parameter sync, expert parallelism and the
-// sharded AdamW state -- and the step, evaluation and checkpoint operations
-// on them (docs/parallel.md). Every method is collective over the world.
+// The training step, the only one: a run's per-rank state -- the mesh, this
+// rank's shard of the model, ZeRO gradient/parameter sync, expert, tensor,
+// context and pipeline parallelism and the (sharded) AdamW state -- and the
+// step, evaluation and checkpoint operations on them (docs/parallel.md).
+// Every method is collective over the world.
+//
+// Single-device training is a world of one rank (comm::MakeSelfComm()):
+// then the model runs without hooks, ZeRO is stage 0 and no collective or
+// copy is issued on the step's path -- the same arithmetic as a model, its
+// gradients and AdamW with nothing around them.
 #pragma once
 
 #include <cstdint>
@@ -18,11 +24,20 @@
 #include "train/comm/hierarchical.h"
 #include "train/parallel/dist_hooks.h"
 #include "train/parallel/mesh.h"
+#include "train/parallel/pp/pipeline.h"
 #include "train/train_config.h"
-#include "train/train_step.h"
 #include "train/trainer.h"
 
 namespace myriad {
+
+// What one optimizer step reports.
+struct StepStats {
+  LossParts loss;         // means over the global batch (total: what the gradient is of)
+  double grad_norm = 0;   // global, before clipping
+  double lr = 0;
+  std::vector<std::vector<int64_t>> expert_load;  // per MoE block, this step, every rank's tokens
+  double max_imbalance = 0;  // max over blocks of max_load / mean_load
+};
 
 class DistTrainer {
  public:
@@ -31,12 +46,15 @@ class DistTrainer {
   ~DistTrainer();
 
   Mesh& mesh() { return *mesh_; }
+  // One rank: no collectives, no hooks (see above).
+  bool solo() const { return mesh_->world().size() == 1; }
   Model& model() { return *model_; }
   bool is_root() const { return mesh_->rank() == 0; }
   int64_t micro_per_rank() const { return micro_; }
 
   // One optimizer step on the global batch `global` [A*B, T+1] (every rank
-  // passes the same tokens; each takes its data rank's sequences).
+  // passes the same tokens; each takes its data rank's sequences). A*B is
+  // train.grad_accum * train.batch_size of the config it was created with.
   StepStats Step(const int32_t* global, int A, int B, int T, int64_t step);
   // Mean main loss over `batches` validation batches (every rank the same
   // batches). Without a pipeline this is trainer.h's Evaluate on the model.
@@ -61,20 +79,20 @@ class DistTrainer {
 
  private:
   DistTrainer() = default;
-  // 1F1B over micro_ micro-batches of mb sequences; adds loss terms to parts.
-  void RunPipeline(const int32_t* mine, int64_t mb, int T, float scale, double* parts);
   ShardPlan PlanFor(const Coords& c) const;
+  // The snapshot of whole tensors (single-device layout) and moments.
+  std::unique_ptr<CheckpointSnapshot> MakeSnapshot(int64_t step, const nlohmann::json& meta, const float* params,
+                                                   const float* exp_avg, const float* exp_avg_sq) const;
   std::vector<int> stage_begin_;  // first layer of each pipeline stage (+ n_layers at the end)
   std::unique_ptr<comm::Comm> embed_owner_;
   comm::Comm* embed_group_ = nullptr;  // first and last pipeline stages (embedding copies)
-  std::vector<std::vector<float>> act_in_, act_out_, grad_out_;
-  std::vector<float> grad_in_;
   std::unique_ptr<Mesh> mesh_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<ZeroSync> zero_;
   std::unique_ptr<ExpertParallel> ep_;
   std::unique_ptr<TpRows> sp_;
   std::unique_ptr<ContextParallel> cp_;
+  std::unique_ptr<Pipeline> pipe_;  // pp > 1
   comm::Comm* data_ = nullptr;  // ranks with different sequences (dp x ep)
   std::unique_ptr<DistHooks> hooks_;
   std::unique_ptr<comm::HierarchicalComm> hier_;  // hierarchical/compressed wrapper of dense_data, if any

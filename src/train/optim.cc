@@ -16,30 +16,26 @@ double LearningRate(const OptimConfig& c, int64_t s) {
   return c.min_lr + 0.5 * (c.lr - c.min_lr) * (1.0 + std::cos(M_PI * p));
 }
 
-AdamWOptimizer::AdamWOptimizer(const ParamLayout& layout, const OptimConfig& cfg)
-    : layout_(layout), cfg_(cfg), m_(layout.total(), 0.f), v_(layout.total(), 0.f) {}
+double ClipScale(const OptimConfig& c, double grad_norm) {
+  return c.grad_clip > 0 ? std::min(1.0, c.grad_clip / (grad_norm + 1e-6)) : 1.0;
+}
 
-double AdamWOptimizer::Step(float* params, const float* grads, int64_t s) {
-  const double norm = std::sqrt(ops::SumSquares(grads, layout_.total()));
-  const double scale = cfg_.grad_clip > 0 ? std::min(1.0, cfg_.grad_clip / (norm + 1e-6)) : 1.0;
-  last_lr_ = LearningRate(cfg_, s);
-  for (const auto& p : layout_.params()) {
-    AdamWParams a;
-    a.n = p.numel;
-    a.lr = static_cast<float>(last_lr_);
-    a.beta1 = static_cast<float>(cfg_.beta1);
-    a.beta2 = static_cast<float>(cfg_.beta2);
-    a.eps = static_cast<float>(cfg_.eps);
-    a.weight_decay = p.decay ? static_cast<float>(cfg_.weight_decay) : 0.f;
-    a.step = s;
-    a.param = params + p.offset;
-    a.grad = grads + p.offset;
-    a.m = m_.data() + p.offset;
-    a.v = v_.data() + p.offset;
-    a.grad_scale = static_cast<float>(scale);
-    ops::AdamW(a);
-  }
-  return norm;
+void AdamWUpdate(const OptimConfig& c, int64_t s, double lr, double grad_scale, bool decay, int64_t n,
+                 float* param, const float* grad, float* m, float* v) {
+  AdamWParams a;
+  a.n = n;
+  a.lr = static_cast<float>(lr);
+  a.beta1 = static_cast<float>(c.beta1);
+  a.beta2 = static_cast<float>(c.beta2);
+  a.eps = static_cast<float>(c.eps);
+  a.weight_decay = decay ? static_cast<float>(c.weight_decay) : 0.f;
+  a.step = s;
+  a.param = param;
+  a.grad = grad;
+  a.m = m;
+  a.v = v;
+  a.grad_scale = static_cast<float>(grad_scale);
+  ops::AdamW(a);
 }
 
 }  // namespace myriad

@@ -1,11 +1,10 @@
-// AdamW with decoupled weight decay over the model's flat parameter buffer,
-// global-norm clipping and the warmup + cosine schedule of docs/model.md.
+// AdamW with decoupled weight decay, global-norm clipping and the warmup +
+// cosine schedule of docs/model.md. The state (moments) belongs to the
+// trainer (DistTrainer: flat, or the slices a rank owns under ZeRO); this is
+// the arithmetic it applies.
 #pragma once
 
 #include <cstdint>
-#include <vector>
-
-#include "model/params.h"
 
 namespace myriad {
 
@@ -18,22 +17,14 @@ struct OptimConfig {
 // Learning rate at 1-based step s.
 double LearningRate(const OptimConfig& c, int64_t s);
 
-class AdamWOptimizer {
- public:
-  AdamWOptimizer(const ParamLayout& layout, const OptimConfig& cfg);
-  // One update at 1-based step s. Returns the global L2 norm of the grads
-  // before clipping.
-  double Step(float* params, const float* grads, int64_t s);
-  std::vector<float>& exp_avg() { return m_; }
-  std::vector<float>& exp_avg_sq() { return v_; }
-  const OptimConfig& config() const { return cfg_; }
-  double last_lr() const { return last_lr_; }
+// The factor clipping multiplies the gradients by, given their global L2
+// norm (1 when within grad_clip or clipping is off).
+double ClipScale(const OptimConfig& c, double grad_norm);
 
- private:
-  const ParamLayout& layout_;
-  OptimConfig cfg_;
-  std::vector<float> m_, v_;
-  double last_lr_ = 0;
-};
+// One AdamW update of n parameters at 1-based step s with learning rate lr,
+// the gradients scaled by grad_scale (clipping); `decay`: the tensor takes
+// weight decay.
+void AdamWUpdate(const OptimConfig& c, int64_t s, double lr, double grad_scale, bool decay, int64_t n,
+                 float* param, const float* grad, float* m, float* v);
 
 }  // namespace myriad

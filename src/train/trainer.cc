@@ -20,15 +20,16 @@
 #include "train/checkpoint/async_writer.h"
 #include "train/checkpoint/checkpoint.h"
 #include "core/fault_env.h"
+#include "train/comm/local_comm.h"
 #include "train/comm/trace.h"
 #include "train/supervise/faults.h"
 #include "train/supervise/health.h"
 #include "train/supervise/heartbeat.h"
 #include "ops/ops.h"
 #include "backend/cpu/kernel_bench.h"
+#include "model/flops.h"
 #include "train/dist_train.h"
 #include "train/precision.h"
-#include "train/train_step.h"
 
 namespace myriad {
 namespace {
@@ -79,34 +80,6 @@ std::string FormatDuration(double s) {
   if (t >= 3600) std::snprintf(buf, sizeof buf, "%lldh%02lldm", (long long)(t / 3600), (long long)(t / 60 % 60));
   else std::snprintf(buf, sizeof buf, "%lldm%02llds", (long long)(t / 60), (long long)(t % 60));
   return buf;
-}
-
-std::vector<TensorView> ModelTensors(Model& m) {
-  std::vector<TensorView> out;
-  for (const auto& p : m.layout().params()) {
-    if (m.config().tie_embeddings && p.name == "lm_head.weight") continue;
-    out.push_back({p.name, "F32", p.shape, m.params().data() + p.offset, static_cast<size_t>(p.numel) * 4});
-  }
-  const auto& bn = m.layout().bias_names();
-  for (size_t i = 0; i < bn.size(); ++i)
-    out.push_back({bn[i], "F32", {m.config().n_routed_experts}, m.biases()[i].data(),
-                   static_cast<size_t>(m.config().n_routed_experts) * 4});
-  return out;
-}
-
-std::vector<TensorView> OptimizerTensors(Model& m, AdamWOptimizer& opt, std::vector<std::string>* names) {
-  names->clear();
-  for (const auto& p : m.layout().params()) {
-    names->push_back(p.name + ".exp_avg");
-    names->push_back(p.name + ".exp_avg_sq");
-  }
-  std::vector<TensorView> out;
-  size_t i = 0;
-  for (const auto& p : m.layout().params()) {
-    out.push_back({(*names)[i++], "F32", p.shape, opt.exp_avg().data() + p.offset, static_cast<size_t>(p.numel) * 4});
-    out.push_back({(*names)[i++], "F32", p.shape, opt.exp_avg_sq().data() + p.offset, static_cast<size_t>(p.numel) * 4});
-  }
-  return out;
 }
 
 Status CopyTensor(const SafetensorsFile& f, const std::string& name, const std::vector<int64_t>& shape,
@@ -172,7 +145,7 @@ EvalResult Evaluate(Model& model, DataLoader& val, int B, int T, int64_t batches
   return r;
 }
 
-Status RestoreModel(const LoadedCheckpoint& ckpt, Model* model, AdamWOptimizer* opt) {
+Status RestoreModel(const LoadedCheckpoint& ckpt, Model* model) {
   for (const auto& p : model->layout().params()) {
     if (model->config().tie_embeddings && p.name == "lm_head.weight") continue;
     RETURN_IF_ERROR(CopyTensor(ckpt.model, p.name, p.shape, model->params().data() + p.offset));
@@ -180,14 +153,6 @@ Status RestoreModel(const LoadedCheckpoint& ckpt, Model* model, AdamWOptimizer* 
   const auto& bn = model->layout().bias_names();
   for (size_t i = 0; i < bn.size(); ++i)
     RETURN_IF_ERROR(CopyTensor(ckpt.model, bn[i], {model->config().n_routed_experts}, model->biases()[i].data()));
-  if (opt) {
-    if (!ckpt.optimizer)
-      return Status::Error(ckpt.dir + ": no optimizer state (hint: it was saved for inference only; use --fresh)");
-    for (const auto& p : model->layout().params()) {
-      RETURN_IF_ERROR(CopyTensor(*ckpt.optimizer, p.name + ".exp_avg", p.shape, opt->exp_avg().data() + p.offset));
-      RETURN_IF_ERROR(CopyTensor(*ckpt.optimizer, p.name + ".exp_avg_sq", p.shape, opt->exp_avg_sq().data() + p.offset));
-    }
-  }
   return Status::Ok();
 }
 
@@ -195,6 +160,16 @@ Status RunTraining(const RunSpec& spec) {
   ModelConfig mc;
   TrainConfig tc;
   RETURN_IF_ERROR(LoadRunConfig(spec.config_path, spec.overrides, &mc, &tc));
+  // Without mpirun a run is a world of one rank: the same step (DistTrainer),
+  // which issues nothing on one rank.
+  std::unique_ptr<comm::Comm> self;
+  comm::Comm* world = spec.world;
+  if (!world) {
+    self = comm::MakeSelfComm();
+    world = self.get();
+  }
+  const bool dist = world->size() > 1;
+  const bool root = world->rank() == 0;
   if (tc.threads > 0) omp_set_num_threads(static_cast<int>(tc.threads));
   Env* env = Env::Default();
   const int B = static_cast<int>(tc.batch_size), T = static_cast<int>(tc.seq_len);
@@ -220,12 +195,11 @@ Status RunTraining(const RunSpec& spec) {
   std::optional<LoadedCheckpoint> resume;
   std::vector<std::string> skipped_checkpoints;
   // The shared-memory copy of the checkpoints (all ranks on this machine only).
-  std::string snap_dir = ResolveSnapshotDir(tc, spec.world);
-  const bool is_root_rank = !spec.world || spec.world->rank() == 0;
+  std::string snap_dir = ResolveSnapshotDir(tc, world);
   if (!snap_dir.empty()) {
     // The copy belongs to this run only while out_dir is the same run: a run
     // id in out_dir (new with --fresh or a new out_dir) must match the copy's.
-    if (is_root_rank) {
+    if (root) {
       std::string id;
       if (auto r = env->ReadFile(tc.out_dir + "/run_id"); r.ok() && !spec.fresh) id = *r;
       if (id.empty()) {
@@ -242,7 +216,7 @@ Status RunTraining(const RunSpec& spec) {
         }
       }
     }
-    if (spec.world && spec.world->size() > 1) spec.world->Barrier();
+    if (dist) world->Barrier();
     if (!env->FileExists(snap_dir + "/run_id")) snap_dir.clear();
   }
   if (!spec.fresh) {
@@ -275,13 +249,11 @@ Status RunTraining(const RunSpec& spec) {
       }
     }
   }
-  const bool dist = spec.world && (spec.world->size() > 1 || !tc.parallel.trivial());
-  const bool root = !spec.world || spec.world->rank() == 0;
   ASSIGN_OR_RETURN(PrecisionChoice precision, ChoosePrecision(precision_setting, mc, static_cast<int64_t>(B) * T));
   if (dist) {
     // "auto" times kernels; every rank must use rank 0's choice.
     int32_t bf16 = precision.precision == ops::GemmPrecision::kBf16;
-    spec.world->Broadcast(&bf16, 1, comm::DType::kI32, 0);
+    world->Broadcast(&bf16, 1, comm::DType::kI32, 0);
     precision.precision = bf16 ? ops::GemmPrecision::kBf16 : ops::GemmPrecision::kFp32;
   }
   ops::SetGemmPrecision(precision.precision);
@@ -291,8 +263,8 @@ Status RunTraining(const RunSpec& spec) {
 
   // Supervision: heartbeats to `myriad launch` (no-op without one), planned
   // faults, the device health check.
-  const int rank = spec.world ? spec.world->rank() : 0;
-  const int world_size = spec.world ? spec.world->size() : 1;
+  const int rank = world->rank();
+  const int world_size = world->size();
   supervise::Heartbeat& hb = supervise::Heartbeat::Global();
   hb.Start(rank, world_size);
   auto fail = [&](int code, const std::string& event, nlohmann::json fields, const std::string& message) {
@@ -315,19 +287,8 @@ Status RunTraining(const RunSpec& spec) {
   }
   hb.SetPhase("init");
 
-  // One process: the model and optimizer here. Distributed: DistTrainer
-  // holds this rank's shard of both.
-  std::unique_ptr<DistTrainer> dtr;
-  std::unique_ptr<Model> single;
-  if (dist) {
-    ASSIGN_OR_RETURN(dtr, DistTrainer::Create(spec.world, mc, tc));
-  } else {
-    single = std::make_unique<Model>(mc);
-    single->InitWeights(tc.seed);
-  }
-  Model& model = dist ? dtr->model() : *single;
-  std::unique_ptr<AdamWOptimizer> single_opt;
-  if (!dist) single_opt = std::make_unique<AdamWOptimizer>(model.layout(), tc.optim);
+  // This rank's share of the model and optimizer (all of both on one rank).
+  ASSIGN_OR_RETURN(std::unique_ptr<DistTrainer> dtr, DistTrainer::Create(world, mc, tc));
   int64_t step = 0;
 
   // Resume from the newest checkpoint in out_dir unless told not to.
@@ -338,8 +299,7 @@ Status RunTraining(const RunSpec& spec) {
     if (saved_cfg->ToJson() != mc.ToJson())
       return Status::Error(ck.dir + ": checkpoint was written for another model config (hint: use --fresh "
                            "to start over, or train.out_dir to write elsewhere)");
-    if (dist) RETURN_IF_ERROR(dtr->Restore(ck, /*with_optimizer=*/true));
-    else RETURN_IF_ERROR(RestoreModel(ck, &model, single_opt.get()));
+    RETURN_IF_ERROR(dtr->Restore(ck, /*with_optimizer=*/true));
     ASSIGN_OR_RETURN(DataCursor cur, DataCursor::FromJson(ck.manifest["data_cursor"]));
     RETURN_IF_ERROR(train_data->Seek(cur));
     step = ck.step;
@@ -367,8 +327,8 @@ Status RunTraining(const RunSpec& spec) {
   // MFU is against the peak of the GEMM in use (bf16 when chosen), measured now.
   const double peak = (precision.precision == ops::GemmPrecision::kBf16 ? MeasureModelGemmPeakGflops(1024)
                                                                          : MeasureSgemmPeakGflops(1024)) * 1e9 *
-                      (dist ? spec.world->size() : 1);
-  const double flops_per_token = model.TrainFlopsPerToken(T);
+                      world->size();
+  const double flops_per_token = TrainFlopsPerToken(mc, T);
   if (root) LOG_INFO("model: %lld parameters (%s), %s; peak GEMM %.0f GFLOP/s", static_cast<long long>(ParamLayout(mc).total()),
            mc.n_routed_experts > 0 ? "MoE" : "dense", ops::Active()->name().c_str(), peak / 1e9);
 
@@ -388,19 +348,9 @@ Status RunTraining(const RunSpec& spec) {
     const auto t0 = std::chrono::steady_clock::now();
     nlohmann::json meta = {{"step", s}, {"model_config", mc.ToJson()}, {"train_config", tc.ToJson()},
                            {"data_cursor", train_data->cursor().ToJson()}, {"rng", {{"seed", tc.seed}}},
-                           {"parallel", dist ? dtr->mesh().dims().ToJson() : ParallelDims{}.ToJson()},
+                           {"parallel", dtr->mesh().dims().ToJson()},
                            {"tokenizer", tc.data_dir + "/tokenizer.model"}, {"precision", precision_used}};
-    std::unique_ptr<CheckpointSnapshot> snap;
-    if (dist) {
-      snap = dtr->Snapshot(s, meta);
-    } else {
-      snap = std::make_unique<CheckpointSnapshot>();
-      snap->step = s;
-      snap->meta = meta;
-      for (const TensorView& t : ModelTensors(model)) snap->AddModel(t);
-      std::vector<std::string> opt_names;
-      for (const TensorView& t : OptimizerTensors(model, *single_opt, &opt_names)) snap->AddOptimizer(t);
-    }
+    std::unique_ptr<CheckpointSnapshot> snap = dtr->Snapshot(s, meta);
     Status st;
     if (root && !snap_dir.empty()) {
       // The shared-memory copy first (tmpfs: no disk latency): from here on a
@@ -472,28 +422,23 @@ Status RunTraining(const RunSpec& spec) {
   while (step < tc.steps) {
     ++step;
     auto t0 = std::chrono::steady_clock::now();
-    std::vector<const int32_t*> micro;
-    for (int a = 0; a < A; ++a) {
-      int32_t* dst = batches.data() + static_cast<size_t>(a) * B * (T + 1);
-      train_data->NextBatch(B, dst);
-      micro.push_back(dst);
-    }
+    for (int a = 0; a < A; ++a) train_data->NextBatch(B, batches.data() + static_cast<size_t>(a) * B * (T + 1));
     const double blocked0 = comm::ThreadBlockedSeconds();
     faults.SlowDown(step);  // drill: a straggler
-    StepStats st = dist ? dtr->Step(batches.data(), A, B, T, step) : TrainOneStep(model, *single_opt, micro, B, T, step);
+    StepStats st = dtr->Step(batches.data(), A, B, T, step);
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double compute_s = std::max(0.0, dt - (comm::ThreadBlockedSeconds() - blocked0));
-    if (faults.NanAt(step)) st.loss = std::nan("");
-    if (!std::isfinite(st.loss))
-      return fail(kExitNumerical, "numerical", {{"loss", std::to_string(st.loss)}},
-                  "step " + std::to_string(step) + ": loss is " + std::to_string(st.loss) +
+    if (faults.NanAt(step)) st.loss.total = std::nan("");
+    if (!std::isfinite(st.loss.total))
+      return fail(kExitNumerical, "numerical", {{"loss", std::to_string(st.loss.total)}},
+                  "step " + std::to_string(step) + ": loss is " + std::to_string(st.loss.total) +
                       " (hint: lower train.lr or raise train.warmup_steps)");
-    if (tc.loss_spike_factor > 1 && steps_this_run >= 20 && st.loss > tc.loss_spike_factor * loss_ema)
-      return fail(kExitNumerical, "numerical", {{"loss", st.loss}, {"average", loss_ema}},
-                  "step " + std::to_string(step) + ": loss spike " + std::to_string(st.loss) + " > " +
+    if (tc.loss_spike_factor > 1 && steps_this_run >= 20 && st.loss.total > tc.loss_spike_factor * loss_ema)
+      return fail(kExitNumerical, "numerical", {{"loss", st.loss.total}, {"average", loss_ema}},
+                  "step " + std::to_string(step) + ": loss spike " + std::to_string(st.loss.total) + " > " +
                       std::to_string(tc.loss_spike_factor) + " x its moving average " + std::to_string(loss_ema) +
                       " (train.loss_spike_factor)");
-    loss_ema = steps_this_run == 0 ? st.loss : 0.9 * loss_ema + 0.1 * st.loss;
+    loss_ema = steps_this_run == 0 ? st.loss.total : 0.9 * loss_ema + 0.1 * st.loss.total;
     hb.StepDone(step, dt, compute_s);
     const double tok = static_cast<double>(A) * B * T;
     tokens_done += tok;
@@ -502,12 +447,11 @@ Status RunTraining(const RunSpec& spec) {
     double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
     double eta = elapsed / static_cast<double>(step - first_step) * static_cast<double>(tc.steps - step);
 
-    nlohmann::json rec = {{"step", step}, {"loss", st.loss}, {"loss_main", st.loss_main},
-                          {"loss_mtp", st.loss_mtp}, {"loss_aux", st.loss_aux}, {"loss_indexer", st.loss_indexer},
-                          {"grad_norm", st.grad_norm},
+    nlohmann::json rec = {{"step", step}, {"grad_norm", st.grad_norm},
                           {"lr", st.lr}, {"tokens_per_s", tps}, {"mfu", mfu}, {"step_s", dt},
                           {"elapsed_s", elapsed}, {"expert_load", st.expert_load},
                           {"expert_imbalance", st.max_imbalance}};
+    LossParts::ForEachField([&](const char* name, double LossParts::*f) { rec[name] = st.loss.*f; });
     if (dist) {
       const auto& cf = dtr->last_comm();
       rec["comm"] = {{"grad_bytes", cf.grad_bytes}, {"ep_bytes", cf.ep_bytes}, {"exposed_s", cf.exposed_s},
@@ -519,13 +463,12 @@ Status RunTraining(const RunSpec& spec) {
       if (dtr->mesh().dims().pp > 1)
         rec["pipeline"] = {{"bubble_theory", cf.bubble_theory}, {"bubble_measured", cf.bubble_measured},
                            {"p2p_bytes", cf.pp_bytes}};
-      rec["ranks"] = spec.world->size();
+      rec["ranks"] = world->size();
     }
     const bool do_eval = val_data && ((tc.eval_every > 0 && step % tc.eval_every == 0) || step == tc.steps);
     if (do_eval) {
       hb.SetPhase("eval");
-      EvalResult ev = dist ? dtr->Evaluate(*val_data, B, T, tc.eval_batches)
-                           : Evaluate(model, *val_data, B, T, tc.eval_batches);
+      EvalResult ev = dtr->Evaluate(*val_data, B, T, tc.eval_batches);
       hb.SetPhase("step");
       rec["val_loss"] = ev.loss;
       rec["val_ppl"] = ev.perplexity;
@@ -534,7 +477,7 @@ Status RunTraining(const RunSpec& spec) {
     if (!quiet && (step % tc.log_every == 0 || step == tc.steps || do_eval)) {
       char line[256];
       std::snprintf(line, sizeof line, "step %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | MFU %.1f%% | ETA %s",
-                    static_cast<long long>(step), static_cast<long long>(tc.steps), st.loss, st.lr, tps,
+                    static_cast<long long>(step), static_cast<long long>(tc.steps), st.loss.total, st.lr, tps,
                     100 * mfu, FormatDuration(eta).c_str());
       if (do_eval) std::fprintf(stderr, "%s%s | val %.4f\n", tty ? "\r\033[K" : "", line, static_cast<double>(rec["val_loss"]));
       else if (tty) std::fprintf(stderr, "\r\033[K%s", line);
@@ -546,7 +489,7 @@ Status RunTraining(const RunSpec& spec) {
     // A stop request (SIGTERM/SIGINT) or a failed write to redo: every rank
     // must agree, so the flags travel in one tiny all-reduce.
     int32_t flags[2] = {g_stop_signal.load() != 0, retry_save};
-    if (dist) spec.world->AllReduce(flags, 2, comm::DType::kI32, comm::ReduceOp::kMax);
+    if (dist) world->AllReduce(flags, 2, comm::DType::kI32, comm::ReduceOp::kMax);
     stopped_by_signal = flags[0] != 0;
     retry_save = false;
     const bool stop = (spec.stop_after > 0 && steps_this_run >= spec.stop_after) || stopped_by_signal;
@@ -566,7 +509,7 @@ Status RunTraining(const RunSpec& spec) {
       RETURN_IF_ERROR(poll_writer());
     }
     int32_t again = retry_save;
-    if (dist) spec.world->AllReduce(&again, 1, comm::DType::kI32, comm::ReduceOp::kMax);
+    if (dist) world->AllReduce(&again, 1, comm::DType::kI32, comm::ReduceOp::kMax);
     retry_save = false;
     if (!again) break;
     RETURN_IF_ERROR(save(step, true));

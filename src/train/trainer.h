@@ -1,5 +1,6 @@
-// The training loop behind `myriad train`: data, model, optimizer, metrics,
-// evaluation, checkpoints and resumption. Single process, single device.
+// The training loop behind `myriad train`: data, metrics, evaluation,
+// checkpoints and resumption around DistTrainer's step -- one rank of an
+// mpirun job, or a world of one rank without mpirun.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +14,6 @@
 #include "model/config.h"
 #include "model/model.h"
 #include "train/comm/comm.h"
-#include "train/optim.h"
 #include "train/train_config.h"
 
 namespace myriad {
@@ -50,10 +50,11 @@ EvalResult Evaluate(Model& model, DataLoader& val, int B, int T, int64_t batches
 EvalResult EvaluateWith(DataLoader& val, int B, int T, int64_t batches,
                         const std::function<double(const int32_t*)>& loss_of);
 
-// Copies parameters, expert biases and (if given) optimizer moments from a
-// checkpoint into `model`; checks names and shapes with clear errors.
+// Copies parameters and expert biases from a checkpoint into a whole
+// `model` (inference, evaluation); checks names and shapes with clear
+// errors. Training state is DistTrainer::Restore's.
 struct LoadedCheckpoint;
-Status RestoreModel(const LoadedCheckpoint& ckpt, Model* model, AdamWOptimizer* opt);
+Status RestoreModel(const LoadedCheckpoint& ckpt, Model* model);
 
 Status RunTraining(const RunSpec& spec);
 

@@ -4,7 +4,9 @@
 # dp2 (ZeRO 1, 3), dp2 x ep2, tp2 x dp2, pp2 x dp2, cp2 x dp2, dp4 with a
 # hierarchical all-reduce over 2 emulated nodes and, on 8 ranks, dp2 x ep4
 # and dp2 x tp2 x pp2 must give the same 20 losses (<= 1e-4 relative; in
-# practice ~1e-8). int8 compression of the inter-node stage must cut those
+# practice ~1e-8). A DSA model (sparse top-8 attention from step 1) under
+# dp2 x ep2 must give its single-rank losses and indexer KL (loss_indexer,
+# non-zero) to the same bound. int8 compression of the inter-node stage must cut those
 # bytes >= 3.5x and stay within 1% of the losses. dp2 ZeRO-3 must be
 # bitwise dp2 ZeRO-1 (the same sums, in the same order): losses, gradient
 # norms and the final model.safetensors. The dp2 x ep2 run's checkpoint
@@ -16,23 +18,30 @@ source "$(dirname "$0")/dist_lib.bash" "$@"
 S=(--set "data.dir=$WORK/data" --set train.precision=fp32 --set train.eval_every=0 --set train.ckpt_every=0
    --set train.log_every=1 --set train.steps=20 --fresh)
 
-# compare NAME: NAME's 20 losses against the baseline's.
+# compare NAME [BASE [KEYS]]: NAME's 20 steps against BASE's (default r1)
+# for each metric in KEYS (comma-separated, default "loss"); each must be
+# non-zero in the baseline.
 compare() {
-  local name="$1" out
-  if out=$("$PY" - "$WORK/r1/metrics.jsonl" "$WORK/$name/metrics.jsonl" "$name" <<'EOF'
+  local name="$1" base="${2:-r1}" keys="${3:-loss}" out
+  if out=$("$PY" - "$WORK/$base/metrics.jsonl" "$WORK/$name/metrics.jsonl" "$name" "$keys" <<'EOF'
 import json, sys
 def losses(path):
     rows = [json.loads(l) for l in open(path) if l.strip()]
     return {r["step"]: r for r in rows}
-base, run, name = losses(sys.argv[1]), losses(sys.argv[2]), sys.argv[3]
+base, run, name, keys = losses(sys.argv[1]), losses(sys.argv[2]), sys.argv[3], sys.argv[4].split(",")
 if sorted(run) != list(range(1, 21)) or sorted(base) != list(range(1, 21)):
     print(f"steps logged: {sorted(run)}"); sys.exit(1)
-worst = max(abs(run[s]["loss"] - base[s]["loss"]) / abs(base[s]["loss"]) for s in base)
+ok = "comm" in run[20] and run[20].get("ranks", 0) > 1
+figures = []
+for k in keys:
+    if not all(base[s][k] != 0 for s in base):
+        print(f"{k} is 0 in the baseline"); ok = False
+    worst = max(abs(run[s][k] - base[s][k]) / abs(base[s][k] or 1) for s in base)
+    ok = ok and worst <= 1e-4
+    figures.append(f"max rel {k} diff {worst:.2e} (step 20 {run[20][k]:.6f} vs {base[20][k]:.6f})")
 comm = run[20].get("comm", {})
-ok = worst <= 1e-4 and "comm" in run[20] and run[20].get("ranks", 0) > 1
-print(f"max rel loss diff {worst:.2e} over 20 steps (step 20 loss {run[20]['loss']:.6f} vs "
-      f"{base[20]['loss']:.6f}; ranks {run[20].get('ranks')}, grad_bytes {comm.get('grad_bytes')}, "
-      f"ep_bytes {comm.get('ep_bytes')})")
+print(f"{'; '.join(figures)} over 20 steps; ranks {run[20].get('ranks')}, grad_bytes {comm.get('grad_bytes')}, "
+      f"ep_bytes {comm.get('ep_bytes')}")
 if name.find("ep") >= 0 and not comm.get("ep_bytes", 0) > 0: print("no ep_bytes"); ok = False
 if not comm.get("grad_bytes", 0) > 0: print("no grad_bytes"); ok = False
 sys.exit(0 if ok else 1)
@@ -56,9 +65,15 @@ train cp2dp2 4 --set parallel.cp=2 --set parallel.dp=2 && runs+=(cp2dp2)
 train dp2tp2pp2 8 --set parallel.dp=2 --set parallel.tp=2 --set parallel.pp=2 && runs+=(dp2tp2pp2)
 train hier4 4 --set parallel.dp=4 --set parallel.hierarchical=true --set parallel.ranks_per_node=2 && runs+=(hier4)
 train int8 4 --set parallel.dp=4 --set parallel.compression=int8 --set parallel.ranks_per_node=2
+# DeepSeek sparse attention: top-8 of the 32 keys, one indexer per two layers.
+DSA=(--set 'model.attention="dsa"' --set model.dsa_topk=8 --set model.dsa_index_heads=2 --set model.dsa_index_dim=16
+     --set model.dsa_index_share=2)
+dsa_ok=0
+train dsa_r1 1 "${DSA[@]}" && train dsa_dp2ep2 4 "${DSA[@]}" --set parallel.dp=2 --set parallel.ep=2 && dsa_ok=1
 
 echo "== losses against single rank"
 for r in "${runs[@]}"; do compare "$r"; done
+[ "$dsa_ok" = 1 ] && compare dsa_dp2ep2 dsa_r1 loss,loss_main,loss_indexer
 
 echo "== pipeline and compression figures"
 if out=$("$PY" - "$WORK/pp2dp2/metrics.jsonl" "$WORK/hier4/metrics.jsonl" "$WORK/int8/metrics.jsonl" "$WORK/r1/metrics.jsonl" <<'EOF'

@@ -52,27 +52,9 @@ Blas Load() {
       b.info.coretype_set_by_us = true;
     }
   }
-  // An inherited AVX2-class choice on an AVX-512 CPU (some environments set
-  // one for other programs' sake) is upgraded for this process only, unless
-  // MYRIAD_KEEP_OPENBLAS_CORETYPE=1 says the user meant it. The variable is
-  // restored after the library has read it, so child processes see the
-  // environment they were given.
-  std::string restore_env;
-  bool restore = false;
-  if (env != nullptr && *env != '\0' && GetCpuInfo().has_avx512_kernels() &&
-      std::getenv("MYRIAD_KEEP_OPENBLAS_CORETYPE") == nullptr) {
-    std::string lower = env;
-    for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-    if (lower == "haswell" || lower == "zen" || lower == "sandybridge") {
-      restore_env = env;
-      restore = true;
-      setenv("OPENBLAS_CORETYPE", "SkylakeX", /*overwrite=*/1);
-      b.info.coretype_set_by_us = true;
-      b.info.note = "OPENBLAS_CORETYPE='" + restore_env + "' from the environment was upgraded to SkylakeX for "
-                    "this process (AVX-512 present; MYRIAD_KEEP_OPENBLAS_CORETYPE=1 keeps it)";
-      LOG_DEBUG("[blas] %s", b.info.note.c_str());
-    }
-  }
+  // A value the user (or the environment) set is respected: some
+  // environments set one because other kernels misbehave on their CPUs.
+  // When it leaves speed unused, a warning below says so.
   env = std::getenv("OPENBLAS_CORETYPE");
   b.info.coretype_env = env ? env : "";
 
@@ -97,7 +79,6 @@ Blas Load() {
     if (auto f = reinterpret_cast<CharFn>(dlsym(h, "openblas_get_config"))) b.info.config = f();
     break;
   }
-  if (restore) setenv("OPENBLAS_CORETYPE", restore_env.c_str(), /*overwrite=*/1);
   if (!b.sgemm) {
     b.info.library = "builtin";
     b.info.fast_kernel = false;

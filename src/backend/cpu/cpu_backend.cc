@@ -33,31 +33,6 @@ class CpuBackendImpl final : public Backend {
   CpuBackendImpl(std::string name, const BackendOps& ops) : name_(std::move(name)), ops_(ops) {}
   std::string name() const override { return name_; }
   const BackendOps& ops() const override { return ops_; }
-  bool supports(const std::string& op) const override {
-#define MYRIAD_SLOT(slot) \
-  if (op == #slot) return ops_.slot != nullptr;
-    MYRIAD_SLOT(gemm)
-    MYRIAD_SLOT(gemm_bf16)
-    MYRIAD_SLOT(rmsnorm_fwd)
-    MYRIAD_SLOT(rmsnorm_bwd)
-    MYRIAD_SLOT(rope)
-    MYRIAD_SLOT(swiglu_fwd)
-    MYRIAD_SLOT(swiglu_bwd)
-    MYRIAD_SLOT(softmax_xent)
-    MYRIAD_SLOT(attention_fwd)
-    MYRIAD_SLOT(attention_bwd)
-    MYRIAD_SLOT(paged_attention)
-    MYRIAD_SLOT(moe_gather)
-    MYRIAD_SLOT(moe_combine)
-    MYRIAD_SLOT(moe_combine_bwd)
-    MYRIAD_SLOT(adamw)
-    MYRIAD_SLOT(sumsq)
-    MYRIAD_SLOT(gemv_f32)
-    MYRIAD_SLOT(gemv_f16)
-    MYRIAD_SLOT(gemv_q8)
-#undef MYRIAD_SLOT
-    return false;
-  }
   int num_threads() const override { return omp_get_max_threads(); }
 
  private:
@@ -77,6 +52,11 @@ std::unique_ptr<Backend> Make(const std::string& isa) {
   } else if (isa == "scalar") {
     cpu::FillGenericOps(&ops);
   } else {
+    return nullptr;
+  }
+  std::string missing = MissingRequiredSlots(ops);
+  if (!missing.empty()) {
+    LOG_ERROR("cpu-%s backend leaves required slots empty: %s", isa.c_str(), missing.c_str());
     return nullptr;
   }
   return std::make_unique<CpuBackendImpl>("cpu-" + isa, ops);

@@ -10,6 +10,8 @@ namespace myriad::cpu {
 void FillGenericOps(BackendOps* ops);  // baseline x86-64 (SSE2), no -m flags
 void FillAvx2Ops(BackendOps* ops);     // needs AVX2 + FMA + F16C
 void FillAvx512Ops(BackendOps* ops);   // needs AVX-512 F/BW/VL/DQ (VNNI optional)
+// Device memory slots on host memory (host_memory.cc); every table uses them.
+void FillHostMemoryOps(BackendOps* ops);
 
 }  // namespace myriad::cpu
 

@@ -87,22 +87,22 @@ Status DiskTier::Scan() {
 }
 
 void DiskTier::Index(BlockKey key, int64_t file_bytes) {
-  lru_.push_front(key);
-  index_[key] = Entry{lru_.begin(), file_bytes};
+  lru_.Touch(key);
+  index_[key] = Entry{file_bytes};
   resident_bytes_ += file_bytes;
 }
 
 void DiskTier::DropLocked(Map::iterator it) {
   const std::string path = PathOf(it->first);
   resident_bytes_ -= it->second.file_bytes;
-  lru_.erase(it->second.lru);
+  lru_.Erase(it->first);
   index_.erase(it);
   if (Status s = env_->RemoveAll(path); !s.ok()) ++stats_.errors;
 }
 
 void DiskTier::MakeRoomLocked(int64_t need_bytes) {
   while (!lru_.empty() && resident_bytes_ + need_bytes > options_.capacity_bytes) {
-    DropLocked(index_.find(lru_.back()));
+    DropLocked(index_.find(*lru_.Oldest()));
     ++stats_.evictions;
   }
 }
@@ -120,12 +120,12 @@ void DiskTier::Put(const KvBlock& b) {
     if (bytes > options_.capacity_bytes) return;  // can never fit: dropped, like any full cache
     auto old = index_.find(b.key);
     const int64_t old_bytes = old == index_.end() ? 0 : old->second.file_bytes;
-    if (old != index_.end()) lru_.splice(lru_.begin(), lru_, old->second.lru);  // spare it
+    if (old != index_.end()) lru_.Touch(b.key);  // spare it
     // Evict others until the new size fits in place of the old one (room
     // reserved for writes in flight counts as taken).
     while (lru_.size() > (old != index_.end() ? 1u : 0u) &&
            resident_bytes_ + reserved_bytes_ - old_bytes + bytes > options_.capacity_bytes) {
-      DropLocked(index_.find(lru_.back()));
+      DropLocked(index_.find(*lru_.Oldest()));
       ++stats_.evictions;
     }
     reserved_bytes_ += bytes;
@@ -170,7 +170,7 @@ bool DiskTier::Get(BlockKey key, KvBlock* out) {
     LogTierError("disk", stats_.errors, "block " + ChecksumHex(key) + " dropped: " + s.message());
     return false;
   }
-  lru_.splice(lru_.begin(), lru_, it->second.lru);
+  lru_.Touch(key);
   ++stats_.hits;
   stats_.bytes_read += static_cast<int64_t>(out->data.size() * sizeof(float));
   stats_.read_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -27,13 +27,13 @@
 #pragma once
 
 #include <cstdint>
-#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 
 #include "core/env.h"
+#include "serve/kvcache/lru_index.h"
 #include "serve/kvcache/tier.h"
 
 namespace myriad::serve {
@@ -69,7 +69,6 @@ class DiskTier : public KvTier {
   explicit DiskTier(const DiskTierOptions& options);
   Status Scan();
   struct Entry {
-    std::list<BlockKey>::iterator lru;  // front = most recently used
     int64_t file_bytes = 0;
   };
   using Map = std::unordered_map<BlockKey, Entry>;
@@ -80,7 +79,7 @@ class DiskTier : public KvTier {
   const DiskTierOptions options_;
   Env* const env_;
   std::mutex mu_;
-  std::list<BlockKey> lru_;
+  LruIndex<BlockKey> lru_;  // the keys of index_, by Put/Get
   Map index_;
   int64_t resident_bytes_ = 0;
   int64_t reserved_bytes_ = 0;  // room held for writes in flight (written without the lock)

@@ -100,7 +100,7 @@ void HostTier::DecodeFrom(const Entry& e, float* dst) const {
 
 void HostTier::RemoveLocked(std::unordered_map<BlockKey, Entry>::iterator it) {
   resident_bytes_ -= static_cast<int64_t>(it->second.bytes.size());
-  lru_.erase(it->second.lru);
+  lru_.Erase(it->first);
   blocks_.erase(it);
 }
 
@@ -118,15 +118,13 @@ void HostTier::Put(const KvBlock& b) {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = blocks_.find(b.key); it != blocks_.end()) RemoveLocked(it);
     while (static_cast<int64_t>(blocks_.size()) >= options_.capacity_blocks) {
-      auto victim = blocks_.find(lru_.back());
+      auto victim = blocks_.find(*lru_.PopOldest());
       resident_bytes_ -= static_cast<int64_t>(victim->second.bytes.size());
-      lru_.pop_back();
       if (spill_) evicted.emplace_back(victim->first, std::move(victim->second));
       blocks_.erase(victim);
       ++stats_.evictions;
     }
-    lru_.push_front(b.key);
-    fresh.lru = lru_.begin();
+    lru_.Touch(b.key);
     resident_bytes_ += static_cast<int64_t>(fresh.bytes.size());
     blocks_.emplace(b.key, std::move(fresh));
     ++stats_.puts;
@@ -152,7 +150,7 @@ void HostTier::SpillAll() {
   std::vector<BlockKey> keys;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    keys.assign(lru_.begin(), lru_.end());
+    keys = lru_.MostRecentFirst();
   }
   KvBlock out;
   for (BlockKey key : keys) {
@@ -176,7 +174,7 @@ bool HostTier::Get(BlockKey key, KvBlock* out) {
     ++stats_.misses;
     return false;
   }
-  lru_.splice(lru_.begin(), lru_, it->second.lru);
+  lru_.Touch(key);
   out->key = key;
   out->data.resize(it->second.n_floats);
   DecodeFrom(it->second, out->data.data());

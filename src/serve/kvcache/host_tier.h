@@ -9,12 +9,12 @@
 #pragma once
 
 #include <cstdint>
-#include <list>
 #include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "serve/kvcache/lru_index.h"
 #include "serve/kvcache/tier.h"
 
 namespace myriad::serve {
@@ -61,7 +61,6 @@ class HostTier : public KvTier {
 
  private:
   struct Entry {
-    std::list<BlockKey>::iterator lru;  // position in lru_ (front = most recent)
     int64_t n_floats = 0;
     std::vector<uint8_t> bytes;         // encoded in options_.format
   };
@@ -71,7 +70,7 @@ class HostTier : public KvTier {
 
   const HostTierOptions options_;
   std::mutex mu_;
-  std::list<BlockKey> lru_;
+  LruIndex<BlockKey> lru_;                      // the keys of blocks_, by Put/Get
   std::unordered_map<BlockKey, Entry> blocks_;
   int64_t resident_bytes_ = 0;
   TierStats stats_;

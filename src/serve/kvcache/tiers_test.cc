@@ -20,6 +20,7 @@
 #include "serve/kvcache/host_tier.h"
 #include "serve/kvcache/redis_test_server.h"
 #include "serve/kvcache/redis_tier.h"
+#include "serve/kvcache/tier_test_util.h"
 #include "serve/kvcache/tier.h"
 
 namespace myriad::serve {
@@ -28,14 +29,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // The demo model's shape (configs/demo-moe.toml): 4 layers, 4 kv heads of 32.
-ModelConfig DemoConfig() {
-  ModelConfig c;
-  c.n_layers = 4;
-  c.d_model = 256;
-  c.n_heads = 8;
-  c.n_kv_heads = 4;
-  return c;
-}
+ModelConfig DemoConfig() { return testing::KvShape(4, 256, 8, 4); }
 
 // Small shape for most tests: 2 layers x 2 x 16 tokens x 8 floats = 512.
 constexpr int64_t kRow = 8;
@@ -54,12 +48,7 @@ KvBlock MakeBlock(BlockKey key, int64_t n = kSmallFloats, int64_t row = kRow) {
   return b;
 }
 
-std::string TempDir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() /
-               ("myriad_tiers_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  return p.string();
-}
+std::string TempDir(const std::string& name) { return testing::FreshTempDir("tiers_" + name); }
 
 ModelFingerprint Fp(uint64_t v) { return ModelFingerprint{v}; }
 
@@ -312,14 +301,7 @@ TEST(DiskTier, EvictsLeastRecentlyUsedByBytes) {
   fs::remove_all(dir);
 }
 
-void FlipByte(const std::string& path, int64_t pos) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  f.seekg(pos);
-  char c;
-  f.get(c);
-  f.seekp(pos);
-  f.put(static_cast<char>(c ^ 0x40));
-}
+using testing::FlipByte;
 
 TEST(DiskTier, CorruptFilesAreDetectedRemovedAndCounted) {
   const std::string dir = TempDir("corrupt");

@@ -125,6 +125,8 @@ void ZeroSync::AfterBlockForward(int block) {
 }
 
 void ZeroSync::Launch(Segment& s) {
+  // A group of one has nothing to reduce (stages 0/1 keep the gradient in place).
+  if (stage_ <= 1 && s.group->size() == 1) return;
   float* g = model_->grads().data() + s.offset;
   // The wrapper (hierarchy, compression) stands for the dense group.
   comm::Comm* c = (dense_grad_comm_ && s.group == dense_) ? dense_grad_comm_ : s.group;

@@ -246,12 +246,10 @@ void FaultInjector::AfterCheckpoint(int64_t step, const std::string& dir) {
   }
 }
 
-std::vector<int> FiredFaults(const std::string& dir, const std::vector<Fault>& faults) {
+std::vector<int> FiredFaults(const std::string& dir, const std::vector<Fault>& faults, Env* env) {
   std::vector<int> out;
-  for (const Fault& f : faults) {
-    std::error_code ec;
-    if (f.one_shot() && std::filesystem::exists(dir + "/fired_" + std::to_string(f.id), ec)) out.push_back(f.id);
-  }
+  for (const Fault& f : faults)
+    if (f.one_shot() && env->FileExists(dir + "/fired_" + std::to_string(f.id))) out.push_back(f.id);
   return out;
 }
 

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env.h"
 #include "core/status.h"
 
 namespace myriad::supervise {
@@ -81,7 +82,8 @@ class FaultInjector {
   std::string host_, fired_dir_;
 };
 
-// Which one-shot faults of `faults` have fired (their marker files exist in dir).
-std::vector<int> FiredFaults(const std::string& dir, const std::vector<Fault>& faults);
+// Which one-shot faults of `faults` have fired (their marker files exist in
+// dir, as `env` sees it).
+std::vector<int> FiredFaults(const std::string& dir, const std::vector<Fault>& faults, Env* env = Env::Default());
 
 }  // namespace myriad::supervise

@@ -29,9 +29,6 @@ class PatchedBackend : public Backend {
   }
   std::string name() const override { return "patched-" + inner_->name(); }
   const BackendOps& ops() const override { return ops_; }
-  bool supports(const std::string& op) const override {
-    return op == "gemm_bf16" ? false : inner_->supports(op);
-  }
   int num_threads() const override { return inner_->num_threads(); }
   BackendOps& mutable_ops() { return ops_; }
 

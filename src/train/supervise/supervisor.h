@@ -23,6 +23,15 @@
 //   - a report at the end (also <state_dir>/report.json): attempts and their
 //     outcomes, effective training time ratio (ETTR = productive step time /
 //     wall time), time lost per fault, checkpoint blocking time per save.
+//
+// In parts, each unit-tested alone: the attempt runner (attempt_runner.h:
+// starts one attempt, feeds its heartbeats to an AttemptMonitor (attempt.h)
+// that detects hangs and classes the exit), the restart policy
+// (restart_policy.h: backoff, budget, host exclusion, the next layout) and
+// the report (report.h). Supervise is the loop that composes them; RunLaunch
+// prepares it (config, pre-flight, the real processes). Every file the
+// supervisor writes (report.json, hosts.json) goes through Env and
+// WriteFileAtomic.
 #pragma once
 
 #include <cstdint>
@@ -31,14 +40,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/env.h"
 #include "core/status.h"
+#include "train/supervise/attempt_runner.h"
+#include "train/supervise/faults.h"
+#include "train/supervise/restart_policy.h"
 
 namespace myriad::supervise {
 
-struct HostSlots {
-  std::string name;
-  int slots = 1;
-};
 // "a:2,b:2" (":N" optional, default 1).
 Result<std::vector<HostSlots>> ParseHosts(const std::string& s);
 
@@ -65,6 +74,7 @@ struct LaunchOptions {
   bool preflight = true;
   bool reset_hosts = false;            // forget the persisted host history
   std::vector<std::string> train_args; // extra arguments to `myriad train` (e.g. -q)
+  Env* env = nullptr;                  // the supervisor's files and clock (nullptr: Env::Default())
 };
 
 // Runs the job to completion (or until the restart budget is spent, or the
@@ -72,7 +82,23 @@ struct LaunchOptions {
 // job writes a final checkpoint). *report gets the report either way.
 Status RunLaunch(const LaunchOptions& options, nlohmann::json* report);
 
-// The human form of a report (also printed by RunLaunch).
-std::string FormatReport(const nlohmann::json& report);
+// What RunLaunch has worked out before the first attempt.
+struct LaunchSetup {
+  std::string state_dir;   // exists; report.json, hosts.json and faults/ go here
+  std::string myriad_bin;  // the executable the attempts run
+  int dp = 1;              // the configured [parallel] dp (tp*pp*ep*cp = ranks / dp)
+  int64_t ckpt_every = 0;  // train.ckpt_every
+  std::vector<Fault> plan; // the fault plan
+};
+
+// The supervision loop: attempts (RunAttempt on `runtime`) until the
+// restart policy ends it, then the report: printed, written to
+// <state_dir>/report.json through options.env, and stored in *report.
+// launch_start: runtime->Now() when the launch began (the report's wall
+// time counts from it). A report that cannot be written is an error naming
+// the file, the job's outcome and that the report is printed; hosts.json and
+// an earlier report.json are left as they were.
+Status Supervise(const LaunchOptions& options, const LaunchSetup& setup, Runtime* runtime, double launch_start,
+                 nlohmann::json* report);
 
 }  // namespace myriad::supervise

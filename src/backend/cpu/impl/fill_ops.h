@@ -5,14 +5,18 @@
 #include "backend/backend.h"
 #include "backend/cpu/blas.h"
 #include "backend/cpu/impl/attention.h"
+#include "backend/cpu/impl/copy_ops.h"
 #include "backend/cpu/impl/elementwise.h"
 #include "backend/cpu/impl/gemv.h"
 #include "backend/cpu/impl/paged_attention.h"
+#include "backend/cpu/impl/moe_route.h"
+#include "backend/cpu/kernels.h"
 
 namespace myriad::cpu {
 namespace {
 
 inline void FillPortableOps(BackendOps* o) {
+  FillHostMemoryOps(o);
   o->gemm = BlasSgemm;
   o->rmsnorm_fwd = RmsnormFwdK;
   o->rmsnorm_bwd = RmsnormBwdK;
@@ -23,9 +27,14 @@ inline void FillPortableOps(BackendOps* o) {
   o->attention_fwd = AttentionFwdK;
   o->attention_bwd = AttentionBwdK;
   o->paged_attention = PagedAttentionK;
+  o->moe_route = MoeRouteK;
   o->moe_gather = MoeGatherK;
   o->moe_combine = MoeCombineK;
   o->moe_combine_bwd = MoeCombineBwdK;
+  o->copy_rows = CopyRowsK;
+  o->add_scaled = AddScaledK;
+  o->embedding_bwd = EmbeddingBwdK;
+  o->sum = SumK;
   o->adamw = AdamWK;
   o->sumsq = SumsqK;
   o->gemv_f32 = GemvF32K;

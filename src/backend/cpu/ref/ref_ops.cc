@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/kernels.h"
 #include "backend/cpu/ref/ref_attention.h"
 
 namespace myriad::ref {
@@ -151,6 +152,66 @@ void SoftmaxXent(const float* logits, const int32_t* targets, int64_t N, int64_t
   }
 }
 
+// Routing by sorting: scores in double, a stable sort of expert indices by
+// descending score + bias, and the permutation as a stable sort of the N*K
+// (expert, token) rows.
+void MoeRoute(const MoeRouteParams& p) {
+  const int64_t N = p.N, E = p.E, K = p.K;
+  for (int64_t t = 0; t < N; ++t) {
+    std::vector<double> s(E);
+    double mx = -INFINITY, sum = 0;
+    for (int64_t e = 0; e < E; ++e) mx = std::max(mx, (double)p.logits[t * E + e]);
+    for (int64_t e = 0; e < E; ++e) {
+      double l = p.logits[t * E + e];
+      s[e] = p.sigmoid ? 1.0 / (1.0 + std::exp(-l)) : std::exp(l - mx);
+      sum += s[e];
+    }
+    if (!p.sigmoid)
+      for (auto& v : s) v /= sum;
+    std::vector<int32_t> order(E);
+    for (int64_t e = 0; e < E; ++e) order[e] = (int32_t)e;
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+      double bias_a = p.bias ? p.bias[a] : 0.0, bias_b = p.bias ? p.bias[b] : 0.0;
+      return s[a] + bias_a > s[b] + bias_b;
+    });
+    double z = 0;
+    for (int64_t k = 0; k < K; ++k) z += s[order[k]];
+    for (int64_t k = 0; k < K; ++k) {
+      p.sel[t * K + k] = order[k];
+      p.weights[t * K + k] = (float)(s[order[k]] / z);
+    }
+    for (int64_t e = 0; e < E; ++e) p.scores[t * E + e] = (float)s[e];
+  }
+  std::vector<int64_t> rows(N * K);
+  for (int64_t i = 0; i < N * K; ++i) rows[i] = i;
+  std::stable_sort(rows.begin(), rows.end(), [&](int64_t a, int64_t b) { return p.sel[a] < p.sel[b]; });
+  for (int64_t e = 0; e <= E; ++e) p.expert_offset[e] = 0;
+  for (int64_t r = 0; r < N * K; ++r) {
+    p.perm[r] = (int32_t)(rows[r] / K);
+    p.pos[rows[r]] = (int32_t)r;
+    p.expert_offset[p.sel[rows[r]] + 1]++;
+  }
+  for (int64_t e = 0; e < E; ++e) p.expert_offset[e + 1] += p.expert_offset[e];
+}
+
+void CopyRows(const float* src, int64_t ld_src, float* dst, int64_t ld_dst, int64_t rows, int64_t width,
+              float scale) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < width; ++c) dst[r * ld_dst + c] = scale * src[r * ld_src + c];
+}
+void AddScaled(const float* x, const float* y, float alpha, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = (float)((double)x[i] + (double)alpha * y[i]);
+}
+void EmbeddingBwd(const float* dout, const int32_t* tok, int64_t N, int64_t C, float* dtable) {
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c) dtable[(int64_t)tok[n] * C + c] += dout[n * C + c];
+}
+double Sum(const float* x, int64_t n) {
+  long double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += x[i];
+  return (double)s;
+}
+
 void MoeGather(const float* src, const int32_t* idx, int64_t M, int64_t C, float* dst) {
   for (int64_t i = 0; i < M; ++i) std::memcpy(dst + i * C, src + (int64_t)idx[i] * C, C * sizeof(float));
 }
@@ -258,6 +319,7 @@ namespace myriad {
 const BackendOps& RefOps() {
   static const BackendOps ops = [] {
     BackendOps o{};
+    cpu::FillHostMemoryOps(&o);
     o.gemm = ref::Gemm;
     o.gemm_bf16 = ref::GemmBf16;
     o.rmsnorm_fwd = ref::RmsnormFwd;
@@ -269,9 +331,14 @@ const BackendOps& RefOps() {
     o.attention_fwd = ref::AttentionFwd;
     o.attention_bwd = ref::AttentionBwd;
     o.paged_attention = ref::PagedAttention;
+    o.moe_route = ref::MoeRoute;
     o.moe_gather = ref::MoeGather;
     o.moe_combine = ref::MoeCombine;
     o.moe_combine_bwd = ref::MoeCombineBwd;
+    o.copy_rows = ref::CopyRows;
+    o.add_scaled = ref::AddScaled;
+    o.embedding_bwd = ref::EmbeddingBwd;
+    o.sum = ref::Sum;
     o.adamw = ref::AdamW;
     o.sumsq = ref::Sumsq;
     o.gemv_f32 = ref::GemvF32;

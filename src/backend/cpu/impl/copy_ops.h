@@ -1,0 +1,71 @@
+// Data movement and reductions between the model's ops (BackendOps
+// copy_rows, add_scaled, embedding_bwd, sum): rows in parallel above
+// kMinParallelElems, every reduction in a fixed order.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "backend/cpu/impl/common.h"
+#include "backend/cpu/impl/elementwise.h"  // kElemChunk
+
+namespace myriad::cpu {
+namespace {
+
+inline void CopyRowsK(const float* src, int64_t ld_src, float* dst, int64_t ld_dst, int64_t rows,
+                      int64_t width, float scale) {
+  if (rows <= 0 || width <= 0) return;
+  if (scale == 1.f && ld_src == width && ld_dst == width) {  // one contiguous block
+    std::memcpy(dst, src, static_cast<size_t>(rows * width) * sizeof(float));
+    return;
+  }
+#pragma omp parallel for schedule(static) if (rows * width >= kMinParallelElems)
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* s = src + r * ld_src;
+    float* d = dst + r * ld_dst;
+    if (scale == 1.f) {
+      std::memcpy(d, s, static_cast<size_t>(width) * sizeof(float));
+    } else {
+#pragma omp simd
+      for (int64_t c = 0; c < width; ++c) d[c] = scale * s[c];
+    }
+  }
+}
+
+inline void AddScaledK(const float* x, const float* y, float alpha, int64_t n, float* out) {
+#pragma omp parallel for simd schedule(static) if (n >= kMinParallelElems)
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] + alpha * y[i];
+}
+
+// Serial over rows (tokens repeat), parallel over 16-column strips.
+inline void EmbeddingBwdK(const float* dout, const int32_t* tok, int64_t N, int64_t C, float* dtable) {
+#pragma omp parallel for schedule(static) if (N * C >= kMinParallelElems)
+  for (int64_t c0 = 0; c0 < C; c0 += 16) {
+    const int64_t c1 = MinI(C, c0 + 16);
+    for (int64_t n = 0; n < N; ++n) {
+      float* g = dtable + static_cast<int64_t>(tok[n]) * C;
+      const float* d = dout + n * C;
+      for (int64_t c = c0; c < c1; ++c) g[c] += d[c];
+    }
+  }
+}
+
+// Fixed blocks of kElemChunk summed in double, then the block sums in order.
+inline double SumK(const float* x, int64_t n) {
+  if (n <= 0) return 0.0;
+  const int64_t blocks = (n + kElemChunk - 1) / kElemChunk;
+  Scratch<double> part(blocks);
+#pragma omp parallel for schedule(static) if (n >= kMinParallelElems)
+  for (int64_t b = 0; b < blocks; ++b) {
+    const int64_t c0 = b * kElemChunk, c1 = MinI(n, c0 + kElemChunk);
+    double acc = 0.0;
+    for (int64_t i = c0; i < c1; ++i) acc += x[i];
+    part[b] = acc;
+  }
+  double total = 0.0;
+  for (int64_t b = 0; b < blocks; ++b) total += part[b];
+  return total;
+}
+
+}  // namespace
+}  // namespace myriad::cpu

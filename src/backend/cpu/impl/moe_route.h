@@ -1,0 +1,66 @@
+// BackendOps::moe_route for the CPU: tokens in parallel for scores, top-K
+// and weights; the permutation is one ordered pass (N*K rows, cheap), so
+// its result does not depend on the thread count.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "backend/backend.h"
+
+namespace myriad::cpu {
+namespace {
+
+inline void MoeRouteK(const MoeRouteParams& p) {
+  const int64_t N = p.N, E = p.E, K = p.K;
+#pragma omp parallel for schedule(static) if (N * E >= 4096)
+  for (int64_t t = 0; t < N; ++t) {
+    const float* l = p.logits + t * E;
+    float* s = p.scores + t * E;
+    if (p.sigmoid) {
+      for (int64_t e = 0; e < E; ++e) s[e] = 1.f / (1.f + std::exp(-l[e]));
+    } else {
+      float mx = l[0];
+      for (int64_t e = 1; e < E; ++e) mx = mx < l[e] ? l[e] : mx;
+      float sum = 0;
+      for (int64_t e = 0; e < E; ++e) sum += (s[e] = std::exp(l[e] - mx));
+      for (int64_t e = 0; e < E; ++e) s[e] /= sum;
+    }
+    // Top-K by insertion into a descending list (E is small); a later
+    // expert displaces only a strictly smaller value, so ties keep the
+    // lower index.
+    int32_t* sel = p.sel + t * K;
+    float best[256];
+    int n = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      const float v = s[e] + (p.bias ? p.bias[e] : 0.f);
+      if (n < K || v > best[n - 1]) {
+        int i = n < K ? n++ : static_cast<int>(K) - 1;
+        while (i > 0 && best[i - 1] < v) {
+          best[i] = best[i - 1];
+          sel[i] = sel[i - 1];
+          --i;
+        }
+        best[i] = v;
+        sel[i] = static_cast<int32_t>(e);
+      }
+    }
+    float z = 0;
+    for (int64_t k = 0; k < K; ++k) z += s[sel[k]];
+    for (int64_t k = 0; k < K; ++k) p.weights[t * K + k] = s[sel[k]] / z;
+  }
+  int64_t* off = p.expert_offset;
+  for (int64_t e = 0; e <= E; ++e) off[e] = 0;
+  for (int64_t i = 0; i < N * K; ++i) ++off[p.sel[i] + 1];
+  for (int64_t e = 0; e < E; ++e) off[e + 1] += off[e];
+  int64_t fill[256];
+  for (int64_t e = 0; e < E; ++e) fill[e] = off[e];
+  for (int64_t i = 0; i < N * K; ++i) {
+    const int64_t row = fill[p.sel[i]]++;
+    p.perm[row] = static_cast<int32_t>(i / K);
+    p.pos[i] = static_cast<int32_t>(row);
+  }
+}
+
+}  // namespace
+}  // namespace myriad::cpu
