@@ -7,3 +7,4 @@ mkdir -p bench/out
 /usr/bin/python3 bench/train_throughput.py --config bench/configs/gpt2_dense.toml --steps 3 --warmup 1 --json-out bench/out/train_gpt2.json
 /usr/bin/python3 bench/decode.py --config configs/demo-moe.toml --json-out bench/out/decode_moe.json
 /usr/bin/python3 bench/decode.py --config bench/configs/gpt2_dense.toml --json-out bench/out/decode_gpt2.json
+/usr/bin/python3 bench/decode_batched.py --config configs/demo-moe.toml --json-out bench/out/decode_batched_moe.json

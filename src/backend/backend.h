@@ -51,6 +51,35 @@ struct AttentionBackwardParams {
   float* dv = nullptr;          // writes, kv layout
 };
 
+// Attention over a paged KV cache (serving): the new query rows of several
+// sequences in one call, each sequence reading its keys and values in place
+// through its own block table (no gather into a contiguous buffer).
+//   Sequence s owns query rows [q_start[s], q_start[s+1]) of q and out
+//   (n_s rows, n_s may be 0; row r of head h at q + r*H*D + h*D). Its rows
+//   are the last n_s of its kv_len[s] keys (n_s <= kv_len[s]), causal: row i
+//   sits at position kv_len[s] - n_s + i and sees keys [0, that position].
+//   Key t of sequence s lies in pool block b = blocks[s*max_blocks + t /
+//   block_tokens], at slot t % block_tokens; its head hk row starts at
+//     k + b*block_stride + (t % block_tokens)*token_stride + hk*D
+//   (v likewise, same strides; for a layer of serve::KvPool, k and v point
+//   at that layer's key and value rows of block 0). Entries of `blocks` past
+//   a sequence's last key are never read. Block ids lie in [0, num_blocks).
+// Writes out [q_start[n_seq], H*D]; no lse (serving needs none).
+struct PagedAttentionParams {
+  int n_seq = 0, H = 0, Hkv = 0, D = 0;
+  float scale = 0.f;                 // usually 1/sqrt(D)
+  const int32_t* q_start = nullptr;  // [n_seq + 1], q_start[0] = 0, non-decreasing
+  const int32_t* kv_len = nullptr;   // [n_seq]
+  const int32_t* blocks = nullptr;   // [n_seq, max_blocks] pool block ids
+  int max_blocks = 0, block_tokens = 0;
+  int64_t num_blocks = 0;            // blocks in the pool (for validation)
+  int64_t block_stride = 0, token_stride = 0;  // floats
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  float* out = nullptr;
+};
+
 struct AdamWParams {
   int64_t n = 0;
   float lr = 0, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0;
@@ -147,6 +176,9 @@ struct BackendOps {
   // softmax, never materialising the [Tq, Tk] score matrix.
   void (*attention_fwd)(const AttentionParams& p);
   void (*attention_bwd)(const AttentionBackwardParams& p);
+  // Causal GQA attention of serving batches over paged K/V read in place
+  // (PagedAttentionParams); same math as attention_fwd on the gathered cache.
+  void (*paged_attention)(const PagedAttentionParams& p);
 
   // Router: scores, top-K, weights and the permutation (MoeRouteParams).
   // The one routing rule of training and inference.
@@ -215,6 +247,7 @@ struct BackendOps {
   X(softmax_xent, true)         \
   X(attention_fwd, true)        \
   X(attention_bwd, true)        \
+  X(paged_attention, true)      \
   X(moe_route, true)            \
   X(moe_gather, true)           \
   X(moe_combine, true)          \

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -47,6 +48,7 @@ void ExpectClose(const Vec& got, const Vec& want, double rtol, double atol, cons
   ASSERT_EQ(got.size(), want.size()) << what;
   ExpectClose(got.data(), want.data(), got.size(), rtol, atol, what);
 }
+
 
 class Parity : public ::testing::TestWithParam<std::string> {
  protected:
@@ -343,6 +345,100 @@ TEST_P(Parity, AttentionIsDeterministicAcrossThreadCounts) {
   EXPECT_EQ(0, std::memcmp(v1.data(), v2.data(), v1.size() * 4));
 }
 
+// Paged attention: sequences of (new rows n, keys kv_len) over a pool of
+// padded blocks (block and token strides larger than the data), block tables
+// shuffled over the pool, last blocks partly filled, unused table entries -1.
+struct PagedCase {
+  int H, Hkv, D, block_tokens;
+  std::vector<std::pair<int, int>> seqs;  // (n, kv_len)
+};
+std::vector<PagedCase> PagedCases() {
+  std::vector<PagedCase> c = {
+      {4, 2, 16, 16, {{1, 1}, {1, 17}, {1, 40}, {0, 5}, {3, 33}}},  // decode mix, an empty sequence
+      {8, 8, 32, 16, {{17, 17}, {9, 50}, {1, 130}}},                 // prefill chunks, no GQA
+      {6, 2, 24, 5, {{20, 70}, {2, 2}, {1, 64}}},                    // odd block size, group 3
+      {8, 1, 12, 7, {{1, 3}, {2, 100}, {70, 70}}},                   // group 8, D not a multiple of 8
+      {12, 2, 8, 16, {{1, 65}, {33, 129}}},                          // group 6
+      {2, 1, 20, 3, {{5, 9}, {1, 1}}},
+      {4, 4, 64, 16, {}},                                            // batch-16 decode, ragged lengths
+  };
+  for (int i = 0; i < 16; ++i) c.back().seqs.push_back({1, 90 + 13 * i});
+  return c;
+}
+
+struct PagedData {
+  PagedAttentionParams p;
+  std::vector<int32_t> q_start, kv_len, blocks;
+  Vec q, k, v, out;
+  PagedData(const PagedCase& c, Rng& rng) {
+    const int n_seq = (int)c.seqs.size(), bt = c.block_tokens;
+    int max_blocks = 0, need = 0;
+    q_start.push_back(0);
+    for (auto [n, kv] : c.seqs) {
+      q_start.push_back(q_start.back() + n);
+      kv_len.push_back(kv);
+      max_blocks = std::max(max_blocks, (kv + bt - 1) / bt + 2);
+      need += (kv + bt - 1) / bt;
+    }
+    const int num_blocks = need + 3;
+    std::vector<int32_t> ids(num_blocks);
+    for (int i = 0; i < num_blocks; ++i) ids[i] = i;
+    for (int i = num_blocks - 1; i > 0; --i) std::swap(ids[i], ids[rng.Below(i + 1)]);
+    blocks.assign((size_t)n_seq * max_blocks, -1);
+    for (int s = 0, next = 0; s < n_seq; ++s)
+      for (int i = 0; i < (kv_len[s] + bt - 1) / bt; ++i) blocks[(size_t)s * max_blocks + i] = ids[next++];
+    p.n_seq = n_seq, p.H = c.H, p.Hkv = c.Hkv, p.D = c.D;
+    p.scale = 1.f / std::sqrt((float)c.D);
+    p.max_blocks = max_blocks, p.block_tokens = bt, p.num_blocks = num_blocks;
+    p.token_stride = (int64_t)c.Hkv * c.D + 3;
+    p.block_stride = bt * p.token_stride + 11;
+    q = Randn((size_t)q_start.back() * c.H * c.D, rng, 1.5f);
+    k = Randn(num_blocks * p.block_stride, rng, 1.5f);
+    v = Randn(num_blocks * p.block_stride, rng);
+    out.assign(q.size(), NAN);
+    p.q_start = q_start.data(), p.kv_len = kv_len.data(), p.blocks = blocks.data();
+    p.q = q.data(), p.k = k.data(), p.v = v.data(), p.out = out.data();
+  }
+  std::string Tag(const PagedCase& c) const {
+    std::string t = " H" + std::to_string(c.H) + " Hkv" + std::to_string(c.Hkv) + " D" + std::to_string(c.D) +
+                    " bt" + std::to_string(c.block_tokens) + " seqs";
+    for (auto [n, kv] : c.seqs) t += " " + std::to_string(n) + "/" + std::to_string(kv);
+    return t;
+  }
+};
+
+TEST_P(Parity, PagedAttention) {
+  Rng rng(14);
+  for (const PagedCase& c : PagedCases()) {
+    PagedData a(c, rng);
+    Vec out_r(a.out.size(), NAN);
+    PagedAttentionParams pr = a.p;
+    pr.out = out_r.data();
+    ref_.paged_attention(pr);
+    ops_->paged_attention(a.p);
+    ExpectClose(a.out, out_r, 1e-4, 1e-5, "paged_attention" + a.Tag(c));
+  }
+}
+
+TEST_P(Parity, PagedAttentionIsDeterministicAcrossThreadCounts) {
+  Rng rng(15);
+  for (const PagedCase& c : {PagedCases()[1], PagedCases().back()}) {
+    PagedData a(c, rng);
+    auto run = [&](int threads) {
+      int saved = omp_get_max_threads();
+      omp_set_num_threads(threads);
+      Vec out(a.out.size(), 0.f);
+      PagedAttentionParams p = a.p;
+      p.out = out.data();
+      ops_->paged_attention(p);
+      omp_set_num_threads(saved);
+      return out;
+    };
+    Vec o1 = run(1), o3 = run(3);
+    EXPECT_EQ(0, std::memcmp(o1.data(), o3.data(), o1.size() * 4)) << a.Tag(c);
+  }
+}
+
 TEST_P(Parity, Moe) {
   Rng rng(9);
   for (int64_t C : {1, 37, 64}) {
@@ -602,6 +698,34 @@ TEST(RefOracle, AttentionBackwardMatchesFiniteDifferences) {
     CheckGradient(a.q, dq, loss, rng, 20, 1e-2f, 1e-2, 2e-3, "ref attention dq" + tag);
     CheckGradient(a.k, dk, loss, rng, 20, 1e-2f, 1e-2, 2e-3, "ref attention dk" + tag);
     CheckGradient(a.v, dv, loss, rng, 20, 1e-2f, 1e-2, 2e-3, "ref attention dv" + tag);
+  }
+}
+
+// The paged oracle against the dense one on each sequence's gathered cache.
+TEST(RefOracle, PagedAttentionMatchesDenseOnTheGatheredCache) {
+  Rng rng(25);
+  for (const PagedCase& c : PagedCases()) {
+    PagedData a(c, rng);
+    RefOps().paged_attention(a.p);
+    const int64_t kvd = (int64_t)c.Hkv * c.D, qd = (int64_t)c.H * c.D;
+    for (int s = 0; s < a.p.n_seq; ++s) {
+      const int n = a.q_start[s + 1] - a.q_start[s], Tk = a.kv_len[s];
+      if (n == 0) continue;
+      Vec kg(Tk * kvd), vg(Tk * kvd), out(n * qd);
+      for (int t = 0; t < Tk; ++t) {
+        const int64_t off = a.blocks[(size_t)s * a.p.max_blocks + t / c.block_tokens] * a.p.block_stride +
+                            (t % c.block_tokens) * a.p.token_stride;
+        std::memcpy(&kg[t * kvd], &a.k[off], kvd * 4);
+        std::memcpy(&vg[t * kvd], &a.v[off], kvd * 4);
+      }
+      AttentionParams d;
+      d.B = 1, d.Tq = n, d.Tk = Tk, d.H = c.H, d.Hkv = c.Hkv, d.D = c.D, d.scale = a.p.scale, d.causal = true;
+      d.q_batch_stride = n * qd, d.kv_batch_stride = Tk * kvd, d.out_batch_stride = n * qd;
+      d.q = a.q.data() + a.q_start[s] * qd, d.k = kg.data(), d.v = vg.data(), d.out = out.data();
+      RefOps().attention_fwd(d);
+      ExpectClose(a.out.data() + a.q_start[s] * qd, out.data(), out.size(), 1e-6, 1e-7,
+                  "ref paged vs dense, seq " + std::to_string(s) + a.Tag(c));
+    }
   }
 }
 

@@ -32,6 +32,7 @@ const std::map<std::string, std::string> kParityCase = {
     {"softmax_xent", "Cpu/Parity.SoftmaxXent"},
     {"attention_fwd", "Cpu/Parity.AttentionForward"},
     {"attention_bwd", "Cpu/Parity.AttentionBackward"},
+    {"paged_attention", "Cpu/Parity.PagedAttention"},
     {"moe_route", "Cpu/Parity.MoeRoute"},
     {"moe_gather", "Cpu/Parity.Moe"},
     {"moe_combine", "Cpu/Parity.Moe"},

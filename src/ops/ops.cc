@@ -103,6 +103,26 @@ void AttentionBackward(const AttentionBackwardParams& p) {
   OP_CHECK("attention_backward", p.fwd.lse && p.dout && p.dq && p.dk && p.dv);
   T().attention_bwd(p);
 }
+void PagedAttention(const PagedAttentionParams& p) {
+  OP_CHECK("paged_attention", p.n_seq > 0 && p.q_start && p.kv_len && p.blocks && p.q && p.k && p.v &&
+                                  p.out && p.H > 0 && p.Hkv > 0 && p.H % p.Hkv == 0 && p.D > 0 &&
+                                  p.block_tokens > 0 && p.max_blocks > 0 && p.num_blocks > 0 &&
+                                  p.token_stride >= (int64_t)p.Hkv * p.D &&
+                                  p.block_stride >= (int64_t)p.block_tokens * p.token_stride &&
+                                  p.q_start[0] == 0);
+  for (int s = 0; s < p.n_seq; ++s) {
+    const int n = p.q_start[s + 1] - p.q_start[s];
+    CHECK_MSG(n >= 0 && n <= p.kv_len[s] && p.kv_len[s] <= (int64_t)p.max_blocks * p.block_tokens,
+              "[paged_attention] sequence %d: %d query rows, %d keys, room for %lld keys in its table", s, n,
+              p.kv_len[s], static_cast<long long>(p.max_blocks) * p.block_tokens);
+    const int32_t* table = p.blocks + static_cast<int64_t>(s) * p.max_blocks;
+    for (int i = 0; i < (p.kv_len[s] + p.block_tokens - 1) / p.block_tokens; ++i)
+      CHECK_MSG(table[i] >= 0 && table[i] < p.num_blocks,
+                "[paged_attention] sequence %d: block %d of its table is %d, outside the pool of %lld", s, i,
+                table[i], static_cast<long long>(p.num_blocks));
+  }
+  T().paged_attention(p);
+}
 void MoeRoute(const MoeRouteParams& p) {
   OP_CHECK("moe_route", p.N >= 0 && p.E > 0 && p.E <= 256 && p.K > 0 && p.K <= p.E && p.logits &&
                             p.scores && p.sel && p.weights && p.pos && p.perm && p.expert_offset);

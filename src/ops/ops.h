@@ -53,6 +53,9 @@ void SoftmaxXent(const float* logits, const int32_t* targets, int64_t N, int64_t
                  float grad_scale, float* losses, float* dlogits);
 void Attention(const AttentionParams& p);
 void AttentionBackward(const AttentionBackwardParams& p);
+// Checks the whole block table once (every block a sequence's keys need lies
+// in [0, num_blocks), rows fit their sequences), then dispatches.
+void PagedAttention(const PagedAttentionParams& p);
 // Routing (BackendOps::moe_route); E <= 256.
 void MoeRoute(const MoeRouteParams& p);
 void MoeGather(const float* src, const int32_t* idx, int64_t M, int64_t C, float* dst);

@@ -11,47 +11,100 @@
 
 namespace myriad::serve {
 
-class BatchRunner::PagedAttention : public KvAttention {
+class BatchRunner::PoolAttention : public KvAttention {
  public:
-  PagedAttention(const ModelConfig& cfg, KvPool* pool) : cfg_(cfg), pool_(pool) {
+  PoolAttention(const ModelConfig& cfg, KvPool* pool, AttentionPath path)
+      : cfg_(cfg), pool_(pool), paged_(path == AttentionPath::kPaged && !cfg.dsa()) {
     gather_.resize(std::max(1, omp_get_max_threads()));
+  }
+
+  // Before a forward: the batch and the first row of each chunk in it
+  // (null after it).
+  void Begin(const std::vector<SeqChunk>* chunks, const std::vector<int64_t>& row0) {
+    chunks_ = chunks;
+    row0_ = row0;
+    if (paged_ && chunks) SetTables();
   }
 
   void Attend(int layer, const float* q, const float* k, const float* v, float* att,
               const DsaRows* dsa) override {
-    const int64_t n_seq = static_cast<int64_t>(chunks->size());
+    const int64_t n_seq = static_cast<int64_t>(chunks_->size());
+    for (int64_t i = 0; i < n_seq; ++i) Store(layer, i, k, v, dsa);
+    if (paged_) {
+      params_.q = q;
+      params_.k = pool_->k_row(0, layer, 0);
+      params_.v = pool_->v_row(0, layer, 0);
+      params_.out = att;
+      ops::PagedAttention(params_);
+      return;
+    }
     if (cfg_.dsa() && static_cast<int64_t>(idx_.size()) < n_seq) idx_.resize(n_seq);
     int64_t max_n = 0;
-    for (const auto& c : *chunks) max_n = std::max(max_n, c.n);
+    for (const auto& c : *chunks_) max_n = std::max(max_n, c.n);
     if (max_n == 1 && n_seq > 1) {
 #pragma omp parallel for schedule(dynamic)
-      for (int64_t i = 0; i < n_seq; ++i) One(layer, i, q, k, v, att, dsa, &gather_[omp_get_thread_num()]);
+      for (int64_t i = 0; i < n_seq; ++i) GatherAttend(layer, i, q, att, dsa, &gather_[omp_get_thread_num()]);
     } else {
-      for (int64_t i = 0; i < n_seq; ++i) One(layer, i, q, k, v, att, dsa, &gather_[0]);
+      for (int64_t i = 0; i < n_seq; ++i) GatherAttend(layer, i, q, att, dsa, &gather_[0]);
     }
   }
 
-  const std::vector<SeqChunk>* chunks = nullptr;
-  std::vector<int64_t> row0;  // first row of each chunk in the batch
-
  private:
-  // Sequence i: store its new keys/values in its blocks, gather [0, Tk) and attend.
-  void One(int layer, int64_t i, const float* q, const float* k, const float* v, float* att,
-           const DsaRows* dsa, std::vector<float>* scratch) {
-    const SeqChunk& c = (*chunks)[i];
+  // The paged op's per-forward tables: rows, key counts and the block tables
+  // as one [n_seq, max_blocks] array (the layers differ only in k/v bases).
+  void SetTables() {
+    const int64_t n_seq = static_cast<int64_t>(chunks_->size());
+    int64_t max_blocks = 1;
+    for (const auto& c : *chunks_) max_blocks = std::max(max_blocks, c.n_blocks);
+    q_start_.assign(1, 0);
+    kv_len_.clear();
+    blocks_.assign(n_seq * max_blocks, -1);
+    for (int64_t i = 0; i < n_seq; ++i) {
+      const SeqChunk& c = (*chunks_)[i];
+      q_start_.push_back(static_cast<int32_t>(row0_[i] + c.n));
+      kv_len_.push_back(static_cast<int32_t>(c.start + c.n));
+      std::copy(c.blocks, c.blocks + c.n_blocks, blocks_.begin() + i * max_blocks);
+    }
+    const int64_t D = cfg_.head_dim();
+    params_ = PagedAttentionParams{};
+    params_.n_seq = static_cast<int>(n_seq);
+    params_.H = static_cast<int>(cfg_.n_heads);
+    params_.Hkv = static_cast<int>(cfg_.n_kv_heads);
+    params_.D = static_cast<int>(D);
+    params_.scale = 1.f / std::sqrt(static_cast<float>(D));
+    params_.q_start = q_start_.data();
+    params_.kv_len = kv_len_.data();
+    params_.blocks = blocks_.data();
+    params_.max_blocks = static_cast<int>(max_blocks);
+    params_.block_tokens = kBlockTokens;
+    params_.num_blocks = pool_->num_blocks();
+    params_.block_stride = pool_->block_floats();
+    params_.token_stride = pool_->kv_dim();
+  }
+
+  // Sequence i's new keys/values (and DSA indexer keys) into its blocks.
+  void Store(int layer, int64_t i, const float* k, const float* v, const DsaRows* dsa) {
+    const SeqChunk& c = (*chunks_)[i];
+    const int64_t kvd = pool_->kv_dim(), Di = cfg_.dsa_index_dim;
+    const int group = cfg_.dsa() ? static_cast<int>(layer / cfg_.dsa_index_share) : 0;
+    for (int64_t t = 0; t < c.n; ++t) {
+      const int64_t p = c.start + t, row = row0_[i] + t;
+      const int32_t b = c.blocks[p / kBlockTokens];
+      const int slot = static_cast<int>(p % kBlockTokens);
+      std::memcpy(pool_->k_row(b, layer, slot), k + row * kvd, kvd * sizeof(float));
+      std::memcpy(pool_->v_row(b, layer, slot), v + row * kvd, kvd * sizeof(float));
+      if (dsa) std::memcpy(pool_->ki_row(b, group, slot), dsa->ki + row * Di, Di * sizeof(float));
+    }
+  }
+
+  // Sequence i: gather [0, Tk) of its blocks into scratch and attend.
+  void GatherAttend(int layer, int64_t i, const float* q, float* att, const DsaRows* dsa,
+                    std::vector<float>* scratch) {
+    const SeqChunk& c = (*chunks_)[i];
     const int64_t D = cfg_.head_dim(), H = cfg_.n_heads, Hkv = cfg_.n_kv_heads, kvd = Hkv * D;
     const int64_t Hi = cfg_.dsa_index_heads, Di = cfg_.dsa_index_dim;
     const int group = cfg_.dsa() ? static_cast<int>(layer / cfg_.dsa_index_share) : 0;
-    const int64_t r0 = row0[i], Tk = c.start + c.n;
-    for (int64_t t = 0; t < c.n; ++t) {
-      const int64_t p = c.start + t;
-      const int32_t b = c.blocks[p / kBlockTokens];
-      const int slot = static_cast<int>(p % kBlockTokens);
-      std::memcpy(pool_->k_row(b, layer, slot), k + (r0 + t) * kvd, kvd * sizeof(float));
-      std::memcpy(pool_->v_row(b, layer, slot), v + (r0 + t) * kvd, kvd * sizeof(float));
-      if (dsa)
-        std::memcpy(pool_->ki_row(b, group, slot), dsa->ki + (r0 + t) * Di, Di * sizeof(float));
-    }
+    const int64_t r0 = row0_[i], Tk = c.start + c.n;
     const int64_t need = 2 * Tk * kvd + (cfg_.dsa() ? Tk * Di : 0);
     if (scratch->size() < static_cast<size_t>(need)) scratch->resize(need);
     float* kg = scratch->data();
@@ -81,12 +134,18 @@ class BatchRunner::PagedAttention : public KvAttention {
 
   const ModelConfig& cfg_;
   KvPool* pool_;
-  std::vector<std::vector<float>> gather_;  // per thread
+  const bool paged_;  // dense attention through ops::PagedAttention
+  const std::vector<SeqChunk>* chunks_ = nullptr;
+  std::vector<int64_t> row0_;               // first row of each chunk in the batch
+  PagedAttentionParams params_;             // paged: everything but q, k, v, out
+  std::vector<int32_t> q_start_, kv_len_, blocks_;
+  std::vector<std::vector<float>> gather_;  // gather path: per thread
   std::vector<std::vector<int32_t>> idx_;   // DSA: each sequence's group selection [n, K]
 };
 
-BatchRunner::BatchRunner(const Model& model, KvPool* pool, WeightFormat fmt)
-    : weights_(model, fmt), pool_(pool), attn_(std::make_unique<PagedAttention>(weights_.config(), pool)) {}
+BatchRunner::BatchRunner(const Model& model, KvPool* pool, WeightFormat fmt, AttentionPath path)
+    : weights_(model, fmt), pool_(pool),
+      attn_(std::make_unique<PoolAttention>(weights_.config(), pool, path)) {}
 
 BatchRunner::~BatchRunner() = default;
 
@@ -94,23 +153,23 @@ const float* BatchRunner::Forward(const std::vector<SeqChunk>& chunks) {
   CHECK(!chunks.empty());
   const int64_t max_pos = weights_.config().max_seq_len;
   tokens_.clear(); pos_.clear(); out_rows_.clear();
-  attn_->row0.clear();
+  row0_.clear();
   for (const auto& c : chunks) {
     CHECK_MSG(c.n > 0 && c.start + c.n <= max_pos, "chunk [%lld, %lld) outside the model's context",
               static_cast<long long>(c.start), static_cast<long long>(c.start + c.n));
     CHECK_MSG(c.n_blocks * kBlockTokens >= c.start + c.n, "block table too short");
-    attn_->row0.push_back(static_cast<int64_t>(tokens_.size()));
+    row0_.push_back(static_cast<int64_t>(tokens_.size()));
     for (int64_t t = 0; t < c.n; ++t) {
       tokens_.push_back(c.tokens[t]);
       pos_.push_back(static_cast<int32_t>(c.start + t));
     }
     out_rows_.push_back(static_cast<int64_t>(tokens_.size()) - 1);
   }
-  attn_->chunks = &chunks;
+  attn_->Begin(&chunks, row0_);
   logits_.resize(chunks.size() * vocab());
   InferenceForward(weights_, tokens_.data(), pos_.data(), static_cast<int64_t>(tokens_.size()), attn_.get(),
                    out_rows_.data(), static_cast<int64_t>(out_rows_.size()), &scratch_, logits_.data());
-  attn_->chunks = nullptr;
+  attn_->Begin(nullptr, row0_);
   return logits_.data();
 }
 

@@ -5,12 +5,17 @@
 // runs per sequence over its keys and values in paged KvPool blocks,
 // addressed through the sequence's block table.
 //
-// Attention over pages: the sequence's blocks are gathered into contiguous
-// per-thread scratch [Tk, Hkv*D] and the fused attention kernel runs once per
-// sequence (the gather reads the same bytes the kernel reads anyway). A batch
-// of decode tokens only runs its sequences' attention side by side, one per
-// thread; a batch with a prefill chunk runs them one after another, each with
-// the kernel's own threads.
+// Attention over pages: each layer first stores the new keys and values in
+// their blocks, then (dense attention) one backend paged_attention call
+// (ops::PagedAttention) serves every sequence of the batch, reading K and V
+// in place through the block tables; its work items (sequence, query
+// positions, kv heads) spread over the threads whatever the batch's mix of
+// prefill chunks and decode tokens. AttentionPath::kGather keeps the former
+// path as a reference for tests and benchmarks: each sequence's blocks are
+// gathered into contiguous per-thread scratch and attention_fwd runs once
+// per sequence (side by side, one per thread, for a batch of decode tokens;
+// one after another otherwise). DSA models always take the gather path
+// (DsaAttend reads a contiguous cache).
 //
 // Not thread-safe: one thread (the engine's scheduler) calls Forward.
 #pragma once
@@ -32,10 +37,14 @@ struct SeqChunk {
   int64_t n_blocks = 0;             // must cover [0, start + n)
 };
 
+// How dense attention reads the pool (see above).
+enum class AttentionPath { kPaged, kGather };
+
 class BatchRunner {
  public:
   // `model` and `pool` must outlive the runner.
-  BatchRunner(const Model& model, KvPool* pool, WeightFormat fmt = WeightFormat::kF32);
+  BatchRunner(const Model& model, KvPool* pool, WeightFormat fmt = WeightFormat::kF32,
+              AttentionPath path = AttentionPath::kPaged);
   ~BatchRunner();
   // Writes the chunks' keys and values into their blocks and returns the
   // logits [chunks.size(), V] of each chunk's last token (valid until the
@@ -45,13 +54,13 @@ class BatchRunner {
   const InferenceWeights& weights() const { return weights_; }
 
  private:
-  class PagedAttention;
+  class PoolAttention;
   InferenceWeights weights_;
   KvPool* pool_;
-  std::unique_ptr<PagedAttention> attn_;
+  std::unique_ptr<PoolAttention> attn_;
   InferenceScratch scratch_;
   std::vector<int32_t> tokens_, pos_;
-  std::vector<int64_t> out_rows_;
+  std::vector<int64_t> row0_, out_rows_;  // each chunk's first and last row
   std::vector<float> logits_;
 };
 

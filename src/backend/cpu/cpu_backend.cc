@@ -3,7 +3,8 @@
 // against cpuid here, so no ISA-specific code runs on a CPU without it.
 //
 // What the backends are made of (see kernels.h):
-//   scalar  impl/*.h portable kernels at baseline x86-64 flags
+//   scalar  impl/*.h portable kernels at baseline x86-64 flags (paged
+//           attention, impl/paged_attention.h, is portable in every table)
 //   avx2    the same compiled for AVX2/FMA/F16C, plus impl/flash_simd.h,
 //           impl/elementwise_simd.h and isa_avx2/gemv_avx2.cc (intrinsics)
 //   avx512  likewise for AVX-512, GEMV q8 through VNNI when present

@@ -69,6 +69,29 @@ inline void Axpy(float a, const float* x, float* y, int n) {
   for (int i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
+// One row's online-softmax step over `valid` > 0 new scores srow[0..valid):
+// srow becomes exp(srow - m_new), the running max *m and sum *l advance and
+// the row's accumulator a[0..D) is rescaled by exp(m_old - m_new); the
+// caller then adds srow . V into a.
+inline void OnlineSoftmaxRow(float* srow, int valid, float* m, float* l, float* a, int D) {
+  float mx = *m;
+  for (int j = 0; j < valid; ++j) mx = MaxF(mx, srow[j]);
+  const float alpha = ExpF(*m - mx);  // 0 when *m = -inf
+  float sum = 0.f;
+#pragma omp simd reduction(+ : sum)
+  for (int j = 0; j < valid; ++j) {
+    float e = ExpF(srow[j] - mx);
+    srow[j] = e;
+    sum += e;
+  }
+  *m = mx;
+  *l = *l * alpha + sum;
+  if (alpha != 1.f) {
+#pragma omp simd
+    for (int d = 0; d < D; ++d) a[d] *= alpha;
+  }
+}
+
 inline void AttentionFwdK(const AttentionParams& p) {
   const AttnGeom g(p);
   const int qtiles = (g.Tq + kBq - 1) / kBq;
@@ -101,23 +124,8 @@ inline void AttentionFwdK(const AttentionParams& p) {
           const int valid = (int)MinI(bk, MaxI(0, g.KeyLimit(i0 + i) - j0));
           if (valid == 0) continue;
           float* srow = s.p + (int64_t)i * kBk;
-          float mx = m[i];
-          for (int j = 0; j < valid; ++j) mx = MaxF(mx, srow[j]);
-          const float alpha = ExpF(m[i] - mx);  // 0 when m[i] = -inf
-          float sum = 0.f;
-#pragma omp simd reduction(+ : sum)
-          for (int j = 0; j < valid; ++j) {
-            float e = ExpF(srow[j] - mx);
-            srow[j] = e;
-            sum += e;
-          }
-          m[i] = mx;
-          l[i] = l[i] * alpha + sum;
           float* a = acc.p + (int64_t)i * D;
-          if (alpha != 1.f) {
-#pragma omp simd
-            for (int d = 0; d < D; ++d) a[d] *= alpha;
-          }
+          OnlineSoftmaxRow(srow, valid, &m[i], &l[i], a, D);
           for (int j = 0; j < valid; ++j) Axpy(srow[j], vbase + (int64_t)(j0 + j) * g.ldkv, a, D);
         }
       }

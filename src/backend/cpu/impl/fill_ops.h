@@ -8,6 +8,7 @@
 #include "backend/cpu/impl/copy_ops.h"
 #include "backend/cpu/impl/elementwise.h"
 #include "backend/cpu/impl/gemv.h"
+#include "backend/cpu/impl/paged_attention.h"
 #include "backend/cpu/impl/moe_route.h"
 #include "backend/cpu/kernels.h"
 
@@ -25,6 +26,7 @@ inline void FillPortableOps(BackendOps* o) {
   o->softmax_xent = SoftmaxXentK;
   o->attention_fwd = AttentionFwdK;
   o->attention_bwd = AttentionBwdK;
+  o->paged_attention = PagedAttentionK;
   o->moe_route = MoeRouteK;
   o->moe_gather = MoeGatherK;
   o->moe_combine = MoeCombineK;

@@ -1,5 +1,6 @@
 #include "backend/cpu/ref/ref_attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -118,6 +119,41 @@ void AttentionBwd(const AttentionBackwardParams& bp) {
           bp.dv[v.KvIdx(b, j, hk) + d] = (float)dv[(size_t)j * p.D + d];
         }
     }
+}
+
+void PagedAttention(const PagedAttentionParams& p) {
+  const int group = p.H / p.Hkv;
+  // Offset of head hk's row of key t of sequence s, from p.k / p.v.
+  auto at = [&](int s, int t, int hk) {
+    const int32_t b = p.blocks[(int64_t)s * p.max_blocks + t / p.block_tokens];
+    return b * p.block_stride + (int64_t)(t % p.block_tokens) * p.token_stride + (int64_t)hk * p.D;
+  };
+  for (int s = 0; s < p.n_seq; ++s) {
+    const int n = p.q_start[s + 1] - p.q_start[s];
+    for (int i = 0; i < n; ++i) {
+      const int pos = p.kv_len[s] - n + i;  // sees keys [0, pos]
+      const int64_t row = (int64_t)(p.q_start[s] + i) * p.H * p.D;
+      for (int h = 0; h < p.H; ++h) {
+        const int hk = h / group;
+        const float* q = p.q + row + (int64_t)h * p.D;
+        std::vector<double> sc(pos + 1);
+        double mx = -std::numeric_limits<double>::infinity();
+        for (int t = 0; t <= pos; ++t) {
+          double dot = 0;
+          for (int d = 0; d < p.D; ++d) dot += (double)q[d] * p.k[at(s, t, hk) + d];
+          sc[t] = dot * p.scale;
+          mx = std::max(mx, sc[t]);
+        }
+        double sum = 0;
+        for (int t = 0; t <= pos; ++t) sum += sc[t] = std::exp(sc[t] - mx);
+        for (int d = 0; d < p.D; ++d) {
+          double acc = 0;
+          for (int t = 0; t <= pos; ++t) acc += sc[t] * p.v[at(s, t, hk) + d];
+          p.out[row + (int64_t)h * p.D + d] = (float)(acc / sum);
+        }
+      }
+    }
+  }
 }
 
 }  // namespace myriad::ref

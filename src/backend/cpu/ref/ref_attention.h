@@ -6,4 +6,6 @@
 namespace myriad::ref {
 void AttentionFwd(const AttentionParams& p);
 void AttentionBwd(const AttentionBackwardParams& p);
+// Paged attention: each score addressed through the block table, in double.
+void PagedAttention(const PagedAttentionParams& p);
 }  // namespace myriad::ref

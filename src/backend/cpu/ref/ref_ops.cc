@@ -330,6 +330,7 @@ const BackendOps& RefOps() {
     o.softmax_xent = ref::SoftmaxXent;
     o.attention_fwd = ref::AttentionFwd;
     o.attention_bwd = ref::AttentionBwd;
+    o.paged_attention = ref::PagedAttention;
     o.moe_route = ref::MoeRoute;
     o.moe_gather = ref::MoeGather;
     o.moe_combine = ref::MoeCombine;
