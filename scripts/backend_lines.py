@@ -38,8 +38,9 @@ def main():
                 where[slot] = (f.relative_to(SRC), fn, n)
     for slot, (f, fn, n) in where.items():
         print(f"{slot:18s} {n:4d}  {f}:{fn}")
-    portable = ["impl/elementwise.h", "impl/attention.h", "impl/gemv.h", "impl/common.h", "impl/fill_ops.h",
-                "blas.cc", "host_memory.cc", "cpu_backend.cc"]
+    simd_impl = {"flash_simd.h", "elementwise_simd.h"}
+    portable = sorted("impl/" + f.name for f in (CPU / "impl").glob("*.h") if f.name not in simd_impl)
+    portable += ["blas.cc", "host_memory.cc", "cpu_backend.cc"]
     simd = ["impl/flash_simd.h", "impl/elementwise_simd.h", "isa_avx2/gemv_avx2.cc", "isa_avx2/vec.h",
             "isa_avx2/ops_avx2.cc", "isa_avx512/gemv_avx512.cc", "isa_avx512/vec.h", "isa_avx512/ops_avx512.cc",
             "isa_avx512/gemm_bf16.cc"]

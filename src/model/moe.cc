@@ -80,7 +80,7 @@ void MoeForward(const BlockContext& ctx, const BlockWeights<float*>& w, const fl
   }
 
   // 4. Combine, then the shared experts on every token.
-  std::memset(out, 0, N * C * sizeof(float));
+  ops::Zero(out, N * C);
   ops::MoeCombine(a->y.data(), a->pos.data(), a->w.data(), N, K, C, out);
   if (w.s_gate) {
     const int64_t SF = ctx.dims->SF;
@@ -146,7 +146,7 @@ void MoeBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
     ops::SwiGluBackward(s->d_h.data(), a->sgu.data(), N, SF, s->d_gu.data());
     ops::LinearBackward(s->d_gu.data(), f, w.s_gate, N, C, 2 * SF, df, false, gw.s_gate);
   } else {
-    std::memset(df, 0, N * C * sizeof(float));
+    ops::Zero(df, N * C);
   }
 
   // Combine backward: dy rows and d(weights).

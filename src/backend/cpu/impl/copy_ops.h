@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "backend/cpu/impl/common.h"
-#include "backend/cpu/impl/elementwise.h"  // kElemChunk
+#include "backend/cpu/impl/elementwise.h"  // BlockedSum
 
 namespace myriad::cpu {
 namespace {
@@ -50,21 +50,8 @@ inline void EmbeddingBwdK(const float* dout, const int32_t* tok, int64_t N, int6
   }
 }
 
-// Fixed blocks of kElemChunk summed in double, then the block sums in order.
 inline double SumK(const float* x, int64_t n) {
-  if (n <= 0) return 0.0;
-  const int64_t blocks = (n + kElemChunk - 1) / kElemChunk;
-  Scratch<double> part(blocks);
-#pragma omp parallel for schedule(static) if (n >= kMinParallelElems)
-  for (int64_t b = 0; b < blocks; ++b) {
-    const int64_t c0 = b * kElemChunk, c1 = MinI(n, c0 + kElemChunk);
-    double acc = 0.0;
-    for (int64_t i = c0; i < c1; ++i) acc += x[i];
-    part[b] = acc;
-  }
-  double total = 0.0;
-  for (int64_t b = 0; b < blocks; ++b) total += part[b];
-  return total;
+  return BlockedSum(x, n, [](float v) { return (double)v; });
 }
 
 }  // namespace

@@ -176,14 +176,14 @@ inline void SoftmaxXentK(const float* logits, const int32_t* targets, int64_t N,
 
 // dst [M, C] = src[idx[i], :].
 inline void MoeGatherK(const float* src, const int32_t* idx, int64_t M, int64_t C, float* dst) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (M * C >= kMinParallelElems)
   for (int64_t i = 0; i < M; ++i) std::memcpy(dst + i * C, src + (int64_t)idx[i] * C, C * sizeof(float));
 }
 
 // out [N, C] += sum_k w[t,k] buf[pos[t,k], :]; k summed in order.
 inline void MoeCombineK(const float* buf, const int32_t* pos, const float* w, int64_t N,
                         int64_t K, int64_t C, float* out) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (N * K * C >= kMinParallelElems)
   for (int64_t t = 0; t < N; ++t) {
     float* o = out + t * C;
     for (int64_t k = 0; k < K; ++k) {
@@ -245,8 +245,10 @@ inline void AdamWK(const AdamWParams& p) {
   }
 }
 
-// Fixed blocks of kElemChunk summed in double, then the block sums in order.
-inline double SumsqK(const float* x, int64_t n) {
+// sum over i < n of term(x[i]) in double: fixed blocks of kElemChunk, then
+// the block sums in order (the same bits for any thread count).
+template <typename Term>
+inline double BlockedSum(const float* x, int64_t n, Term term) {
   if (n <= 0) return 0.0;
   int64_t blocks = (n + kElemChunk - 1) / kElemChunk;
   Scratch<double> part(blocks);
@@ -255,12 +257,16 @@ inline double SumsqK(const float* x, int64_t n) {
     int64_t c0 = b * kElemChunk, c1 = MinI(n, c0 + kElemChunk);
     double acc = 0.0;
 #pragma omp simd reduction(+ : acc)
-    for (int64_t i = c0; i < c1; ++i) acc += (double)x[i] * (double)x[i];
+    for (int64_t i = c0; i < c1; ++i) acc += term(x[i]);
     part[b] = acc;
   }
   double total = 0.0;
   for (int64_t b = 0; b < blocks; ++b) total += part[b];
   return total;
+}
+
+inline double SumsqK(const float* x, int64_t n) {
+  return BlockedSum(x, n, [](float v) { return (double)v * (double)v; });
 }
 
 }  // namespace
