@@ -1,4 +1,5 @@
-// One parity test for the CPU backend: every op of every ISA backend
+// One parity test for the CPU backend (the MoE and data-movement slots in
+// parity_moe_test.cc): every op of every ISA backend
 // available on this machine against the scalar oracles of cpu/ref
 // (RefOps()), on ragged shapes, with a tolerance per op. Also checks the
 // oracles themselves against central finite differences (attention,
@@ -14,53 +15,10 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/parity_test_util.h"
 #include "core/rng.h"
 
-namespace myriad {
-namespace {
-
-using Vec = std::vector<float>;
-
-Vec Randn(size_t n, Rng& rng, float scale = 1.f) {
-  Vec v(n);
-  for (auto& x : v) x = rng.Normal() * scale;
-  return v;
-}
-
-// |got - want| <= atol + rtol |want| elementwise; reports the worst offender.
-void ExpectClose(const float* got, const float* want, size_t n, double rtol, double atol,
-                 const std::string& what) {
-  size_t bad = 0, worst = 0;
-  double worst_excess = -1;
-  for (size_t i = 0; i < n; ++i) {
-    double err = std::fabs((double)got[i] - want[i]);
-    double lim = atol + rtol * std::fabs((double)want[i]);
-    if (!(err <= lim)) {
-      ++bad;
-      double ex = std::isnan(err) ? 1e300 : err - lim;
-      if (ex > worst_excess) worst_excess = ex, worst = i;
-    }
-  }
-  EXPECT_EQ(bad, 0u) << what << ": " << bad << "/" << n << " out of tolerance; worst at [" << worst
-                     << "] got " << got[worst] << " want " << want[worst];
-}
-void ExpectClose(const Vec& got, const Vec& want, double rtol, double atol, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  ExpectClose(got.data(), want.data(), got.size(), rtol, atol, what);
-}
-
-
-class Parity : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override {
-    be_ = CpuBackend(GetParam());
-    if (!be_) GTEST_SKIP() << "ISA " << GetParam() << " not available on this CPU";
-    ops_ = &be_->ops();
-  }
-  Backend* be_ = nullptr;
-  const BackendOps* ops_ = nullptr;
-  const BackendOps& ref_ = RefOps();
-};
+namespace myriad::parity {
 
 TEST_P(Parity, EverySlotIsImplemented) {
   EXPECT_EQ(be_->name(), "cpu-" + GetParam());
@@ -439,112 +397,6 @@ TEST_P(Parity, PagedAttentionIsDeterministicAcrossThreadCounts) {
   }
 }
 
-TEST_P(Parity, Moe) {
-  Rng rng(9);
-  for (int64_t C : {1, 37, 64}) {
-    const int64_t N = 37, K = 2, rows = N * K, src_rows = 50;
-    Vec src = Randn(src_rows * C, rng);
-    std::vector<int32_t> idx(rows);
-    for (auto& i : idx) i = (int32_t)rng.Below(src_rows);  // repeats allowed
-    Vec dst(rows * C), dst_r(rows * C);
-    ops_->moe_gather(src.data(), idx.data(), rows, C, dst.data());
-    ref_.moe_gather(src.data(), idx.data(), rows, C, dst_r.data());
-    ExpectClose(dst, dst_r, 0, 0, "moe_gather C" + std::to_string(C));
-    // pos: a permutation of the rows of buf (each named exactly once).
-    std::vector<int32_t> pos(rows);
-    for (int64_t i = 0; i < rows; ++i) pos[i] = (int32_t)i;
-    for (int64_t i = rows - 1; i > 0; --i) std::swap(pos[i], pos[rng.Below(i + 1)]);
-    Vec buf = Randn(rows * C, rng), w = Randn(N * K, rng), dout = Randn(N * C, rng);
-    for (const float* wp : {(const float*)w.data(), (const float*)nullptr}) {
-      std::string tag = std::string(wp ? " weighted" : " unweighted") + " C" + std::to_string(C);
-      Vec out = Randn(N * C, rng), out_r = out;
-      ops_->moe_combine(buf.data(), pos.data(), wp, N, K, C, out.data());
-      ref_.moe_combine(buf.data(), pos.data(), wp, N, K, C, out_r.data());
-      ExpectClose(out, out_r, 1e-6, 1e-6, "moe_combine" + tag);
-      Vec dbuf(rows * C, NAN), dbuf_r(rows * C, NAN), dw(N * K), dw_r(N * K);
-      ops_->moe_combine_bwd(dout.data(), buf.data(), pos.data(), wp, N, K, C, dbuf.data(), dw.data());
-      ref_.moe_combine_bwd(dout.data(), buf.data(), pos.data(), wp, N, K, C, dbuf_r.data(), dw_r.data());
-      ExpectClose(dbuf, dbuf_r, 1e-6, 1e-7, "moe_combine_bwd dbuf" + tag);
-      ExpectClose(dw, dw_r, 1e-5, 1e-5, "moe_combine_bwd dw" + tag);
-    }
-  }
-}
-
-// Routing: selection, permutation and offsets exactly; scores and weights
-// to fp32 rounding. Logits on a coarse grid make exact ties, which both
-// sides must break towards the lower index.
-TEST_P(Parity, MoeRoute) {
-  Rng rng(21);
-  struct S { int64_t N, E, K; };
-  for (S c : {S{1, 4, 1}, S{7, 8, 2}, S{33, 16, 6}, S{300, 64, 8}, S{5, 256, 8}})
-    for (bool sigmoid : {false, true})
-      for (int variant = 0; variant < 3; ++variant) {  // 0 random, 1 with bias, 2 ties
-        Vec logits = Randn(c.N * c.E, rng, 2.f), bias;
-        if (variant == 2)
-          for (auto& l : logits) l = std::round(l * 2) / 2;
-        if (variant == 1) bias = Randn(c.E, rng, 0.1f);
-        auto run = [&](const BackendOps& o, Vec* sc, std::vector<int32_t>* sel, Vec* w,
-                       std::vector<int32_t>* pos, std::vector<int32_t>* perm, std::vector<int64_t>* off) {
-          sc->assign(c.N * c.E, -1); sel->assign(c.N * c.K, -1); w->assign(c.N * c.K, -1);
-          pos->assign(c.N * c.K, -1); perm->assign(c.N * c.K, -1); off->assign(c.E + 1, -1);
-          MoeRouteParams p;
-          p.N = c.N, p.E = c.E, p.K = c.K, p.sigmoid = sigmoid;
-          p.logits = logits.data(), p.bias = bias.empty() ? nullptr : bias.data();
-          p.scores = sc->data(), p.sel = sel->data(), p.weights = w->data();
-          p.pos = pos->data(), p.perm = perm->data(), p.expert_offset = off->data();
-          o.moe_route(p);
-        };
-        Vec sc, rsc, w, rw;
-        std::vector<int32_t> sel, rsel, pos, rpos, perm, rperm;
-        std::vector<int64_t> off, roff;
-        run(*ops_, &sc, &sel, &w, &pos, &perm, &off);
-        run(ref_, &rsc, &rsel, &rw, &rpos, &rperm, &roff);
-        std::string what = "moe_route N" + std::to_string(c.N) + " E" + std::to_string(c.E) + " K" +
-                           std::to_string(c.K) + (sigmoid ? " sigmoid" : " softmax") + " v" + std::to_string(variant);
-        EXPECT_EQ(sel, rsel) << what;
-        EXPECT_EQ(pos, rpos) << what;
-        EXPECT_EQ(perm, rperm) << what;
-        EXPECT_EQ(off, roff) << what;
-        ExpectClose(sc, rsc, 2e-6, 1e-7, what + " scores");
-        ExpectClose(w, rw, 2e-6, 1e-7, what + " weights");
-      }
-}
-
-// Strided copies (with and without a scale), the residual add, the
-// embedding backward with repeated tokens, and the loss sum.
-TEST_P(Parity, DataMovement) {
-  Rng rng(33);
-  for (auto [rows, width, ld_src, ld_dst] : std::vector<std::array<int64_t, 4>>{
-           {1, 1, 1, 1}, {7, 5, 5, 5}, {33, 37, 50, 41}, {300, 200, 256, 200}, {2, 40000, 40000, 40003}})
-    for (float scale : {1.f, 0.37f}) {
-      Vec src = Randn(rows * ld_src, rng), a(rows * ld_dst, 7.f), b(rows * ld_dst, 7.f);
-      ops_->copy_rows(src.data(), ld_src, a.data(), ld_dst, rows, width, scale);
-      ref_.copy_rows(src.data(), ld_src, b.data(), ld_dst, rows, width, scale);
-      EXPECT_EQ(a, b) << "copy_rows " << rows << "x" << width << " scale " << scale;  // untouched gaps stay 7
-    }
-  for (int64_t n : {1, 37, 4099, 100003})
-    for (float alpha : {1.f, -0.5f}) {
-      Vec x = Randn(n, rng), y = Randn(n, rng), a(n), b(n), inplace = x;
-      ops_->add_scaled(x.data(), y.data(), alpha, n, a.data());
-      ref_.add_scaled(x.data(), y.data(), alpha, n, b.data());
-      ExpectClose(a, b, 1e-6, 1e-7, "add_scaled");
-      ops_->add_scaled(inplace.data(), y.data(), alpha, n, inplace.data());  // out aliases x
-      EXPECT_EQ(inplace, a);
-    }
-  for (auto [N, C, V] : std::vector<std::array<int64_t, 3>>{{1, 3, 2}, {50, 37, 5}, {333, 64, 1000}}) {
-    Vec d = Randn(N * C, rng), g0 = Randn(V * C, rng), a = g0, b = g0;
-    std::vector<int32_t> tok(N);
-    for (auto& t : tok) t = (int32_t)rng.Below(V);
-    ops_->embedding_bwd(d.data(), tok.data(), N, C, a.data());
-    ref_.embedding_bwd(d.data(), tok.data(), N, C, b.data());
-    EXPECT_EQ(a, b) << "embedding_bwd N" << N << " C" << C;  // same order of additions: same bits
-  }
-  for (int64_t n : {0, 1, 37, 100003}) {
-    Vec x = Randn(n, rng);
-    EXPECT_NEAR(ops_->sum(x.data(), n), ref_.sum(x.data(), n), 1e-9 * (1 + n)) << "sum " << n;
-  }
-}
-
 TEST_P(Parity, AdamW) {
   Rng rng(10);
   for (int64_t n : {1, 37, 4099, 10000})
@@ -799,5 +651,4 @@ TEST(RefOracle, GemvQ8IsCloseToDequantisedProduct) {
   }
 }
 
-}  // namespace
-}  // namespace myriad
+}  // namespace myriad::parity
