@@ -1,4 +1,4 @@
-// Myriad's side of bench/sparse_attention.py: DSA (ops::dsa, src/ops/dsa.h)
+// Myriad's side of bench/sparse_attention.py: DSA (cpu::dsa, src/backend/cpu/dsa/dsa.h)
 // against Myriad's own dense flash attention (ops::Attention, causal) at one
 // sequence length, prefill (Tq = Tk = T) and decode (one query against T
 // keys). Inside the process the variants alternate rep by rep (DSA, dense,
@@ -39,11 +39,11 @@
 #include "backend/cpu/kernel_bench.h"
 #include "core/rng.h"
 #include "lab/lab.h"
-#include "ops/dsa.h"
+#include "backend/cpu/dsa/dsa.h"
 #include "ops/ops.h"
 
 using namespace myriad;
-namespace dsa = myriad::ops::dsa;
+namespace dsa = myriad::cpu::dsa;
 
 namespace {
 

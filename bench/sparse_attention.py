@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""bench/sparse_attention: DSA (DeepSeek-style sparse attention, src/ops/dsa.h)
+"""bench/sparse_attention: DSA (DeepSeek-style sparse attention, src/backend/cpu/dsa/dsa.h)
 prefill and decode, Myriad against PyTorch, and Myriad's DSA against its own
 dense flash attention.
 

@@ -1,6 +1,6 @@
-// Golden test of DSA (src/ops/dsa.h): an independent PyTorch reference
+// Golden test of DSA (src/backend/cpu/dsa/dsa.h): an independent PyTorch reference
 // (tests/golden/dsa_reference.py, float64, written from the header's math)
-// dumps inputs and every output of a few ragged cases; ops::dsa::IndexerTopK,
+// dumps inputs and every output of a few ragged cases; cpu::dsa::IndexerTopK,
 // SparseAttention, SparseAttentionBackward and IndexerLoss must match them:
 // idx exactly, everything else within 1e-4 of the tensor's scale
 // (max |a - ref| / max |ref|). With K >= Tk sparse attention must equal the
@@ -28,13 +28,13 @@
 #include <vector>
 
 #include "core/safetensors.h"
-#include "ops/dsa.h"
+#include "backend/cpu/dsa/dsa.h"
 #include "ops/ops.h"
 
 namespace myriad {
 namespace {
 
-namespace dsa = ops::dsa;
+namespace dsa = cpu::dsa;
 
 constexpr double kTol = 1e-4;
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();

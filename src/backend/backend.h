@@ -114,6 +114,78 @@ struct MoeRouteParams {
   int64_t* expert_offset = nullptr;  // [E+1]
 };
 
+// Backward of moe_route's weights (sel is held fixed) and, when balance is
+// non-null, of the sequence-wise balance loss
+//   L_bal = sum_t sum_e balance[t / T, e] * scores[t,e] / sum_e' scores[t,e'].
+// Row t belongs to sequence t / T (N % T == 0). Writes d_logits [N, E]
+// through the score function (softmax over E, or sigmoid elementwise).
+struct MoeRouteBackwardParams {
+  int64_t N = 0, E = 0, K = 0, T = 0;
+  bool sigmoid = false;
+  const float* scores = nullptr;     // [N, E] moe_route's scores
+  const int32_t* sel = nullptr;      // [N, K]
+  const float* weights = nullptr;    // [N, K]
+  const float* d_weights = nullptr;  // [N, K]
+  const float* balance = nullptr;    // [N / T, E] loss coefficient per (sequence, expert), or null
+  float* d_logits = nullptr;         // [N, E]
+};
+
+// DSA sparse attention (docs/sparse-attention.md; the math and layouts are
+// in backend/cpu/dsa/dsa.h): the lightning indexer's top-k selection, the
+// attention over the selected keys and its backward, and the indexer's KL
+// loss against the main attention.
+// The indexer's arithmetic for the selection. kInt8: qi per (t, head) and
+// ki per key are quantised symmetrically, scale = amax / 127 and
+// q = round-half-even(x * (127 / amax)) in float (clamped to +-127); then
+// I8(t, s) = scale_k[s] * sum_j w[t, j] * scale_q[t, j] * relu(q8 . k8),
+// the dot products exact in int32 (VNNI where the CPU has it; the same
+// bits without). About 3x the fp32 rate here; the selection differs from
+// fp32's only where scores differ by less than the quantisation error.
+// The indexer's loss and gradients stay fp32 either way.
+enum class IndexerPrecision { kFp32 = 0, kInt8 = 1 };
+
+struct IndexerParams {
+  int B = 0, Tq = 0, Tk = 0, Hi = 0, Di = 0, K = 0;
+  IndexerPrecision precision = IndexerPrecision::kFp32;  // of the selection only
+  int64_t qi_batch_stride = 0, ki_batch_stride = 0, wi_batch_stride = 0, idx_batch_stride = 0;
+  const float* qi = nullptr;
+  const float* ki = nullptr;
+  const float* wi = nullptr;
+  int32_t* idx = nullptr;  // writes [B, Tq, K]
+};
+
+struct SparseAttentionParams {
+  int B = 0, Tq = 0, Tk = 0, H = 0, Hkv = 0, D = 0, K = 0;
+  float scale = 0.f;
+  int64_t q_batch_stride = 0, kv_batch_stride = 0, out_batch_stride = 0, idx_batch_stride = 0;
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  const int32_t* idx = nullptr;
+  float* out = nullptr;  // writes [B, Tq, H, D]
+  float* lse = nullptr;  // writes [B, H, Tq]; may be null
+  // The forward kernel's schedule (SparseAttentionSchedule); all 0: resolved
+  // by ResolveSparseAttentionSchedule.
+  int q_block = 0, key_chunk = 0, dense_tile = 0;
+};
+
+struct SparseAttentionBackwardParams {
+  SparseAttentionParams fwd;    // inputs, out and lse of the forward (read)
+  const float* dout = nullptr;  // [B, Tq, H, D]
+  float* dq = nullptr;          // writes, q layout
+  float* dk = nullptr;          // writes, kv layout
+  float* dv = nullptr;          // writes, kv layout
+};
+
+struct IndexerLossParams {
+  IndexerParams indexer;         // qi, ki, wi and the selection idx (read)
+  SparseAttentionParams attn;    // q, k, scale, lse of the main attention over idx (read)
+  float* dqi = nullptr;          // writes, qi layout (may be null with the others: loss only)
+  float* dki = nullptr;          // writes, ki layout
+  float* dwi = nullptr;          // writes, wi layout
+  float grad_scale = 1.f;        // multiplies the gradients
+};
+
 // One slot per op; a comment per slot. Optional slots may be null, and
 // supports() says which are present.
 enum class CopyKind : int { kHostToDevice = 0, kDeviceToHost = 1, kDeviceToDevice = 2 };
@@ -153,12 +225,13 @@ struct BackendOps {
   void (*rmsnorm_bwd)(const float* dout, const float* x, const float* w, const float* rstd,
                       int64_t N, int64_t C, float* dx, float* dw);
 
-  // Rotary embedding, "rotate-half" pairing (d, d + D/2), in place on x
-  // [N, H, D] where token n is at position pos[n]. cos/sin tables are
-  // [max_pos, D/2]: angle(p, i) = p * theta^(-2i/D). inverse=true rotates by
-  // the negative angle (the backward pass).
-  void (*rope)(float* x, int64_t N, int H, int D, const int32_t* pos, const float* cos_table,
-               const float* sin_table, bool inverse);
+  // Rotary embedding, "rotate-half" pairing (d, d + D/2), in place on the
+  // first D dims of each head of x, head h of token n at x + (n*H + h) *
+  // head_stride (head_stride >= D; == D for [N, H, D]); token n is at
+  // position pos[n]. cos/sin tables are [max_pos, D/2]: angle(p, i) = p *
+  // theta^(-2i/D). inverse=true rotates by the negative angle (the backward).
+  void (*rope)(float* x, int64_t N, int H, int D, int64_t head_stride, const int32_t* pos,
+               const float* cos_table, const float* sin_table, bool inverse);
 
   // SwiGLU on a fused gate-up buffer: gu [N, 2F], row n = [gate (F) | up (F)]
   // (both projections come from one GEMM). Writes out [N, F] = silu(gate) * up.
@@ -176,6 +249,16 @@ struct BackendOps {
   // softmax, never materialising the [Tq, Tk] score matrix.
   void (*attention_fwd)(const AttentionParams& p);
   void (*attention_bwd)(const AttentionBackwardParams& p);
+  // Merges a partial attention result over another block of keys into the
+  // running result of the same query rows (ring attention), by log-sum-exp:
+  //   lse' = hi + log1p(exp(lo - hi)) with hi/lo the larger/smaller of
+  //   (lse, lse_b);  out' = exp(lse - lse') out + exp(lse_b - lse') out_b.
+  // Rows whose lse_b is -inf (no visible key) are left as they are. Row i <
+  // rows, head h of batch b: out at out + b*out_batch_stride + (i*H + h)*D,
+  // lse at lse[(b*H + h)*lse_stride + i]; out_b [B, rows, H, D] and lse_b
+  // [B, H, rows] contiguous. Updates out and lse in place.
+  void (*attention_merge)(float* out, int64_t out_batch_stride, float* lse, int64_t lse_stride,
+                          const float* out_b, const float* lse_b, int B, int rows, int H, int D);
   // Causal GQA attention of serving batches over paged K/V read in place
   // (PagedAttentionParams); same math as attention_fwd on the gathered cache.
   void (*paged_attention)(const PagedAttentionParams& p);
@@ -183,6 +266,15 @@ struct BackendOps {
   // Router: scores, top-K, weights and the permutation (MoeRouteParams).
   // The one routing rule of training and inference.
   void (*moe_route)(const MoeRouteParams& p);
+  // Router backward (MoeRouteBackwardParams): d(weights) and the balance
+  // loss to d(logits).
+  void (*moe_route_bwd)(const MoeRouteBackwardParams& p);
+  // Balance-loss statistics of B sequences of T routed tokens, in double
+  // (writes stats [2, B, E]): stats[b*E + e] counts the (t, k) of sequence b
+  // with sel[t,k] == e; stats[(B + b)*E + e] = sum_t scores[t,e] / sum_e'
+  // scores[t,e'].
+  void (*moe_balance_stats)(const float* scores, const int32_t* sel, int64_t B, int64_t T,
+                            int64_t E, int64_t K, double* stats);
   // MoE permutation. gather: dst[i,:] = src[idx[i],:] for i < M (writes).
   void (*moe_gather)(const float* src, const int32_t* idx, int64_t M, int64_t C, float* dst);
   // combine: out[t,:] += sum_k w[t,k] * buf[pos[t,k],:] for t < N, k < K
@@ -195,6 +287,15 @@ struct BackendOps {
   void (*moe_combine_bwd)(const float* dout, const float* buf, const int32_t* pos,
                           const float* w, int64_t N, int64_t K, int64_t C, float* dbuf,
                           float* dw);
+
+  // ---- DSA sparse attention (IndexerParams ... IndexerLossParams) ----
+  // Scores and top-k selection fused: writes idx [B, Tq, K] (ascending, -1 pads).
+  void (*dsa_indexer_topk)(const IndexerParams& p);
+  // Attention of each query over its selected keys; writes out (and lse).
+  void (*dsa_sparse_attention)(const SparseAttentionParams& p);
+  void (*dsa_sparse_attention_bwd)(const SparseAttentionBackwardParams& p);
+  // Returns the indexer's loss (mean KL over b, t); writes its gradients.
+  double (*dsa_indexer_loss)(const IndexerLossParams& p);
 
   // ---- data movement and reductions the model needs between ops ----
   // Strided 2-D copy with a scale: dst[r*ld_dst + c] = scale * src[r*ld_src + c]
@@ -247,11 +348,18 @@ struct BackendOps {
   X(softmax_xent, true)         \
   X(attention_fwd, true)        \
   X(attention_bwd, true)        \
+  X(attention_merge, true)      \
   X(paged_attention, true)      \
   X(moe_route, true)            \
+  X(moe_route_bwd, true)        \
+  X(moe_balance_stats, true)    \
   X(moe_gather, true)           \
   X(moe_combine, true)          \
   X(moe_combine_bwd, true)      \
+  X(dsa_indexer_topk, true)     \
+  X(dsa_sparse_attention, true) \
+  X(dsa_sparse_attention_bwd, true) \
+  X(dsa_indexer_loss, true)     \
   X(copy_rows, true)            \
   X(add_scaled, true)           \
   X(embedding_bwd, true)        \

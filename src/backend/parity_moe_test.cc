@@ -1,5 +1,5 @@
 // Parity of the MoE and data-movement slots (moe_gather, moe_combine,
-// moe_combine_bwd, moe_route, copy_rows, add_scaled, embedding_bwd, sum) on
+// moe_combine_bwd, moe_route, moe_route_bwd, moe_balance_stats, copy_rows, add_scaled, embedding_bwd, sum) on
 // every ISA against the scalar oracles; instantiated in parity_test.cc.
 #include <array>
 #include <cmath>
@@ -79,6 +79,46 @@ TEST_P(Parity, MoeRoute) {
         EXPECT_EQ(off, roff) << what;
         ExpectClose(sc, rsc, 2e-6, 1e-7, what + " scores");
         ExpectClose(w, rw, 2e-6, 1e-7, what + " weights");
+      }
+}
+
+// Router backward (with and without the balance term, both score
+// functions) against the explicit-Jacobian oracle, and the balance-loss
+// statistics exactly (counts) and to double rounding (sums).
+TEST_P(Parity, MoeRouteBackward) {
+  Rng rng(27);
+  struct S { int64_t B, T, E, K; };
+  for (S c : {S{1, 1, 4, 1}, S{2, 7, 8, 2}, S{3, 11, 16, 6}, S{4, 75, 64, 8}, S{1, 5, 256, 8}})
+    for (bool sigmoid : {false, true})
+      for (bool balance : {false, true}) {
+        const int64_t N = c.B * c.T;
+        Vec logits = Randn(N * c.E, rng, 2.f), sc(N * c.E), w(N * c.K);
+        std::vector<int32_t> sel(N * c.K), pos(N * c.K), perm(N * c.K);
+        std::vector<int64_t> off(c.E + 1);
+        MoeRouteParams rp;
+        rp.N = N, rp.E = c.E, rp.K = c.K, rp.sigmoid = sigmoid, rp.logits = logits.data();
+        rp.scores = sc.data(), rp.sel = sel.data(), rp.weights = w.data(), rp.pos = pos.data();
+        rp.perm = perm.data(), rp.expert_offset = off.data();
+        ref_.moe_route(rp);
+        Vec dw = Randn(N * c.K, rng), coef = Randn(c.B * c.E, rng, 0.3f), dl(N * c.E, NAN), dl_r(N * c.E, NAN);
+        MoeRouteBackwardParams p;
+        p.N = N, p.E = c.E, p.K = c.K, p.T = c.T, p.sigmoid = sigmoid;
+        p.scores = sc.data(), p.sel = sel.data(), p.weights = w.data(), p.d_weights = dw.data();
+        p.balance = balance ? coef.data() : nullptr;
+        p.d_logits = dl.data();
+        ops_->moe_route_bwd(p);
+        p.d_logits = dl_r.data();
+        ref_.moe_route_bwd(p);
+        std::string what = "moe_route_bwd B" + std::to_string(c.B) + " T" + std::to_string(c.T) + " E" +
+                           std::to_string(c.E) + (sigmoid ? " sigmoid" : " softmax") + (balance ? " +balance" : "");
+        ExpectClose(dl, dl_r, 1e-5, 1e-7, what);
+        std::vector<double> st(2 * c.B * c.E, NAN), st_r(2 * c.B * c.E, NAN);
+        ops_->moe_balance_stats(sc.data(), sel.data(), c.B, c.T, c.E, c.K, st.data());
+        ref_.moe_balance_stats(sc.data(), sel.data(), c.B, c.T, c.E, c.K, st_r.data());
+        for (size_t i = 0; i < st.size(); ++i) {
+          if (i < st.size() / 2) ASSERT_EQ(st[i], st_r[i]) << "moe_balance_stats count " << i << " " << what;
+          else ASSERT_NEAR(st[i], st_r[i], 1e-12 * (1 + c.T)) << "moe_balance_stats sum " << i << " " << what;
+        }
       }
 }
 

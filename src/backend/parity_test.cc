@@ -104,7 +104,7 @@ TEST_P(Parity, Rmsnorm) {
 TEST_P(Parity, Rope) {
   Rng rng(3);
   const int max_pos = 80;
-  for (int D : {8, 16, 24, 64}) {
+  for (auto [D, stride] : std::vector<std::pair<int, int>>{{8, 8}, {16, 16}, {24, 24}, {64, 64}, {8, 20}, {16, 32}}) {
     Vec cos_t(max_pos * D / 2), sin_t(max_pos * D / 2);
     for (int p = 0; p < max_pos; ++p)
       for (int i = 0; i < D / 2; ++i) {
@@ -117,10 +117,10 @@ TEST_P(Parity, Rope) {
         const int H = 3;
         std::vector<int32_t> pos(N);
         for (auto& p : pos) p = (int32_t)rng.Below(max_pos);
-        Vec x = Randn(N * H * D, rng), xr = x;
-        ops_->rope(x.data(), N, H, D, pos.data(), cos_t.data(), sin_t.data(), inverse);
-        ref_.rope(xr.data(), N, H, D, pos.data(), cos_t.data(), sin_t.data(), inverse);
-        ExpectClose(x, xr, 1e-5, 1e-6, "rope D" + std::to_string(D) + " N" + std::to_string(N));
+        Vec x = Randn(N * H * stride, rng), xr = x;  // dims past D must stay as they are
+        ops_->rope(x.data(), N, H, D, stride, pos.data(), cos_t.data(), sin_t.data(), inverse);
+        ref_.rope(xr.data(), N, H, D, stride, pos.data(), cos_t.data(), sin_t.data(), inverse);
+        ExpectClose(x, xr, 1e-5, 1e-6, "rope D" + std::to_string(D) + " stride" + std::to_string(stride) + " N" + std::to_string(N));
       }
   }
 }
@@ -243,6 +243,46 @@ TEST_P(Parity, AttentionForward) {
     ExpectClose(Unpad(out2, c.B, a.p.out_batch_stride, used), Unpad(out_r, c.B, a.p.out_batch_stride, used),
                 1e-4, 1e-5, "attention_fwd (lse null)" + a.Tag(c));
   }
+}
+
+// The ring-attention merge: two attention results over disjoint key
+// blocks merge into the attention over their union (checked against the
+// oracle's merge and, end to end, against attention over all the keys).
+TEST_P(Parity, AttentionMerge) {
+  Rng rng(41);
+  for (auto [B, rows, H, D, Tl] : std::vector<std::array<int, 5>>{{1, 1, 1, 4, 1}, {2, 5, 3, 16, 9}, {3, 33, 4, 64, 40}}) {
+    const int64_t obs = (int64_t)Tl * H * D + 5;  // out batch stride (padded)
+    Vec out = Randn(B * obs, rng), lse = Randn(B * H * Tl, rng), ob = Randn((int64_t)B * rows * H * D, rng);
+    Vec lb = Randn((int64_t)B * H * rows, rng);
+    lb[0] = -INFINITY;  // a row with no visible key stays as it is
+    Vec out_r = out, lse_r = lse;
+    const int row0 = Tl - rows;
+    ops_->attention_merge(out.data() + row0 * H * D, obs, lse.data() + row0, Tl, ob.data(), lb.data(), B, rows, H, D);
+    ref_.attention_merge(out_r.data() + row0 * H * D, obs, lse_r.data() + row0, Tl, ob.data(), lb.data(), B, rows, H,
+                         D);
+    const std::string what = "attention_merge B" + std::to_string(B) + " rows" + std::to_string(rows);
+    ExpectClose(out, out_r, 1e-5, 1e-6, what + " out");
+    ExpectClose(lse, lse_r, 1e-6, 1e-6, what + " lse");
+  }
+  // Attention over keys [0, Tk) = the merge of [0, Tk/2) and [Tk/2, Tk).
+  const int Tq = 6, Tk = 14, H = 2, D = 8;
+  Vec q = Randn(Tq * H * D, rng), k = Randn(Tk * H * D, rng), v = Randn(Tk * H * D, rng);
+  auto attend = [&](int k0, int nk, Vec* o, Vec* l) {
+    o->assign(Tq * H * D, 0.f);
+    l->assign(H * Tq, 0.f);
+    AttentionParams p;
+    p.B = 1, p.Tq = Tq, p.Tk = nk, p.H = H, p.Hkv = H, p.D = D, p.scale = 0.3f, p.causal = false;
+    p.q_batch_stride = Tq * H * D, p.kv_batch_stride = nk * H * D, p.out_batch_stride = Tq * H * D;
+    p.q = q.data(), p.k = k.data() + k0 * H * D, p.v = v.data() + k0 * H * D, p.out = o->data(), p.lse = l->data();
+    ref_.attention_fwd(p);
+  };
+  Vec o_all, l_all, o1, l1, o2, l2;
+  attend(0, Tk, &o_all, &l_all);
+  attend(0, Tk / 2, &o1, &l1);
+  attend(Tk / 2, Tk - Tk / 2, &o2, &l2);
+  ops_->attention_merge(o1.data(), 0, l1.data(), Tq, o2.data(), l2.data(), 1, Tq, H, D);
+  ExpectClose(o1, o_all, 1e-5, 1e-6, "merged halves = attention over all keys (out)");
+  ExpectClose(l1, l_all, 1e-6, 1e-6, "merged halves = attention over all keys (lse)");
 }
 
 TEST_P(Parity, AttentionBackward) {

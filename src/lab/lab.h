@@ -287,7 +287,7 @@ class SoftmaxRowsInstance : public Instance {
 Task MakeSoftmaxRowsTask();
 Result<Kernel> BuildSoftmaxRowsKernel(const Params& params);
 
-// sparse_attention: the schedule of ops::dsa::SparseAttention (forward,
+// sparse_attention: the schedule of cpu::dsa::SparseAttention (forward,
 // prefill): candidates {"q_block": 1} (the row kernel, the baseline),
 // {"dense_tile": 128|512} (masked dense) and {"q_block": 64|256|512,
 // "key_chunk": 128|256|512|1024} (the blocked kernel); shapes T, H, Hkv, D,
@@ -296,7 +296,7 @@ std::optional<Task> MakeSparseAttentionTask();
 Result<Kernel> BuildSparseAttentionKernel(const Params& params);
 
 // Hands the table's winners to the kernels that read them at run time: the
-// sparse_attention entries become ops::dsa's schedule lookup (same H, Hkv,
+// sparse_attention entries become cpu::dsa's schedule lookup (same H, Hkv,
 // D, K; nearest T within a factor of 2). A table without entries removes the lookup.
 void InstallTunedKernels(const TunedTable& table);
 // Loads and installs the tuned table an engine process should use:

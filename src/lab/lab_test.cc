@@ -22,7 +22,7 @@
 
 #include "data/test_util.h"
 #include "lab/lab.h"
-#include "ops/dsa.h"
+#include "backend/cpu/dsa/dsa.h"
 
 namespace myriad::lab {
 namespace {
@@ -502,7 +502,7 @@ TEST(LabSparseAttention, BuildRejectsBadParameters) {
 // The engine's side: a tuned table's winners become the kernel's schedule
 // (same H, Hkv, D, K; nearest T; prefill only); no entries, no lookup.
 TEST(LabSparseAttention, TunedTableDrivesTheKernelSchedule) {
-  namespace dsa = myriad::ops::dsa;
+  namespace dsa = myriad::cpu::dsa;
   TunedTable table;
   table.Set("sparse_attention", "T=4096,H=8,Hkv=4,D=64,K=2048",
             {{"candidate", "qb64_c128"}, {"params", {{"q_block", 64}, {"key_chunk", 128}}}});

@@ -1,5 +1,5 @@
 // sparse_attention: the lab task for DSA's sparse attention forward kernel
-// (ops/dsa.h: SparseAttention over the top-k keys the indexer selected).
+// (backend/cpu/dsa/dsa.h: SparseAttention over the top-k keys the indexer selected).
 //
 // What is tuned is the kernel's schedule (SparseAttentionSchedule): the row
 // kernel (each query row gathers its own selected k/v rows) or the blocked
@@ -7,7 +7,7 @@
 // positions. Schedules differ in rounding only (dsa_kernels_test holds each
 // to the reference), so the winner changes speed, not results beyond fp32
 // rounding; the engine picks it up at run time through InstallTunedKernels
-// (the process-wide schedule lookup of ops/dsa.h).
+// (the process-wide schedule lookup of backend/cpu/dsa/dsa.h).
 //
 // Instances: one batch element, prefill (Tq = Tk = T), q/k/v standard
 // normal, the selection written by the real indexer (IndexerTopK) on random
@@ -24,12 +24,12 @@
 
 #include "core/rng.h"
 #include "lab/lab.h"
-#include "ops/dsa.h"
+#include "backend/cpu/dsa/dsa.h"
 
 namespace myriad::lab {
 namespace {
 
-namespace dsa = myriad::ops::dsa;
+namespace dsa = myriad::cpu::dsa;
 using json = nlohmann::json;
 
 constexpr int kHi = 4, kDi = 32;  // the indexer that makes the selection
@@ -171,7 +171,7 @@ std::optional<Task> MakeSparseAttentionTask() {
   Task t;
   t.name = "sparse_attention";
   t.description =
-      "DSA sparse attention forward (ops::dsa::SparseAttention), fp32, causal prefill: each query row t attends to "
+      "DSA sparse attention forward (cpu::dsa::SparseAttention), fp32, causal prefill: each query row t attends to "
       "the K keys its indexer selected (idx[t], ascending, -1 pads; written here by the real IndexerTopK on random "
       "indexer inputs): out[t, h] = sum_s softmax_s(q[t,h].k[s,h/g] / sqrt(D)) v[s,h/g] over the selection, GQA "
       "with g = H/Hkv query heads per kv head. q, k, v standard normal. The reference is a double-precision loop. "

@@ -5,43 +5,35 @@
 #include <cstring>
 
 #include "core/check.h"
-#include "ops/dsa.h"
+#include "ops/ops.h"
 #include "ops/ops.h"
 
 namespace myriad {
 
 void RopeTables::Build(int64_t max_pos, int64_t D, double theta) {
   const int64_t half = D / 2;
-  cos.resize(max_pos * half);
-  sin.resize(max_pos * half);
+  std::vector<float> c(max_pos * half), sn(max_pos * half);  // built on the host, then copied
   for (int64_t p = 0; p < max_pos; ++p)
     for (int64_t i = 0; i < half; ++i) {
       double freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
       double ang = static_cast<double>(p) * freq;
-      cos[p * half + i] = static_cast<float>(std::cos(ang));
-      sin[p * half + i] = static_cast<float>(std::sin(ang));
+      c[p * half + i] = static_cast<float>(std::cos(ang));
+      sn[p * half + i] = static_cast<float>(std::sin(ang));
     }
+  cos.resize(c.size());
+  sin.resize(sn.size());
+  ops::CopyToDevice(cos.data(), c.data(), c.size() * sizeof(float));
+  ops::CopyToDevice(sin.data(), sn.data(), sn.size() * sizeof(float));
 }
 
+// The rotation of the first dsa_index_rope_dim dims of each head (Di apart).
 void IndexerRope(const ModelConfig& cfg, float* qi, float* ki, int64_t N, const int32_t* pos,
                  const RopeTables& t, bool inverse) {
-  const int64_t Hi = cfg.dsa_index_heads, Di = cfg.dsa_index_dim, half = cfg.dsa_index_rope_dim / 2;
-  if (half <= 0) return;
-  const float sgn = inverse ? -1.f : 1.f;
-#pragma omp parallel for schedule(static) if (N >= 256)
-  for (int64_t n = 0; n < N; ++n) {
-    const float* c = t.cos.data() + static_cast<int64_t>(pos[n]) * half;
-    const float* s = t.sin.data() + static_cast<int64_t>(pos[n]) * half;
-    auto rotate = [&](float* x) {
-      for (int64_t i = 0; i < half; ++i) {
-        const float x1 = x[i], x2 = x[i + half], si = sgn * s[i];
-        x[i] = x1 * c[i] - x2 * si;
-        x[i + half] = x1 * si + x2 * c[i];
-      }
-    };
-    for (int64_t j = 0; j < Hi; ++j) rotate(qi + (n * Hi + j) * Di);
-    rotate(ki + n * Di);
-  }
+  const int64_t Hi = cfg.dsa_index_heads, Di = cfg.dsa_index_dim;
+  const int R = static_cast<int>(cfg.dsa_index_rope_dim);
+  if (R <= 0 || N == 0) return;
+  ops::Rope(qi, N, static_cast<int>(Hi), R, pos, t.cos.data(), t.sin.data(), inverse, Di);
+  ops::Rope(ki, N, 1, R, pos, t.cos.data(), t.sin.data(), inverse, Di);
 }
 
 
@@ -63,13 +55,13 @@ AttentionParams MakeAttention(const BlockContext& ctx, BlockActs* a) {
 }
 
 // DSA index parameters over this block's acts.
-ops::dsa::IndexerParams MakeIndexer(const ModelConfig& cfg, BlockActs* a, int K) {
+IndexerParams MakeIndexer(const ModelConfig& cfg, BlockActs* a, int K) {
   const int Hi = static_cast<int>(cfg.dsa_index_heads), Di = static_cast<int>(cfg.dsa_index_dim);
   const int64_t IA = static_cast<int64_t>(Hi) * Di + Di + Hi;
-  ops::dsa::IndexerParams p;
+  IndexerParams p;
   p.B = a->B; p.Tq = a->T; p.Tk = a->T; p.Hi = Hi; p.Di = Di; p.K = K;
-  p.precision = cfg.dsa_index_precision == "int8" ? ops::dsa::IndexerPrecision::kInt8
-                                                   : ops::dsa::IndexerPrecision::kFp32;
+  p.precision = cfg.dsa_index_precision == "int8" ? IndexerPrecision::kInt8
+                                                   : IndexerPrecision::kFp32;
   // qi, ki, wi live interleaved in the rows of ia: strides per token of IA.
   // The ops take contiguous arrays, so they are split into the tail of ia.
   const int64_t N = static_cast<int64_t>(a->B) * a->T;
@@ -85,8 +77,8 @@ ops::dsa::IndexerParams MakeIndexer(const ModelConfig& cfg, BlockActs* a, int K)
   return p;
 }
 
-ops::dsa::SparseAttentionParams MakeSparse(const AttentionParams& d, const int32_t* idx, int K) {
-  ops::dsa::SparseAttentionParams p;
+SparseAttentionParams MakeSparse(const AttentionParams& d, const int32_t* idx, int K) {
+  SparseAttentionParams p;
   p.B = d.B; p.Tq = d.Tq; p.Tk = d.Tk; p.H = d.H; p.Hkv = d.Hkv; p.D = d.D; p.K = K;
   p.scale = d.scale;
   p.q_batch_stride = d.q_batch_stride; p.kv_batch_stride = d.kv_batch_stride;
@@ -120,15 +112,17 @@ void DsaSelect(const BlockContext& ctx, const BlockWeights<float*>& w, const flo
   ops::CopyRows(rows + Hi * Di + Di, IA, wi, Hi, N, Hi, ws);
   if (cfg.dsa_index_rope_dim > 0) IndexerRope(cfg, qi, ki, N, ctx.pos, *ctx.index_rope, false);
   if (a->sparse) {
-    ops::dsa::IndexerTopK(MakeIndexer(cfg, a, a->K));
+    ops::IndexerTopK(MakeIndexer(cfg, a, a->K));
   } else {
     // Every key s <= t (ascending), -1 after: dense attention, and the
     // indexer learns the dense distribution.
-    int32_t* idx = a->idx.data();
+    // (Index data, built on the host and copied over.)
+    std::vector<int32_t> idx(static_cast<size_t>(N) * T);
     for (int64_t n = 0; n < N; ++n) {
       const int t = static_cast<int>(n % T);
       for (int s = 0; s < T; ++s) idx[n * T + s] = s <= t ? s : -1;
     }
+    ops::CopyToDevice(a->idx.data(), idx.data(), idx.size() * sizeof(int32_t));
   }
 }
 
@@ -190,7 +184,7 @@ void BlockForward(const BlockContext& ctx, const BlockWeights<float*>& w, const 
     a->idx_used = g->idx.data();
     a->K = g->K;
     a->sparse = g->sparse;
-    if (a->sparse) ops::dsa::SparseAttention(MakeSparse(ap, a->idx_used, a->K));
+    if (a->sparse) ops::SparseAttention(MakeSparse(ap, a->idx_used, a->K));
     else ops::Attention(ap);
   } else if (!ctx.hooks || !ctx.hooks->AttentionForward(ctx.block, ap)) {
     ops::Attention(ap);
@@ -278,11 +272,11 @@ void BlockBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
   bp.dout = s->d_att.data();
   bp.dq = s->d_q.data(); bp.dk = s->d_k.data(); bp.dv = s->d_v.data();
   if (ctx.dsa_group && a->sparse) {
-    ops::dsa::SparseAttentionBackwardParams sb;
+    SparseAttentionBackwardParams sb;
     sb.fwd = MakeSparse(bp.fwd, a->idx_used, a->K);
     sb.dout = bp.dout;
     sb.dq = bp.dq; sb.dk = bp.dk; sb.dv = bp.dv;
-    ops::dsa::SparseAttentionBackward(sb);
+    ops::SparseAttentionBackward(sb);
   } else if (ctx.dsa_group || !ctx.hooks || !ctx.hooks->AttentionBackward(ctx.block, bp)) {
     ops::AttentionBackward(bp);
   }
@@ -290,7 +284,7 @@ void BlockBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
     // The indexer learns this layer's attention distribution (KL); its
     // gradient reaches only its own weights (the input is detached).
     const int64_t Hi = cfg.dsa_index_heads, Di = cfg.dsa_index_dim, IA = Hi * Di + Di + Hi;
-    ops::dsa::IndexerLossParams lp;
+    IndexerLossParams lp;
     lp.indexer = MakeIndexer(cfg, a, a->K);
     lp.attn = MakeSparse(bp.fwd, a->idx.data(), a->K);
     Buf<float>& dia = s->d_qkv;  // free until below
@@ -300,7 +294,7 @@ void BlockBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
     float* dwi = dki + N * Di;
     lp.dqi = dqi; lp.dki = dki; lp.dwi = dwi;
     lp.grad_scale = loss_scale;
-    a->indexer_loss = ops::dsa::IndexerLoss(lp);
+    a->indexer_loss = ops::IndexerLoss(lp);
     // Gradients of the rotated qi, ki back to before the rotation.
     if (cfg.dsa_index_rope_dim > 0) IndexerRope(cfg, dqi, dki, N, ctx.pos, *ctx.index_rope, true);
     const float ws = 1.f / std::sqrt(static_cast<float>(Hi * Di));

@@ -15,7 +15,7 @@ namespace myriad {
 
 // Rotary tables shared by every block: [max_seq_len, D/2].
 struct RopeTables {
-  std::vector<float> cos, sin;
+  Buf<float> cos, sin;  // device copies
   void Build(int64_t max_pos, int64_t D, double theta);
 };
 
@@ -36,7 +36,8 @@ struct MoeActs {
   std::vector<int64_t> offset_host;  // [E+1] its host copy: sizes each expert's GEMMs
   Buf<float> x, gu, h, y;         // permuted: x [M,C], gu [M,2F] (gate|up), h [M,F], y [M,C]
   Buf<float> sgu, sh;             // shared experts: [N, 2*S*F], [N, S*F]
-  Buf<float> f_frac;              // [B, E] balance-loss f_i per sequence
+  Buf<double> stats;              // [2, B, E] balance-loss statistics (device)
+  std::vector<float> f_frac;      // [B, E] balance-loss f_i per sequence (host)
   std::vector<int64_t> load;      // [E] assignments in this forward (host: bias updates)
   double aux_loss = 0;                    // alpha-weighted balance loss
 };
@@ -66,6 +67,7 @@ struct BlockActs {
 // Scratch space for backward, shared by all blocks of a model.
 struct BlockScratch {
   Buf<float> d_mid, d_f, d_att, d_q, d_k, d_v, d_qkv, d_a, d_gu, d_h, d_y, d_x, d_w, d_logits;
+  Buf<float> balance;             // [B, E] balance-loss coefficients of the router backward
   Buf<float> qkv;  // forward: the fused q|k|v projection before it is split
   Buf<float> part, d_full, d_own;  // sequence parallelism: partial sums, gathered grads, own-row grads
 };

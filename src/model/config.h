@@ -43,7 +43,7 @@ struct ModelConfig {
   int64_t dsa_index_dim = 32;       // indexer head dim
   int64_t dsa_index_share = 1;      // each group of N layers selects once, in its first layer
   int64_t dsa_warmup_steps = 0;     // training: dense attention + indexer KL to it for these steps
-  std::string dsa_index_precision = "fp32";  // the selection's arithmetic: "fp32" or "int8" (ops/dsa.h)
+  std::string dsa_index_precision = "fp32";  // the selection's arithmetic: "fp32" or "int8" (backend/cpu/dsa/dsa.h)
   // RoPE on the first dsa_index_rope_dim dims of the indexer's queries and
   // key (even, <= dsa_index_dim; 0: none). A TOML config without the key
   // gets dsa_index_dim / 2; a checkpoint's JSON without it, 0 (as trained).

@@ -6,7 +6,7 @@
 
 #include "core/check.h"
 #include "core/half.h"
-#include "ops/dsa.h"
+#include "ops/ops.h"
 #include "ops/ops.h"
 
 namespace myriad {
@@ -171,7 +171,7 @@ void Ffn(const ModelConfig& cfg, const InferenceWeights::Layer& L, const float* 
     ops::SwiGlu(s->g.data() + r0 * 2 * F, m, F, s->h.data() + r0 * F);
     L.e_down[e].Apply(s->h.data() + r0 * F, m, s->ye.data() + r0 * C);
   }
-  std::memset(out, 0, n * C * sizeof(float));
+  ops::Zero(out, n * C);
   ops::MoeCombine(s->ye.data(), s->slot.data(), s->wsel.data(), n, K, C, out);
   if (L.s_gate.out() > 0) {
     const int64_t SF = L.s_gate.out() / 2;
@@ -179,7 +179,7 @@ void Ffn(const ModelConfig& cfg, const InferenceWeights::Layer& L, const float* 
     L.s_gate.Apply(f, n, s->g.data());
     ops::SwiGlu(s->g.data(), n, SF, s->h.data());
     L.s_down.Apply(s->h.data(), n, s->ye.data());
-    for (int64_t i = 0; i < n * C; ++i) out[i] += s->ye[i];
+    ops::AddScaled(out, s->ye.data(), 1.f, n * C, out);
   }
 }
 
@@ -191,12 +191,10 @@ void IndexerRows(const ModelConfig& cfg, const float* w, const float* a, int64_t
   s->ia.resize(N * IA); s->qi.resize(N * Hi * Di); s->ki.resize(N * Di); s->wi.resize(N * Hi);
   ops::Linear(a, w, N, C, IA, s->ia.data());
   const float ws = 1.f / std::sqrt(static_cast<float>(Hi * Di));
-  for (int64_t n = 0; n < N; ++n) {
-    const float* r = s->ia.data() + n * IA;
-    std::memcpy(s->qi.data() + n * Hi * Di, r, Hi * Di * sizeof(float));
-    std::memcpy(s->ki.data() + n * Di, r + Hi * Di, Di * sizeof(float));
-    for (int64_t j = 0; j < Hi; ++j) s->wi[n * Hi + j] = ws * r[Hi * Di + Di + j];
-  }
+  const float* r = s->ia.data();
+  ops::CopyRows(r, IA, s->qi.data(), Hi * Di, N, Hi * Di);
+  ops::CopyRows(r + Hi * Di, IA, s->ki.data(), Di, N, Di);
+  ops::CopyRows(r + Hi * Di + Di, IA, s->wi.data(), Hi, N, Hi, ws);
   IndexerRope(cfg, s->qi.data(), s->ki.data(), N, pos, rope, false);
   rows->qi = s->qi.data(); rows->ki = s->ki.data(); rows->wi = s->wi.data();
 }
@@ -205,7 +203,7 @@ void IndexerRows(const ModelConfig& cfg, const float* w, const float* a, int64_t
 
 void DsaAttend(const ModelConfig& cfg, int64_t n, int64_t Tk, const float* q, const float* k,
                const float* v, const float* ki, const float* qi, const float* wi, bool select,
-               std::vector<int32_t>* idx, float* att) {
+               Buf<int32_t>* idx, float* att) {
   const int64_t D = cfg.head_dim(), H = cfg.n_heads, Hkv = cfg.n_kv_heads;
   AttentionParams p;
   p.B = 1; p.Tq = static_cast<int>(n); p.Tk = static_cast<int>(Tk);
@@ -220,25 +218,25 @@ void DsaAttend(const ModelConfig& cfg, int64_t n, int64_t Tk, const float* q, co
   }
   const int K = static_cast<int>(cfg.dsa_topk);
   if (select) {
-    idx->assign(static_cast<size_t>(n) * K, -1);
-    ops::dsa::IndexerParams ip;
+    idx->resize(static_cast<size_t>(n) * K);  // every entry written (-1 pads)
+    IndexerParams ip;
     ip.B = 1; ip.Tq = static_cast<int>(n); ip.Tk = static_cast<int>(Tk);
     ip.Hi = static_cast<int>(cfg.dsa_index_heads); ip.Di = static_cast<int>(cfg.dsa_index_dim); ip.K = K;
-    ip.precision = cfg.dsa_index_precision == "int8" ? ops::dsa::IndexerPrecision::kInt8
-                                                     : ops::dsa::IndexerPrecision::kFp32;
+    ip.precision = cfg.dsa_index_precision == "int8" ? IndexerPrecision::kInt8
+                                                     : IndexerPrecision::kFp32;
     ip.qi_batch_stride = n * ip.Hi * ip.Di; ip.ki_batch_stride = Tk * ip.Di;
     ip.wi_batch_stride = n * ip.Hi; ip.idx_batch_stride = n * K;
     ip.qi = qi; ip.ki = ki; ip.wi = wi; ip.idx = idx->data();
-    ops::dsa::IndexerTopK(ip);
+    ops::IndexerTopK(ip);
   }
   CHECK_MSG(idx->size() == static_cast<size_t>(n) * K, "DSA: a layer without its group's selection");
-  ops::dsa::SparseAttentionParams sp;
+  SparseAttentionParams sp;
   sp.B = 1; sp.Tq = p.Tq; sp.Tk = p.Tk; sp.H = p.H; sp.Hkv = p.Hkv; sp.D = p.D; sp.K = K;
   sp.scale = p.scale;
   sp.q_batch_stride = p.q_batch_stride; sp.kv_batch_stride = p.kv_batch_stride;
   sp.out_batch_stride = p.out_batch_stride; sp.idx_batch_stride = n * K;
   sp.q = q; sp.k = k; sp.v = v; sp.idx = idx->data(); sp.out = att; sp.lse = nullptr;
-  ops::dsa::SparseAttention(sp);
+  ops::SparseAttention(sp);
 }
 
 void InferenceForward(const InferenceWeights& w, const int32_t* tokens, const int32_t* pos, int64_t N,
@@ -251,11 +249,16 @@ void InferenceForward(const InferenceWeights& w, const int32_t* tokens, const in
   s->x.resize(N * C); s->a.resize(N * C); s->q.resize(N * H * D); s->att.resize(N * H * D);
   s->k.resize(N * Hkv * D); s->v.resize(N * Hkv * D);
   s->f.resize(N * C); s->tmp.resize(N * C); s->rstd.resize(N);
+  // Tokens and positions are host data: checked here, then copied over.
   for (int64_t i = 0; i < N; ++i) {
     CHECK_MSG(tokens[i] >= 0 && tokens[i] < cfg.vocab_size, "token id %d out of range", tokens[i]);
     CHECK_MSG(pos[i] >= 0 && pos[i] < cfg.max_seq_len, "position %d out of range", pos[i]);
-    std::memcpy(s->x.data() + i * C, w.embed() + static_cast<int64_t>(tokens[i]) * C, C * sizeof(float));
   }
+  s->tok.resize(N); s->pos.resize(N);
+  ops::CopyToDevice(s->tok.data(), tokens, N * sizeof(int32_t));
+  ops::CopyToDevice(s->pos.data(), pos, N * sizeof(int32_t));
+  pos = s->pos.data();
+  ops::MoeGather(w.embed(), s->tok.data(), N, C, s->x.data());  // the embedding: a gather of table rows
   for (int l = 0; l < static_cast<int>(w.layers().size()); ++l) {
     const auto& L = w.layers()[l];
     ops::RmsNorm(s->x.data(), L.attn_norm, eps, N, C, s->a.data(), s->rstd.data());
@@ -268,21 +271,26 @@ void InferenceForward(const InferenceWeights& w, const int32_t* tokens, const in
     if (L.indexer) IndexerRows(cfg, L.indexer, s->a.data(), N, pos, w.model().index_rope(), s, &rows);
     attn->Attend(l, s->q.data(), s->k.data(), s->v.data(), s->att.data(), L.indexer ? &rows : nullptr);
     L.wo.Apply(s->att.data(), N, s->tmp.data());
-    for (int64_t i = 0; i < N * C; ++i) s->x[i] += s->tmp[i];
+    ops::AddScaled(s->x.data(), s->tmp.data(), 1.f, N * C, s->x.data());
     ops::RmsNorm(s->x.data(), L.ffn_norm, eps, N, C, s->f.data(), s->rstd.data());
     Ffn(cfg, L, s->f.data(), N, s, s->tmp.data());
-    for (int64_t i = 0; i < N * C; ++i) s->x[i] += s->tmp[i];
+    ops::AddScaled(s->x.data(), s->tmp.data(), 1.f, N * C, s->x.data());
   }
   // Only the requested rows' logits are needed.
-  s->last.resize(n_out * C);
+  std::vector<int32_t> rows(n_out);
   for (int64_t r = 0; r < n_out; ++r) {
     CHECK(out_rows[r] >= 0 && out_rows[r] < N);
-    std::memcpy(s->last.data() + r * C, s->x.data() + out_rows[r] * C, C * sizeof(float));
+    rows[r] = static_cast<int32_t>(out_rows[r]);
   }
+  s->rows.resize(n_out); s->last.resize(n_out * C);
+  ops::CopyToDevice(s->rows.data(), rows.data(), n_out * sizeof(int32_t));
+  ops::MoeGather(s->x.data(), s->rows.data(), n_out, C, s->last.data());
   s->rstd.resize(std::max(N, n_out));
   s->a.resize(std::max(N, n_out) * C);
   ops::RmsNorm(s->last.data(), w.norm(), eps, n_out, C, s->a.data(), s->rstd.data());
-  w.head().Apply(s->a.data(), n_out, logits);
+  s->logits.resize(n_out * cfg.vocab_size);
+  w.head().Apply(s->a.data(), n_out, s->logits.data());
+  ops::CopyToHost(logits, s->logits.data(), n_out * cfg.vocab_size * sizeof(float));  // the sampler's
 }
 
 // One sequence's keys and values, contiguous: [max_len, Hkv*D] per layer;
@@ -291,19 +299,22 @@ class InferenceSession::ContiguousCache : public KvAttention {
  public:
   ContiguousCache(const ModelConfig& cfg, int64_t max_len) : cfg_(cfg), max_len_(max_len) {
     const int64_t kvd = cfg.n_kv_heads * cfg.head_dim();
-    k_.assign(cfg.n_layers, std::vector<float>(max_len * kvd, 0.f));
-    v_.assign(cfg.n_layers, std::vector<float>(max_len * kvd, 0.f));
-    ki_.assign(cfg.dsa_indexer_layers(), std::vector<float>(max_len * cfg.dsa_index_dim, 0.f));
+    k_.resize(cfg.n_layers);
+    v_.resize(cfg.n_layers);
+    ki_.resize(cfg.dsa_indexer_layers());
+    for (auto& b : k_) b.zero(max_len * kvd);
+    for (auto& b : v_) b.zero(max_len * kvd);
+    for (auto& b : ki_) b.zero(max_len * cfg.dsa_index_dim);
   }
   void Attend(int layer, const float* q, const float* k, const float* v, float* att,
               const DsaRows* dsa) override {
     const int64_t D = cfg_.head_dim(), H = cfg_.n_heads, Hkv = cfg_.n_kv_heads, kvd = Hkv * D;
-    std::memcpy(k_[layer].data() + start * kvd, k, n * kvd * sizeof(float));
-    std::memcpy(v_[layer].data() + start * kvd, v, n * kvd * sizeof(float));
+    ops::Copy(k, n * kvd, k_[layer].data() + start * kvd);
+    ops::Copy(v, n * kvd, v_[layer].data() + start * kvd);
     if (cfg_.dsa()) {
       const int64_t Di = cfg_.dsa_index_dim;
-      std::vector<float>& ki = ki_[layer / cfg_.dsa_index_share];
-      if (dsa) std::memcpy(ki.data() + start * Di, dsa->ki, n * Di * sizeof(float));
+      Buf<float>& ki = ki_[layer / cfg_.dsa_index_share];
+      if (dsa) ops::Copy(dsa->ki, n * Di, ki.data() + start * Di);
       DsaAttend(cfg_, n, start + n, q, k_[layer].data(), v_[layer].data(), ki.data(),
                 dsa ? dsa->qi : nullptr, dsa ? dsa->wi : nullptr, dsa != nullptr, &idx_, att);
       return;
@@ -322,8 +333,8 @@ class InferenceSession::ContiguousCache : public KvAttention {
  private:
   const ModelConfig& cfg_;
   int64_t max_len_;
-  std::vector<std::vector<float>> k_, v_, ki_;
-  std::vector<int32_t> idx_;  // the current group's selection [n, K]
+  std::vector<Buf<float>> k_, v_, ki_;  // device
+  Buf<int32_t> idx_;  // the current group's selection [n, K]
 };
 
 InferenceSession::InferenceSession(const Model& model, int64_t max_len, WeightFormat fmt)

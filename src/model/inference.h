@@ -107,15 +107,17 @@ class KvAttention {
 // Dense attention when Tk <= dsa_topk (every key selected), as in training.
 void DsaAttend(const ModelConfig& cfg, int64_t n, int64_t Tk, const float* q, const float* k,
                const float* v, const float* ki, const float* qi, const float* wi, bool select,
-               std::vector<int32_t>* idx, float* att);
+               Buf<int32_t>* idx, float* att);
 
 // Temporaries of one forward; reused across calls (grow-only).
-struct InferenceScratch {
-  std::vector<float> x, a, q, k, v, att, f, tmp, g, h, rstd, scores, xe, ye, last;
-  std::vector<float> ia, qi, ki, wi;  // DSA indexer rows
-  std::vector<int32_t> sel, perm, slot;
-  std::vector<int64_t> offset, count;  // expert row offsets: on the device, and read back
-  std::vector<float> wsel;
+struct InferenceScratch {  // device buffers, but `count`
+  Buf<float> x, a, q, k, v, att, f, tmp, g, h, rstd, scores, xe, ye, last, logits;
+  Buf<float> ia, qi, ki, wi;  // DSA indexer rows
+  Buf<int32_t> sel, perm, slot;
+  Buf<int32_t> tok, pos, rows;  // device copies of the tokens, positions and output rows
+  Buf<int64_t> offset;          // expert row offsets
+  std::vector<int64_t> count;   // ... read back to the host to size each expert's GEMMs
+  Buf<float> wsel;
 };
 
 // The one inference forward: N new tokens (tokens[N] at positions pos[N],

@@ -10,6 +10,20 @@
 #include "ops/ops.h"
 
 namespace myriad {
+namespace {
+
+// The rows [r.begin, r.end) of B sequences of T rows each, as runs within
+// one sequence: f(sequence b, first row i in it, offset in the range, count).
+template <typename F>
+void ForEachSeqRun(RowRange r, int64_t T, F&& f) {
+  for (int64_t n = r.begin; n < r.end;) {
+    const int64_t b = n / T, i = n % T, cnt = std::min(T - i, r.end - n);
+    f(b, i, n - r.begin, cnt);
+    n += cnt;
+  }
+}
+
+}  // namespace
 
 Model::Model(const ModelConfig& cfg, const ShardPlan& plan) : cfg_(cfg), layout_(cfg, plan) {
   params_.assign(layout_.total(), 0.f);
@@ -162,16 +176,22 @@ const float* Model::StageForward(int slot, const int32_t* tokens, int B, int T, 
   std::vector<int32_t> lpos(Tl);
   if (cp > 1) hooks_->LocalPositions(T, lpos.data());
   else for (int t = 0; t < T; ++t) lpos[t] = t;
-  Fit(&S.inputs, N); Fit(&S.targets, N); Fit(&S.pos, N);
+  // Built on the host (tokens are host data), checked, then copied over.
+  std::vector<int32_t> h_ids(3 * N);  // inputs | targets | positions
   for (int b = 0; b < B; ++b)
     for (int t = 0; t < Tl; ++t) {
       const int p = lpos[t];
-      S.inputs[b * Tl + t] = tokens[static_cast<int64_t>(b) * (T + 1) + p];
-      S.targets[b * Tl + t] = tokens[static_cast<int64_t>(b) * (T + 1) + p + 1];
-      S.pos[b * Tl + t] = p;
+      const int64_t n = static_cast<int64_t>(b) * Tl + t;
+      h_ids[n] = tokens[static_cast<int64_t>(b) * (T + 1) + p];
+      h_ids[N + n] = tokens[static_cast<int64_t>(b) * (T + 1) + p + 1];
+      h_ids[2 * N + n] = p;
     }
   for (int64_t n = 0; n < N; ++n)
-    CHECK_MSG(S.inputs[n] >= 0 && S.inputs[n] < V, "token id %d out of range", S.inputs[n]);
+    CHECK_MSG(h_ids[n] >= 0 && h_ids[n] < V, "token id %d out of range", h_ids[n]);
+  Fit(&S.inputs, N); Fit(&S.targets, N); Fit(&S.pos, N);
+  ops::CopyToDevice(S.inputs.data(), h_ids.data(), N * sizeof(int32_t));
+  ops::CopyToDevice(S.targets.data(), h_ids.data() + N, N * sizeof(int32_t));
+  ops::CopyToDevice(S.pos.data(), h_ids.data() + 2 * N, N * sizeof(int32_t));
 
   // ---- Forward: embed -> blocks -> norm -> head -> loss.
   if (hooks_) hooks_->BeforeStep(backward);
@@ -236,18 +256,26 @@ const float* Model::StageForward(int slot, const int32_t* tokens, int B, int T, 
     Fit(&m.en, Nko * C); Fit(&m.rstd_e, Nko); Fit(&m.cat, Nko * 2 * C); Fit(&m.hp, Nko * C);
     Fit(&m.out, Nko * C); Fit(&m.nrm, Nko * C); Fit(&m.rstd_n, Nko); Fit(&m.logits, Nko * V);
     Fit(&m.losses, Nko);
-    std::vector<int32_t>& etok = S.mtp_etok[j];
-    std::vector<int32_t>& tgt = S.mtp_tgt[j];
+    Buf<int32_t>& etok = S.mtp_etok[j];
+    Buf<int32_t>& tgt = S.mtp_tgt[j];
     Fit(&etok, Nko);
     Fit(&tgt, Nko);
     Fit(&S.mtp_pos[j], Nk);
-    for (int64_t n = 0; n < Nk; ++n) S.mtp_pos[j][n] = static_cast<int32_t>(n % Tk);
+    std::vector<int32_t> h_ids(Nk + 2 * Nko);  // positions | embedded tokens | targets
+    for (int64_t n = 0; n < Nk; ++n) h_ids[n] = static_cast<int32_t>(n % Tk);
     for (int64_t n = ok.begin; n < ok.end; ++n) {
       const int64_t b = n / Tk, i = n % Tk, r = n - ok.begin;
-      std::memcpy(m.h_in.data() + r * C, hprev + (b * Tprev + i) * C, C * sizeof(float));
-      etok[r] = tokens[b * (T + 1) + i + k];
-      tgt[r] = tokens[b * (T + 1) + i + k + 1];
+      h_ids[Nk + r] = tokens[b * (T + 1) + i + k];
+      h_ids[Nk + Nko + r] = tokens[b * (T + 1) + i + k + 1];
     }
+    ops::CopyToDevice(S.mtp_pos[j].data(), h_ids.data(), Nk * sizeof(int32_t));
+    ops::CopyToDevice(etok.data(), h_ids.data() + Nk, Nko * sizeof(int32_t));
+    ops::CopyToDevice(tgt.data(), h_ids.data() + Nk + Nko, Nko * sizeof(int32_t));
+    // h_in: rows i < Tk of each sequence of the previous level (Tprev rows
+    // each), this rank's range of them; one copy per sequence it touches.
+    ForEachSeqRun(ok, Tk, [&](int64_t b, int64_t i, int64_t r, int64_t cnt) {
+      ops::Copy(hprev + (b * Tprev + i) * C, cnt * C, m.h_in.data() + r * C);
+    });
     ops::RmsNorm(m.h_in.data(), mw.hnorm, eps, Nko, C, m.hn.data(), m.rstd_h.data());
     ops::MoeGather(W.embed, etok.data(), Nko, C, m.e.data());
     ops::RmsNorm(m.e.data(), mw.enorm, eps, Nko, C, m.en.data(), m.rstd_e.data());
@@ -284,6 +312,13 @@ const float* Model::StageForward(int slot, const int32_t* tokens, int B, int T, 
   return nullptr;
 }
 
+std::vector<float> Model::logits() const {
+  const Buf<float>& l = slots_[0].logits;
+  std::vector<float> out(l.size());
+  ops::CopyToHost(out.data(), l.data(), l.size() * sizeof(float));
+  return out;
+}
+
 const float* Model::StageBackward(int slot, const float* d_out_stage, float loss_scale) {
   Slot& S = slots_[slot];
   if (hooks_) hooks_->SetSlot(slot);
@@ -307,13 +342,13 @@ const float* Model::StageBackward(int slot, const float* d_out_stage, float loss
     // ---- d_chain_ holds d(previous level's output) over all of its rows
     // [B*Tprev, C]: each MTP module's d(h_in) scattered back to the rows it
     // was copied from (reduce-scattered to own rows under sequence parallelism).
-    std::vector<float>& d_chain = d_chain_;
+    Buf<float>& d_chain = d_chain_;
     d_chain.clear();
     // d_own [own_rows(rows), C] = the chain's own rows (main: cp-local rows).
     auto take_chain = [&](int64_t rows, float* d_own, bool main) {
       const RowRange r = own_rows(rows);
       if (d_chain.empty()) {
-        std::fill(d_own, d_own + r.size() * C, 0.f);
+        ops::Zero(d_own, r.size() * C);
         return;
       }
       const float* src = d_chain.data();
@@ -323,7 +358,7 @@ const float* Model::StageBackward(int slot, const float* d_out_stage, float loss
         src = d_seq_.data();
       }
       if (sp) hooks_->ReduceScatterRows(src, d_own, rows, C);
-      else std::memcpy(d_own, src, rows * C * sizeof(float));
+      else ops::Copy(src, rows * C, d_own);
     };
     for (int j = Dm - 1; j >= 0; --j) {
       const int k = j + 1, Tk = T - k, Tprev = T - j;
@@ -365,11 +400,10 @@ const float* Model::StageBackward(int slot, const float* d_out_stage, float loss
       Fit(&m.d_hin, Nko * C);
       ops::Zero(m.d_hin.data(), Nko * C);
       ops::RmsNormBackward(d_hn.data(), m.h_in.data(), mw.hnorm, m.rstd_h.data(), Nko, C, m.d_hin.data(), mg.hnorm);
-      d_chain.assign(static_cast<size_t>(B) * Tprev * C, 0.f);
-      for (int64_t n = ok.begin; n < ok.end; ++n) {
-        const int64_t b = n / Tk, i = n % Tk;
-        std::memcpy(d_chain.data() + (b * Tprev + i) * C, m.d_hin.data() + (n - ok.begin) * C, C * sizeof(float));
-      }
+      d_chain.zero(static_cast<size_t>(B) * Tprev * C);
+      ForEachSeqRun(ok, Tk, [&](int64_t b, int64_t i, int64_t r, int64_t cnt) {
+        ops::Copy(m.d_hin.data() + r * C, cnt * C, d_chain.data() + (b * Tprev + i) * C);
+      });
     }
 
     // Main head and final norm.

@@ -79,8 +79,8 @@ class Model {
   // Expert loads are added to expert_load() either way.
   LossParts Step(const int32_t* tokens, int B, int T, bool backward, float loss_scale = 1.f);
 
-  // Main-head logits [B*T, V] of the last Step without backward.
-  const std::vector<float>& logits() const { return slots_[0].logits; }
+  // Main-head logits [B*T, V] of the last Step without backward (a host copy).
+  std::vector<float> logits() const;
 
   // ---- Pipeline stages. Step = StageForward + StageBackward on slot 0 of a
   // model that is one whole stage. A pipeline runs several micro-batches at
@@ -128,13 +128,13 @@ class Model {
   struct Slot {
     int B = 0, T = 0;
     const int32_t* tokens = nullptr;
-    std::vector<int32_t> inputs, targets, pos;
-    std::vector<std::vector<float>> resid;  // L+1 buffers [N, C] (this stage's range)
+    Buf<int32_t> inputs, targets, pos;  // device copies of this rank's token ids and positions
+    std::vector<Buf<float>> resid;      // L+1 buffers [N, C] (this stage's range)
     std::vector<BlockActs> acts;
-    std::vector<float> final_norm, final_rstd, logits, losses;
+    Buf<float> final_norm, final_rstd, logits, losses;
     std::vector<MtpActs> mtp;
-    std::vector<std::vector<int32_t>> mtp_etok, mtp_tgt;  // embedded tokens and targets of each MTP module
-    std::vector<std::vector<int32_t>> mtp_pos;            // RoPE positions of each MTP module's rows
+    std::vector<Buf<int32_t>> mtp_etok, mtp_tgt;  // embedded tokens and targets of each MTP module
+    std::vector<Buf<int32_t>> mtp_pos;            // RoPE positions of each MTP module's rows
   };
   BlockContext Context(int block_index, const int32_t* pos);
   BlockContext MainContext(int layer, Slot& slot);  // + the DSA group of a main layer
@@ -152,7 +152,7 @@ class Model {
   std::vector<Slot> slots_;
   int l0_ = 0, l1_ = 0;  // this stage's main layers
   BlockScratch scratch_;
-  std::vector<float> d_resid_a_, d_resid_b_, d_chain_;
+  Buf<float> d_resid_a_, d_resid_b_, d_chain_;
   Buf<float> d_tmp_;  // sized for the main head and each MTP module in turn
   Buf<float> d_seq_;  // context parallelism: the MTP chain's gradient at this rank's positions
 };

@@ -98,22 +98,15 @@ void MoeForward(const BlockContext& ctx, const BlockWeights<float*>& w, const fl
     const int cp = ctx.hooks ? ctx.hooks->SeqShards() : 1;
     const bool sharded = cp > 1 && ctx.block < cfg.n_layers;
     const int64_t Tg = static_cast<int64_t>(T) * (sharded ? cp : 1);
-    Fit(&a->f_frac, static_cast<size_t>(B) * E);
     // [0, B*E): assignments per (sequence, expert); [B*E, 2*B*E): sum of s'.
-    std::vector<double> stats(2 * static_cast<size_t>(B) * E, 0.0);
-    for (int b = 0; b < B; ++b) {
-      double* cnt = stats.data() + static_cast<int64_t>(b) * E;
-      double* P = stats.data() + static_cast<int64_t>(B + b) * E;
-      for (int t = 0; t < T; ++t) {
-        const int64_t tok = static_cast<int64_t>(b) * T + t;
-        const float* s = a->scores.data() + tok * E;
-        double ssum = 0;
-        for (int64_t e = 0; e < E; ++e) ssum += s[e];
-        for (int64_t e = 0; e < E; ++e) P[e] += s[e] / ssum;
-        for (int64_t k = 0; k < K; ++k) cnt[a->sel[tok * K + k]] += 1.0;
-      }
-    }
+    // Small control data: the host reads it back (and sums it over cp).
+    const size_t ns = 2 * static_cast<size_t>(B) * E;
+    Fit(&a->stats, ns);
+    ops::MoeBalanceStats(a->scores.data(), a->sel.data(), B, T, E, K, a->stats.data());
+    std::vector<double> stats(ns);
+    ops::CopyToHost(stats.data(), a->stats.data(), ns * sizeof(double));
     if (sharded) ctx.hooks->SumSeqStats(ctx.block, stats.data(), static_cast<int64_t>(stats.size()));
+    a->f_frac.resize(static_cast<size_t>(B) * E);
     for (int b = 0; b < B; ++b) {
       float* fb = a->f_frac.data() + static_cast<int64_t>(b) * E;
       const double* cnt = stats.data() + static_cast<int64_t>(b) * E;
@@ -179,39 +172,21 @@ void MoeBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
   const double alpha = cfg.aux_loss_weight * (ctx.hooks ? ctx.hooks->ReplicatedGradScale() : 1.f);
   const int cp = ctx.hooks ? ctx.hooks->SeqShards() : 1;
   const int64_t Tg = static_cast<int64_t>(T) * (cp > 1 && ctx.block < cfg.n_layers ? cp : 1);
-#pragma omp parallel for schedule(static)
-  for (int64_t t = 0; t < N; ++t) {
-    const float* sc = a->scores.data() + t * E;
-    const int32_t* sel = a->sel.data() + t * K;
-    const float* wt = a->w.data() + t * K;
-    const float* dw = s->d_w.data() + t * K;
-    float* dl = s->d_logits.data() + t * E;
-    double ds[256];
-    for (int64_t e = 0; e < E; ++e) ds[e] = 0;
-    double zsel = 0, wdw = 0;
-    for (int64_t k = 0; k < K; ++k) zsel += sc[sel[k]], wdw += static_cast<double>(wt[k]) * dw[k];
-    for (int64_t k = 0; k < K; ++k) ds[sel[k]] += (dw[k] - wdw) / zsel;
-    if (alpha > 0) {
-      // L_bal = alpha/B * sum_i f_i * (1/T) sum_t s'_ti, with s' = s / sum(s).
-      const int64_t b = t / T;
-      const float* fb = a->f_frac.data() + b * E;
-      double ssum = 0, dot = 0;
-      for (int64_t e = 0; e < E; ++e) ssum += sc[e];
-      double dsn[256];
-      for (int64_t e = 0; e < E; ++e) {
-        dsn[e] = alpha / B * fb[e] / Tg * loss_scale;
-        dot += dsn[e] * sc[e] / ssum;
-      }
-      for (int64_t e = 0; e < E; ++e) ds[e] += (dsn[e] - dot) / ssum;
-    }
-    if (sigmoid) {
-      for (int64_t e = 0; e < E; ++e) dl[e] = static_cast<float>(ds[e] * sc[e] * (1.0 - sc[e]));
-    } else {
-      double dot = 0;
-      for (int64_t e = 0; e < E; ++e) dot += ds[e] * sc[e];
-      for (int64_t e = 0; e < E; ++e) dl[e] = static_cast<float>(sc[e] * (ds[e] - dot));
-    }
+  MoeRouteBackwardParams rb;
+  rb.N = N, rb.E = E, rb.K = K, rb.T = T, rb.sigmoid = sigmoid;
+  rb.scores = a->scores.data(), rb.sel = a->sel.data(), rb.weights = a->w.data();
+  rb.d_weights = s->d_w.data(), rb.d_logits = s->d_logits.data();
+  if (alpha > 0) {
+    // L_bal = alpha/B * sum_i f_i * (1/Tg) sum_t s'_ti: coefficient
+    // alpha/B * f_i / Tg per (sequence, expert), from the forward's f.
+    std::vector<float> coef(a->f_frac.size());
+    for (size_t i = 0; i < coef.size(); ++i)
+      coef[i] = static_cast<float>(alpha / B * a->f_frac[i] / Tg * loss_scale);
+    Fit(&s->balance, coef.size());
+    ops::CopyToDevice(s->balance.data(), coef.data(), coef.size() * sizeof(float));
+    rb.balance = s->balance.data();
   }
+  ops::MoeRouteBackward(rb);
   ops::LinearBackward(s->d_logits.data(), f, w.router, N, C, E, df, true, gw.router);
 }
 

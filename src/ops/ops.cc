@@ -77,9 +77,10 @@ void RmsNormBackward(const float* dout, const float* x, const float* w, const fl
   T().rmsnorm_bwd(dout, x, w, rstd, N, C, dx, dw);
 }
 void Rope(float* x, int64_t N, int H, int D, const int32_t* pos, const float* cos_table,
-          const float* sin_table, bool inverse) {
-  OP_CHECK("rope", x && pos && cos_table && sin_table && H > 0 && D > 0 && D % 2 == 0);
-  T().rope(x, N, H, D, pos, cos_table, sin_table, inverse);
+          const float* sin_table, bool inverse, int64_t head_stride) {
+  if (head_stride == 0) head_stride = D;
+  OP_CHECK("rope", x && pos && cos_table && sin_table && H > 0 && D > 0 && D % 2 == 0 && head_stride >= D);
+  T().rope(x, N, H, D, head_stride, pos, cos_table, sin_table, inverse);
 }
 void SwiGlu(const float* gu, int64_t N, int64_t F, float* out) {
   OP_CHECK("swiglu", gu && out && F > 0);
@@ -108,8 +109,11 @@ void PagedAttention(const PagedAttentionParams& p) {
                                   p.out && p.H > 0 && p.Hkv > 0 && p.H % p.Hkv == 0 && p.D > 0 &&
                                   p.block_tokens > 0 && p.max_blocks > 0 && p.num_blocks > 0 &&
                                   p.token_stride >= (int64_t)p.Hkv * p.D &&
-                                  p.block_stride >= (int64_t)p.block_tokens * p.token_stride &&
-                                  p.q_start[0] == 0);
+                                  p.block_stride >= (int64_t)p.block_tokens * p.token_stride);
+  T().paged_attention(p);
+}
+void CheckPagedAttentionTables(const PagedAttentionParams& p) {
+  CHECK_MSG(p.q_start[0] == 0, "[paged_attention] q_start[0] is %d, not 0", p.q_start[0]);
   for (int s = 0; s < p.n_seq; ++s) {
     const int n = p.q_start[s + 1] - p.q_start[s];
     CHECK_MSG(n >= 0 && n <= p.kv_len[s] && p.kv_len[s] <= (int64_t)p.max_blocks * p.block_tokens,
@@ -121,12 +125,42 @@ void PagedAttention(const PagedAttentionParams& p) {
                 "[paged_attention] sequence %d: block %d of its table is %d, outside the pool of %lld", s, i,
                 table[i], static_cast<long long>(p.num_blocks));
   }
-  T().paged_attention(p);
 }
 void MoeRoute(const MoeRouteParams& p) {
   OP_CHECK("moe_route", p.N >= 0 && p.E > 0 && p.E <= 256 && p.K > 0 && p.K <= p.E && p.logits &&
                             p.scores && p.sel && p.weights && p.pos && p.perm && p.expert_offset);
   T().moe_route(p);
+}
+void MoeRouteBackward(const MoeRouteBackwardParams& p) {
+  OP_CHECK("moe_route_backward", p.N >= 0 && p.E > 0 && p.E <= 256 && p.K > 0 && p.K <= p.E && p.T > 0 &&
+                                     p.N % p.T == 0 && p.scores && p.sel && p.weights && p.d_weights &&
+                                     p.d_logits);
+  if (p.N) T().moe_route_bwd(p);
+}
+void MoeBalanceStats(const float* scores, const int32_t* sel, int64_t B, int64_t T_, int64_t E, int64_t K,
+                     double* stats) {
+  OP_CHECK("moe_balance_stats", B >= 0 && T_ > 0 && E > 0 && K > 0 && K <= E && scores && sel && stats);
+  if (B) T().moe_balance_stats(scores, sel, B, T_, E, K, stats);
+}
+
+void IndexerTopK(const IndexerParams& p) {
+  OP_CHECK("dsa_indexer_topk", p.B >= 0 && p.Tq >= 0 && p.Tk >= p.Tq && p.Hi > 0 && p.Di > 0 && p.K > 0 &&
+                                   (p.B * p.Tq == 0 || (p.qi && p.ki && p.wi && p.idx)));
+  if (p.B * p.Tq) T().dsa_indexer_topk(p);
+}
+void SparseAttention(const SparseAttentionParams& p) {
+  OP_CHECK("dsa_sparse_attention", p.B >= 0 && p.Tq >= 0 && p.H > 0 && p.Hkv > 0 && p.H % p.Hkv == 0 &&
+                                       p.D > 0 && p.K > 0 && (p.B * p.Tq == 0 || (p.q && p.k && p.v && p.idx && p.out)));
+  if (p.B * p.Tq) T().dsa_sparse_attention(p);
+}
+void SparseAttentionBackward(const SparseAttentionBackwardParams& p) {
+  OP_CHECK("dsa_sparse_attention_backward", p.fwd.lse && p.dout && p.dq && p.dk && p.dv);
+  T().dsa_sparse_attention_bwd(p);
+}
+double IndexerLoss(const IndexerLossParams& p) {
+  OP_CHECK("dsa_indexer_loss", p.indexer.qi && p.indexer.ki && p.indexer.wi && p.indexer.idx && p.attn.q &&
+                                   p.attn.k && p.attn.lse);
+  return T().dsa_indexer_loss(p);
 }
 
 void CopyRows(const float* src, int64_t ld_src, float* dst, int64_t ld_dst, int64_t rows, int64_t width,
@@ -138,6 +172,16 @@ void CopyRows(const float* src, int64_t ld_src, float* dst, int64_t ld_dst, int6
 void Copy(const float* src, int64_t n, float* dst) {
   OP_CHECK("copy", n >= 0 && (n == 0 || (src && dst)));
   if (n) T().mem_copy(dst, src, static_cast<size_t>(n) * sizeof(float), CopyKind::kDeviceToDevice);
+}
+void CopyBytes(const void* src, size_t bytes, void* dst) {
+  OP_CHECK("copy_bytes", bytes == 0 || (src && dst));
+  if (bytes) T().mem_copy(dst, src, bytes, CopyKind::kDeviceToDevice);
+}
+void AttentionMerge(float* out, int64_t out_batch_stride, float* lse, int64_t lse_stride, const float* out_b,
+                    const float* lse_b, int B, int rows, int H, int D) {
+  OP_CHECK("attention_merge", B >= 0 && rows >= 0 && H > 0 && D > 0 && lse_stride >= rows &&
+                                  (B * rows == 0 || (out && lse && out_b && lse_b)));
+  if (B * rows) T().attention_merge(out, out_batch_stride, lse, lse_stride, out_b, lse_b, B, rows, H, D);
 }
 void AddScaled(const float* x, const float* y, float alpha, int64_t n, float* out) {
   OP_CHECK("add_scaled", n >= 0 && (n == 0 || (x && y && out)));

@@ -44,8 +44,9 @@ void RmsNorm(const float* x, const float* w, float eps, int64_t N, int64_t C, fl
              float* rstd);
 void RmsNormBackward(const float* dout, const float* x, const float* w, const float* rstd,
                      int64_t N, int64_t C, float* dx, float* dw);
+// head_stride 0: D (x is [N, H, D]).
 void Rope(float* x, int64_t N, int H, int D, const int32_t* pos, const float* cos_table,
-          const float* sin_table, bool inverse);
+          const float* sin_table, bool inverse, int64_t head_stride = 0);
 // gu [N, 2F] holds [gate | up] per row (one GEMM computes both).
 void SwiGlu(const float* gu, int64_t N, int64_t F, float* out);
 void SwiGluBackward(const float* dout, const float* gu, int64_t N, int64_t F, float* dgu);
@@ -53,11 +54,22 @@ void SoftmaxXent(const float* logits, const int32_t* targets, int64_t N, int64_t
                  float grad_scale, float* losses, float* dlogits);
 void Attention(const AttentionParams& p);
 void AttentionBackward(const AttentionBackwardParams& p);
-// Checks the whole block table once (every block a sequence's keys need lies
-// in [0, num_blocks), rows fit their sequences), then dispatches.
+// The tables (q_start, kv_len, blocks) are device data: check their host
+// copies once per batch with CheckPagedAttentionTables (every block a
+// sequence's keys need lies in [0, num_blocks), rows fit their sequences).
 void PagedAttention(const PagedAttentionParams& p);
+void CheckPagedAttentionTables(const PagedAttentionParams& host_tables);
 // Routing (BackendOps::moe_route); E <= 256.
 void MoeRoute(const MoeRouteParams& p);
+void MoeRouteBackward(const MoeRouteBackwardParams& p);
+// stats [2, B, E] in double (BackendOps::moe_balance_stats).
+void MoeBalanceStats(const float* scores, const int32_t* sel, int64_t B, int64_t T, int64_t E, int64_t K,
+                     double* stats);
+// DSA sparse attention (the dsa_* slots; backend/cpu/dsa/dsa.h has the math).
+void IndexerTopK(const IndexerParams& p);
+void SparseAttention(const SparseAttentionParams& p);
+void SparseAttentionBackward(const SparseAttentionBackwardParams& p);
+double IndexerLoss(const IndexerLossParams& p);
 void MoeGather(const float* src, const int32_t* idx, int64_t M, int64_t C, float* dst);
 void MoeCombine(const float* buf, const int32_t* pos, const float* w, int64_t N, int64_t K,
                 int64_t C, float* out);
@@ -68,8 +80,12 @@ void MoeCombineBackward(const float* dout, const float* buf, const int32_t* pos,
 // (a MoeGather of table rows) and its backward; a sum in double.
 void CopyRows(const float* src, int64_t ld_src, float* dst, int64_t ld_dst, int64_t rows, int64_t width,
               float scale = 1.f);
-// dst[0..n) = src[0..n): a device-to-device copy.
+// dst[0..n) = src[0..n): a device-to-device copy (CopyBytes: of bytes).
 void Copy(const float* src, int64_t n, float* dst);
+void CopyBytes(const void* src, size_t bytes, void* dst);
+// BackendOps::attention_merge (ring attention's log-sum-exp merge).
+void AttentionMerge(float* out, int64_t out_batch_stride, float* lse, int64_t lse_stride, const float* out_b,
+                    const float* lse_b, int B, int rows, int H, int D);
 void AddScaled(const float* x, const float* y, float alpha, int64_t n, float* out);
 void EmbeddingBackward(const float* dout, const int32_t* tok, int64_t N, int64_t C, float* dtable);
 double Sum(const float* x, int64_t n);

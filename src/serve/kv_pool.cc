@@ -4,6 +4,7 @@
 
 #include "core/check.h"
 #include "core/checksum.h"
+#include "ops/ops.h"
 
 namespace myriad::serve {
 
@@ -23,12 +24,20 @@ KvPool::KvPool(const ModelConfig& cfg, int64_t num_blocks)
       kv_floats_(cfg.n_layers * 2 * kBlockTokens * cfg.n_kv_heads * cfg.head_dim()),
       index_dim_(cfg.dsa_index_dim) {
   CHECK(num_blocks > 0);
-  data_.assign(num_blocks * block_floats_, 0.f);
+  data_.zero(num_blocks * block_floats_);
   meta_.resize(num_blocks);
   free_.reserve(num_blocks);
   // A stack: block 0 is handed out first.
   for (int64_t b = num_blocks - 1; b >= 0; --b) free_.push_back(static_cast<int32_t>(b));
 }
+
+void KvPool::CopyOut(int32_t b, float* host) const {
+  ops::CopyToHost(host, data(b), block_floats_ * sizeof(float));
+}
+void KvPool::CopyIn(int32_t b, const float* host) {
+  ops::CopyToDevice(data(b), host, block_floats_ * sizeof(float));
+}
+void KvPool::CopyBlock(int32_t from, int32_t to) { ops::Copy(data(from), block_floats_, data(to)); }
 
 int32_t KvPool::Allocate() {
   int32_t b = -1;

@@ -37,6 +37,8 @@ class KvPool {
 
   int64_t num_blocks() const { return static_cast<int64_t>(meta_.size()); }
   int64_t block_floats() const { return block_floats_; }
+  // Block b's data: device memory. The host reaches it only through
+  // CopyOut/CopyIn (explicit device<->host copies) or device ops.
   float* data(int32_t b) { return data_.data() + static_cast<int64_t>(b) * block_floats_; }
   const float* data(int32_t b) const { return data_.data() + static_cast<int64_t>(b) * block_floats_; }
   // Rows of token `slot` in block b for one layer: keys, then values (kv_dim floats each).
@@ -47,6 +49,10 @@ class KvPool {
     return data(b) + ((static_cast<int64_t>(layer) * 2 + 1) * kBlockTokens + slot) * kv_dim_;
   }
   int64_t kv_dim() const { return kv_dim_; }
+  // Block b to the host (block_floats() floats) and back; device to device.
+  void CopyOut(int32_t b, float* host) const;
+  void CopyIn(int32_t b, const float* host);
+  void CopyBlock(int32_t from, int32_t to);
   // DSA models: the indexer key of token `slot` for sharing group `group`
   // (dsa_index_dim floats), after every layer's keys and values.
   float* ki_row(int32_t b, int group, int slot) {
@@ -84,7 +90,7 @@ class KvPool {
     bool cached = false;
   };
   int64_t block_floats_, kv_dim_, kv_floats_, index_dim_;
-  std::vector<float> data_;
+  Buf<float> data_;  // device memory (the active backend's)
   std::vector<Meta> meta_;
   std::vector<int32_t> free_;   // not cached, unreferenced (a stack)
   LruIndex<int32_t> lru_;       // cached, unreferenced, by time of release

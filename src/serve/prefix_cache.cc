@@ -18,7 +18,8 @@ constexpr double kInlineBudgetSeconds = 2e-3;
 std::shared_ptr<KvBlock> CopyOut(const KvPool& pool, int32_t b, BlockKey key) {
   auto blk = std::make_shared<KvBlock>();
   blk->key = key;
-  blk->data.assign(pool.data(b), pool.data(b) + pool.block_floats());
+  blk->data.resize(pool.block_floats());
+  pool.CopyOut(b, blk->data.data());
   return blk;
 }
 
@@ -231,7 +232,7 @@ std::shared_ptr<PrefixLoad> PrefixCache::StartLoad(std::vector<MatchedBlock> mat
   for (int64_t i = n_inline; i < n_load; ++i) {
     MatchedBlock& m = load->src[i];
     if (m.t0_block < 0) continue;
-    std::memcpy(pool_.data(load->dst[i]), pool_.data(m.t0_block), pool_.block_floats() * sizeof(float));
+    pool_.CopyBlock(m.t0_block, load->dst[i]);
     pool_.Release(m.t0_block);
     m.t0_block = MatchedBlock::kCopiedFromT0;
   }
@@ -250,18 +251,18 @@ bool PrefixCache::ReadBlocks(PrefixLoad* load, int64_t from, int64_t to) {
   KvBlock blk;
   for (int64_t i = from; i < to; ++i) {
     MatchedBlock& m = load->src[i];
-    float* dst = pool_.data(load->dst[i]);
+    const int32_t dst = load->dst[i];
     if (m.t0_block >= 0) {
-      std::memcpy(dst, pool_.data(m.t0_block), floats * sizeof(float));
+      pool_.CopyBlock(m.t0_block, dst);
       pool_.Release(m.t0_block);
       m.t0_block = MatchedBlock::kCopiedFromT0;
     } else if (m.pending) {
-      std::memcpy(dst, m.pending->data.data(), floats * sizeof(float));
+      pool_.CopyIn(dst, m.pending->data.data());
     } else if (m.tier >= 0) {
       const bool ok = cfg_.tiers[m.tier]->Get(m.key, &blk) && blk.key == m.key &&
                       static_cast<int64_t>(blk.data.size()) == floats;
       if (!ok) return false;
-      std::memcpy(dst, blk.data.data(), floats * sizeof(float));
+      pool_.CopyIn(dst, blk.data.data());
     }
     ++load->ok;
   }
@@ -392,7 +393,8 @@ void PrefixCache::Close() {
   for (int32_t b = 0; b < static_cast<int32_t>(pool_.num_blocks()); ++b) {
     if (!pool_.is_cached(b)) continue;
     blk.key = block_key_[b];
-    blk.data.assign(pool_.data(b), pool_.data(b) + pool_.block_floats());
+    blk.data.resize(pool_.block_floats());
+    pool_.CopyOut(b, blk.data.data());
     WriteDownFrom(0, blk);
     ++n;
   }

@@ -102,9 +102,10 @@ class PrefixCacheTest : public ::testing::Test {
     for (int64_t i = 0; i * kBlockTokens < n; ++i) {
       table.push_back(pool->Allocate());
       EXPECT_GE(table.back(), 0);
-      float* d = pool->data(table.back());
+      std::vector<float> d(pool->block_floats());  // device memory: written through a copy
       for (int64_t f = 0; f < pool->block_floats(); ++f)
         d[f] = i < static_cast<int64_t>(keys.size()) ? PatternAt(keys[i], f) : -1.f;
+      pool->CopyIn(table.back(), d.data());
     }
     ChainCursor c;
     cache->PublishFull(tokens.data(), n, table, &c);
@@ -121,8 +122,10 @@ class PrefixCacheTest : public ::testing::Test {
     ASSERT_TRUE(load.ready()) << "load never finished";
   }
   void ExpectPattern(const KvPool& pool, int32_t b, BlockKey key) {
+    std::vector<float> d(pool.block_floats());
+    pool.CopyOut(b, d.data());
     for (int64_t f = 0; f < pool.block_floats(); ++f)
-      ASSERT_EQ(pool.data(b)[f], PatternAt(key, f)) << "block " << b << " float " << f;
+      ASSERT_EQ(d[f], PatternAt(key, f)) << "block " << b << " float " << f;
   }
   static PrefixCacheConfig Tiers(std::vector<KvTier*> tiers, bool write_through = false) {
     PrefixCacheConfig c;

@@ -80,6 +80,15 @@ class BatchRunner::PoolAttention : public KvAttention {
     params_.num_blocks = pool_->num_blocks();
     params_.block_stride = pool_->block_floats();
     params_.token_stride = pool_->kv_dim();
+    // Checked on the host, then copied to the device once per forward.
+    ops::CheckPagedAttentionTables(params_);
+    dq_start_.resize(q_start_.size()); dkv_len_.resize(kv_len_.size()); dblocks_.resize(blocks_.size());
+    ops::CopyToDevice(dq_start_.data(), q_start_.data(), q_start_.size() * sizeof(int32_t));
+    ops::CopyToDevice(dkv_len_.data(), kv_len_.data(), kv_len_.size() * sizeof(int32_t));
+    ops::CopyToDevice(dblocks_.data(), blocks_.data(), blocks_.size() * sizeof(int32_t));
+    params_.q_start = dq_start_.data();
+    params_.kv_len = dkv_len_.data();
+    params_.blocks = dblocks_.data();
   }
 
   // Sequence i's new keys/values (and DSA indexer keys) into its blocks.
@@ -87,35 +96,38 @@ class BatchRunner::PoolAttention : public KvAttention {
     const SeqChunk& c = (*chunks_)[i];
     const int64_t kvd = pool_->kv_dim(), Di = cfg_.dsa_index_dim;
     const int group = cfg_.dsa() ? static_cast<int>(layer / cfg_.dsa_index_share) : 0;
-    for (int64_t t = 0; t < c.n; ++t) {
+    // One device copy per block the new tokens touch (its slots are contiguous).
+    for (int64_t t = 0; t < c.n;) {
       const int64_t p = c.start + t, row = row0_[i] + t;
       const int32_t b = c.blocks[p / kBlockTokens];
       const int slot = static_cast<int>(p % kBlockTokens);
-      std::memcpy(pool_->k_row(b, layer, slot), k + row * kvd, kvd * sizeof(float));
-      std::memcpy(pool_->v_row(b, layer, slot), v + row * kvd, kvd * sizeof(float));
-      if (dsa) std::memcpy(pool_->ki_row(b, group, slot), dsa->ki + row * Di, Di * sizeof(float));
+      const int64_t m = std::min<int64_t>(kBlockTokens - slot, c.n - t);
+      ops::Copy(k + row * kvd, m * kvd, pool_->k_row(b, layer, slot));
+      ops::Copy(v + row * kvd, m * kvd, pool_->v_row(b, layer, slot));
+      if (dsa) ops::Copy(dsa->ki + row * Di, m * Di, pool_->ki_row(b, group, slot));
+      t += m;
     }
   }
 
   // Sequence i: gather [0, Tk) of its blocks into scratch and attend.
   void GatherAttend(int layer, int64_t i, const float* q, float* att, const DsaRows* dsa,
-                    std::vector<float>* scratch) {
+                    Buf<float>* scratch) {
     const SeqChunk& c = (*chunks_)[i];
     const int64_t D = cfg_.head_dim(), H = cfg_.n_heads, Hkv = cfg_.n_kv_heads, kvd = Hkv * D;
     const int64_t Hi = cfg_.dsa_index_heads, Di = cfg_.dsa_index_dim;
     const int group = cfg_.dsa() ? static_cast<int>(layer / cfg_.dsa_index_share) : 0;
     const int64_t r0 = row0_[i], Tk = c.start + c.n;
     const int64_t need = 2 * Tk * kvd + (cfg_.dsa() ? Tk * Di : 0);
-    if (scratch->size() < static_cast<size_t>(need)) scratch->resize(need);
+    if (scratch->size() < static_cast<size_t>(need)) scratch->resize(need);  // (never shrinks)
     float* kg = scratch->data();
     float* vg = kg + Tk * kvd;
     float* kig = vg + Tk * kvd;
     for (int64_t p0 = 0; p0 < Tk; p0 += kBlockTokens) {
       const int32_t b = c.blocks[p0 / kBlockTokens];
       const int64_t m = std::min<int64_t>(kBlockTokens, Tk - p0);
-      std::memcpy(kg + p0 * kvd, pool_->k_row(b, layer, 0), m * kvd * sizeof(float));
-      std::memcpy(vg + p0 * kvd, pool_->v_row(b, layer, 0), m * kvd * sizeof(float));
-      if (cfg_.dsa()) std::memcpy(kig + p0 * Di, pool_->ki_row(b, group, 0), m * Di * sizeof(float));
+      ops::Copy(pool_->k_row(b, layer, 0), m * kvd, kg + p0 * kvd);
+      ops::Copy(pool_->v_row(b, layer, 0), m * kvd, vg + p0 * kvd);
+      if (cfg_.dsa()) ops::Copy(pool_->ki_row(b, group, 0), m * Di, kig + p0 * Di);
     }
     if (cfg_.dsa()) {
       DsaAttend(cfg_, c.n, Tk, q + r0 * H * D, kg, vg, kig, dsa ? dsa->qi + r0 * Hi * Di : nullptr,
@@ -138,9 +150,10 @@ class BatchRunner::PoolAttention : public KvAttention {
   const std::vector<SeqChunk>* chunks_ = nullptr;
   std::vector<int64_t> row0_;               // first row of each chunk in the batch
   PagedAttentionParams params_;             // paged: everything but q, k, v, out
-  std::vector<int32_t> q_start_, kv_len_, blocks_;
-  std::vector<std::vector<float>> gather_;  // gather path: per thread
-  std::vector<std::vector<int32_t>> idx_;   // DSA: each sequence's group selection [n, K]
+  std::vector<int32_t> q_start_, kv_len_, blocks_;  // host tables
+  Buf<int32_t> dq_start_, dkv_len_, dblocks_;        // their device copies
+  std::vector<Buf<float>> gather_;          // gather path: per thread (device)
+  std::vector<Buf<int32_t>> idx_;           // DSA: each sequence's group selection [n, K]
 };
 
 BatchRunner::BatchRunner(const Model& model, KvPool* pool, WeightFormat fmt, AttentionPath path)

@@ -451,6 +451,7 @@ Status RunTraining(const RunSpec& spec) {
                           {"lr", st.lr}, {"tokens_per_s", tps}, {"mfu", mfu}, {"step_s", dt},
                           {"elapsed_s", elapsed}, {"expert_load", st.expert_load},
                           {"expert_imbalance", st.max_imbalance}};
+    rec["backend"] = ops::Active()->name();
     LossParts::ForEachField([&](const char* name, double LossParts::*f) { rec[name] = st.loss.*f; });
     if (dist) {
       const auto& cf = dtr->last_comm();

@@ -5,7 +5,7 @@
 source "$(dirname "$0")/lib.sh" "$@"
 
 out="$(env -u OPENBLAS_CORETYPE "$MYRIAD" doctor 2>&1)" && rc=0 || rc=$?
-if grep -q "^blas core " <<<"$out" && grep -q "^backend    cpu-" <<<"$out"; then
+if grep -q "^blas core " <<<"$out" && grep -Eq "^backend    (fenced-)?cpu-" <<<"$out"; then
   pass "doctor reports backend and blas core: $(grep '^blas core' <<<"$out")"
 else
   fail "doctor output lacks backend/blas core lines: $out"

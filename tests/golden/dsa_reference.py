@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """PyTorch reference of DSA (DeepSeek-style sparse attention) and its golden-file writer.
 
-Written from the math in the header comment of src/ops/dsa.h (not from the
+Written from the math in the header comment of src/backend/cpu/dsa/dsa.h (not from the
 C++ kernels), in float64 on fp32-rounded inputs, so that tests/dsa_golden_test.cc
-can hold ops::dsa::IndexerTopK, SparseAttention, SparseAttentionBackward and
+can hold cpu::dsa::IndexerTopK, SparseAttention, SparseAttentionBackward and
 IndexerLoss to it:
 
   pos(t)   = Tk - Tq + t; query t sees keys 0..pos(t)

@@ -5,6 +5,8 @@
 // each backend call (two mprotect calls).
 #include "backend/fenced/fenced_backend.h"
 
+#include "core/transport_access.h"
+
 #include <execinfo.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -85,20 +87,23 @@ size_t PageRound(size_t n) {
 }
 
 // Opens the arena for the duration of one backend call.
+void ArenaOpen() {
+  Arena& a = GetArena();
+  std::lock_guard<std::mutex> l(a.mu);
+  if (a.open_calls++ == 0) a.Protect(0, a.high, PROT_READ | PROT_WRITE);
+}
+void ArenaClose() {
+  Arena& a = GetArena();
+  std::lock_guard<std::mutex> l(a.mu);
+  if (--a.open_calls == 0) a.Protect(0, a.high, PROT_NONE);
+}
 struct OpenArena {
-  OpenArena() {
-    Arena& a = GetArena();
-    std::lock_guard<std::mutex> l(a.mu);
-    if (a.open_calls++ == 0) a.Protect(0, a.high, PROT_READ | PROT_WRITE);
-  }
-  ~OpenArena() {
-    Arena& a = GetArena();
-    std::lock_guard<std::mutex> l(a.mu);
-    if (--a.open_calls == 0) a.Protect(0, a.high, PROT_NONE);
-  }
+  OpenArena() { ArenaOpen(); }
+  ~OpenArena() { ArenaClose(); }
 };
 
 BackendOps g_inner{};
+
 
 void* FencedAlloc(size_t bytes) {
   if (bytes == 0) return nullptr;
@@ -209,7 +214,12 @@ Backend* FencedBackend(Backend* inner) {
   static FencedBackendImpl* made = nullptr;
   std::lock_guard<std::mutex> l(mu);
   if (!inner) return nullptr;
-  if (!made) made = new FencedBackendImpl(inner);
+  if (!made) {
+    made = new FencedBackendImpl(inner);
+    // Transports (comm) read device memory directly, as a device-aware MPI
+    // would: the arena is open for the span of each of their calls.
+    SetTransportAccessHooks({ArenaOpen, ArenaClose});
+  }
   return made->inner() == inner ? made : nullptr;
 }
 

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "core/check.h"
+#include "core/transport_access.h"
 #include "train/comm/trace.h"
 
 namespace myriad::comm {
@@ -53,6 +54,15 @@ class ScopedTimer {
   Clock::time_point t0_;
 };
 
+// One transport call: its wall time into the stats, a trace span, and
+// device memory open to the transport (core/transport_access.h).
+struct OpScope {
+  OpScope(CommStats* stats, const char* op, const std::string& comm) : timer(stats), trace(op, comm) {}
+  ScopedTimer timer;
+  TraceScope trace;
+  ScopedTransportAccess access;
+};
+
 }  // namespace
 
 // ---- Request
@@ -88,10 +98,14 @@ void Request::Wait() {
   if (!s_) return;
   ScopedTimer timer(s_->stats);
   TraceScope trace("Wait", "");
+  ScopedTransportAccess access;
   s_->WaitDone();
 }
 
-bool Request::Test() { return !s_ || s_->TestDone(); }
+bool Request::Test() {
+  ScopedTransportAccess access;
+  return !s_ || s_->TestDone();
+}
 
 // ---- ProgressQueue
 
@@ -132,6 +146,7 @@ void ProgressQueue::Loop() {
     lock.unlock();
     std::exception_ptr error;
     try {
+      ScopedTransportAccess access;
       item.work();
     } catch (...) {
       error = std::current_exception();
@@ -152,6 +167,7 @@ Request QueuedComm::Async(int64_t bytes, std::function<void()> op) {
   state->stats = &stats_;
   if (async_inline_) {
     ScopedTimer timer(&stats_);
+    ScopedTransportAccess access;
     std::exception_ptr error;
     try {
       op();
@@ -168,24 +184,21 @@ Request QueuedComm::Async(int64_t bytes, std::function<void()> op) {
 void QueuedComm::AllReduce(void* buf, int64_t count, DType t, ReduceOp op) {
   Count(sent_bytes::AllReduce(count * static_cast<int64_t>(DTypeSize(t)), size()));
   DrainQueue();
-  ScopedTimer timer(&stats_);
-  TraceScope trace("AllReduce", name());
+  OpScope scope(&stats_, "AllReduce", name());
   DoAllReduce(buf, count, t, op);
 }
 
 void QueuedComm::ReduceScatter(const void* send, void* recv, int64_t count, DType t, ReduceOp op) {
   Count(sent_bytes::ReduceScatter(count * static_cast<int64_t>(DTypeSize(t)), size()));
   DrainQueue();
-  ScopedTimer timer(&stats_);
-  TraceScope trace("ReduceScatter", name());
+  OpScope scope(&stats_, "ReduceScatter", name());
   DoReduceScatter(send, recv, count, t, op);
 }
 
 void QueuedComm::AllGather(const void* send, void* recv, int64_t count, DType t) {
   Count(sent_bytes::AllGather(count * static_cast<int64_t>(DTypeSize(t)), size()));
   DrainQueue();
-  ScopedTimer timer(&stats_);
-  TraceScope trace("AllGather", name());
+  OpScope scope(&stats_, "AllGather", name());
   DoAllGather(send, recv, count, t);
 }
 
@@ -198,8 +211,7 @@ void QueuedComm::AllToAllV(const void* send, const int64_t* send_counts, const i
   }
   Count(elements * static_cast<int64_t>(DTypeSize(t)));
   DrainQueue();
-  ScopedTimer timer(&stats_);
-  TraceScope trace("AllToAllV", name());
+  OpScope scope(&stats_, "AllToAllV", name());
   DoAllToAllV(send, send_counts, send_displs, recv, recv_counts, recv_displs, t);
 }
 
@@ -207,16 +219,14 @@ void QueuedComm::Broadcast(void* buf, int64_t count, DType t, int root) {
   CHECK_MSG(root >= 0 && root < size(), "[comm] Broadcast root %d outside [0, %d)", root, size());
   Count(sent_bytes::Broadcast(count * static_cast<int64_t>(DTypeSize(t)), size(), rank(), root));
   DrainQueue();
-  ScopedTimer timer(&stats_);
-  TraceScope trace("Broadcast", name());
+  OpScope scope(&stats_, "Broadcast", name());
   DoBroadcast(buf, count, t, root);
 }
 
 void QueuedComm::Barrier() {
   Count(0);
   DrainQueue();
-  ScopedTimer timer(&stats_);
-  TraceScope trace("Barrier", name());
+  OpScope scope(&stats_, "Barrier", name());
   DoBarrier();
 }
 
@@ -229,22 +239,21 @@ std::unique_ptr<Comm> QueuedComm::Split(int color, int key) {
 void QueuedComm::Send(const void* buf, int64_t count, DType t, int dst, int tag) {
   CHECK_MSG(dst >= 0 && dst < size(), "[comm] Send to rank %d outside [0, %d)", dst, size());
   Count(count * static_cast<int64_t>(DTypeSize(t)));
-  ScopedTimer timer(&stats_);
-  TraceScope trace("Send", name());
+  OpScope scope(&stats_, "Send", name());
   DoISend(buf, count, t, dst, tag)->WaitDone();
 }
 
 void QueuedComm::Recv(void* buf, int64_t count, DType t, int src, int tag) {
   CHECK_MSG(src >= 0 && src < size(), "[comm] Recv from rank %d outside [0, %d)", src, size());
   Count(0);
-  ScopedTimer timer(&stats_);
-  TraceScope trace("Recv", name());
+  OpScope scope(&stats_, "Recv", name());
   DoIRecv(buf, count, t, src, tag)->WaitDone();
 }
 
 Request QueuedComm::ISend(const void* buf, int64_t count, DType t, int dst, int tag) {
   CHECK_MSG(dst >= 0 && dst < size(), "[comm] ISend to rank %d outside [0, %d)", dst, size());
   Count(count * static_cast<int64_t>(DTypeSize(t)));
+  ScopedTransportAccess access;
   std::shared_ptr<RequestState> state = DoISend(buf, count, t, dst, tag);
   state->stats = &stats_;
   return Request(std::move(state));
@@ -253,6 +262,7 @@ Request QueuedComm::ISend(const void* buf, int64_t count, DType t, int dst, int 
 Request QueuedComm::IRecv(void* buf, int64_t count, DType t, int src, int tag) {
   CHECK_MSG(src >= 0 && src < size(), "[comm] IRecv from rank %d outside [0, %d)", src, size());
   Count(0);
+  ScopedTransportAccess access;
   std::shared_ptr<RequestState> state = DoIRecv(buf, count, t, src, tag);
   state->stats = &stats_;
   return Request(std::move(state));

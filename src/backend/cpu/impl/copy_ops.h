@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cmath>
 #include <cstring>
 
 #include "backend/cpu/impl/common.h"
@@ -52,6 +53,27 @@ inline void EmbeddingBwdK(const float* dout, const int32_t* tok, int64_t N, int6
 
 inline double SumK(const float* x, int64_t n) {
   return BlockedSum(x, n, [](float v) { return (double)v; });
+}
+
+// (b, h) pairs in parallel; each row's merge is elementwise over D.
+inline void AttentionMergeK(float* out, int64_t out_batch_stride, float* lse, int64_t lse_stride,
+                            const float* out_b, const float* lse_b, int B, int rows, int H, int D) {
+#pragma omp parallel for collapse(2) schedule(static) if ((int64_t)B * rows * H * D >= kMinParallelElems)
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < rows; ++i) {
+        float& l = lse[((int64_t)b * H + h) * lse_stride + i];
+        const float lb = lse_b[((int64_t)b * H + h) * rows + i];
+        if (lb == -INFINITY) continue;  // no visible key in this block
+        const float hi = l > lb ? l : lb, lo = l > lb ? lb : l;
+        const float merged = hi + std::log1p(std::exp(lo - hi));
+        const float wa = std::exp(l - merged), wb = std::exp(lb - merged);
+        float* o = out + b * out_batch_stride + ((int64_t)i * H + h) * D;
+        const float* ob = out_b + (((int64_t)b * rows + i) * H + h) * D;
+#pragma omp simd
+        for (int d = 0; d < D; ++d) o[d] = wa * o[d] + wb * ob[d];
+        l = merged;
+      }
 }
 
 }  // namespace

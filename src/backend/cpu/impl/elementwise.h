@@ -66,9 +66,9 @@ inline void RmsnormBwdK(const float* dout, const float* x, const float* w, const
   }
 }
 
-// x [N, H, D] in place; tables [max_pos, D/2].
-inline void RopeK(float* x, int64_t N, int H, int D, const int32_t* pos, const float* cos_table,
-                  const float* sin_table, bool inverse) {
+// x [N, H, head_stride] in place, the first D of each head; tables [max_pos, D/2].
+inline void RopeK(float* x, int64_t N, int H, int D, int64_t head_stride, const int32_t* pos,
+                  const float* cos_table, const float* sin_table, bool inverse) {
   int half = D / 2;
   float sgn = inverse ? -1.f : 1.f;
 #pragma omp parallel for schedule(static) if (N * H * D >= kMinParallelElems)
@@ -76,7 +76,7 @@ inline void RopeK(float* x, int64_t N, int H, int D, const int32_t* pos, const f
     const float* ct = cos_table + (int64_t)pos[n] * half;
     const float* st = sin_table + (int64_t)pos[n] * half;
     for (int h = 0; h < H; ++h) {
-      float* a = x + (n * H + h) * D;
+      float* a = x + (n * H + h) * head_stride;
       float* b = a + half;
 #pragma omp simd
       for (int i = 0; i < half; ++i) {

@@ -4,6 +4,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/blas.h"
+#include "backend/cpu/dsa/dsa.h"
 #include "backend/cpu/impl/attention.h"
 #include "backend/cpu/impl/copy_ops.h"
 #include "backend/cpu/impl/elementwise.h"
@@ -27,10 +28,18 @@ inline void FillPortableOps(BackendOps* o) {
   o->attention_fwd = AttentionFwdK;
   o->attention_bwd = AttentionBwdK;
   o->paged_attention = PagedAttentionK;
+  o->attention_merge = AttentionMergeK;
   o->moe_route = MoeRouteK;
+  o->moe_route_bwd = MoeRouteBwdK;
+  o->moe_balance_stats = MoeBalanceStatsK;
   o->moe_gather = MoeGatherK;
   o->moe_combine = MoeCombineK;
   o->moe_combine_bwd = MoeCombineBwdK;
+  // The DSA kernels pick their ISA variants themselves (dsa::UseDsaKernelIsa).
+  o->dsa_indexer_topk = dsa::IndexerTopK;
+  o->dsa_sparse_attention = dsa::SparseAttention;
+  o->dsa_sparse_attention_bwd = dsa::SparseAttentionBackward;
+  o->dsa_indexer_loss = dsa::IndexerLoss;
   o->copy_rows = CopyRowsK;
   o->add_scaled = AddScaledK;
   o->embedding_bwd = EmbeddingBwdK;

@@ -62,5 +62,59 @@ inline void MoeRouteK(const MoeRouteParams& p) {
   }
 }
 
+// Tokens in parallel; each row's sums in double, as the reference.
+inline void MoeRouteBwdK(const MoeRouteBackwardParams& p) {
+  const int64_t N = p.N, E = p.E, K = p.K;
+#pragma omp parallel for schedule(static) if (N * E >= 4096)
+  for (int64_t t = 0; t < N; ++t) {
+    const float* sc = p.scores + t * E;
+    const int32_t* sel = p.sel + t * K;
+    const float* wt = p.weights + t * K;
+    const float* dw = p.d_weights + t * K;
+    float* dl = p.d_logits + t * E;
+    double ds[256];
+    for (int64_t e = 0; e < E; ++e) ds[e] = 0;
+    // w_k = s_sel[k] / z: d s_sel[k] += (dw_k - sum_j w_j dw_j) / z.
+    double z = 0, wdw = 0;
+    for (int64_t k = 0; k < K; ++k) z += sc[sel[k]], wdw += static_cast<double>(wt[k]) * dw[k];
+    for (int64_t k = 0; k < K; ++k) ds[sel[k]] += (dw[k] - wdw) / z;
+    if (p.balance) {
+      // s' = s / sum(s): d s_e += (c_e - sum_j c_j s'_j) / sum(s).
+      const float* c = p.balance + (t / p.T) * E;
+      double ssum = 0, dot = 0;
+      for (int64_t e = 0; e < E; ++e) ssum += sc[e];
+      for (int64_t e = 0; e < E; ++e) dot += static_cast<double>(c[e]) * sc[e] / ssum;
+      for (int64_t e = 0; e < E; ++e) ds[e] += (c[e] - dot) / ssum;
+    }
+    if (p.sigmoid) {
+      for (int64_t e = 0; e < E; ++e) dl[e] = static_cast<float>(ds[e] * sc[e] * (1.0 - sc[e]));
+    } else {
+      double dot = 0;
+      for (int64_t e = 0; e < E; ++e) dot += ds[e] * sc[e];
+      for (int64_t e = 0; e < E; ++e) dl[e] = static_cast<float>(sc[e] * (ds[e] - dot));
+    }
+  }
+}
+
+// Sequences in parallel; tokens in order within one (same bits for any
+// thread count).
+inline void MoeBalanceStatsK(const float* scores, const int32_t* sel, int64_t B, int64_t T, int64_t E,
+                             int64_t K, double* stats) {
+#pragma omp parallel for schedule(static) if (B * T * E >= 4096)
+  for (int64_t b = 0; b < B; ++b) {
+    double* cnt = stats + b * E;
+    double* P = stats + (B + b) * E;
+    for (int64_t e = 0; e < E; ++e) cnt[e] = P[e] = 0;
+    for (int64_t t = 0; t < T; ++t) {
+      const int64_t tok = b * T + t;
+      const float* s = scores + tok * E;
+      double ssum = 0;
+      for (int64_t e = 0; e < E; ++e) ssum += s[e];
+      for (int64_t e = 0; e < E; ++e) P[e] += s[e] / ssum;
+      for (int64_t k = 0; k < K; ++k) cnt[sel[tok * K + k]] += 1.0;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace myriad::cpu

@@ -1,12 +1,12 @@
 // The DSA indexer's int8 tile scores and candidate compress for AVX2 + FMA
-// (contracts in backend/cpu/dsa_index_kernels.h; the same bits as the
-// portable kernels of ops/dsa_indexer.cc).
+// (contracts in backend/cpu/dsa/index_kernels.h; the same bits as the
+// portable kernels of backend/cpu/dsa/dsa_indexer.cc).
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstring>
 
-#include "backend/cpu/dsa_index_kernels.h"
+#include "backend/cpu/dsa/index_kernels.h"
 
 namespace myriad::cpu::dsa {
 namespace {
@@ -167,7 +167,7 @@ void CompactAvx2(const uint32_t* ck, const int32_t* ci, int c, uint32_t thr, int
     if (ck[i] >= thr) *out++ = ci[i];
 }
 
-// The shrinking-set search of ops/dsa_indexer.cc's KthThresholdAvx512
+// The shrinking-set search of backend/cpu/dsa/dsa_indexer.cc's KthThresholdAvx512
 // with 8-lane compares and the permute table: per bit, the undecided keys
 // are split by the bit and only one side is kept (about half), instead of
 // all n keys counted once per bit.

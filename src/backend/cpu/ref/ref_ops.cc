@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/dsa/dsa.h"
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/ref/ref_attention.h"
@@ -90,12 +91,12 @@ void RmsnormBwd(const float* dout, const float* x, const float* w, const float* 
   }
 }
 
-void Rope(float* x, int64_t N, int H, int D, const int32_t* pos, const float* cos_table,
-          const float* sin_table, bool inverse) {
+void Rope(float* x, int64_t N, int H, int D, int64_t head_stride, const int32_t* pos,
+          const float* cos_table, const float* sin_table, bool inverse) {
   int half = D / 2;
   for (int64_t n = 0; n < N; ++n)
     for (int h = 0; h < H; ++h) {
-      float* v = x + (n * H + h) * D;
+      float* v = x + (n * H + h) * head_stride;
       for (int i = 0; i < half; ++i) {
         double c = cos_table[(int64_t)pos[n] * half + i];
         double s = sin_table[(int64_t)pos[n] * half + i];
@@ -192,6 +193,76 @@ void MoeRoute(const MoeRouteParams& p) {
     p.expert_offset[p.sel[rows[r]] + 1]++;
   }
   for (int64_t e = 0; e < E; ++e) p.expert_offset[e + 1] += p.expert_offset[e];
+}
+
+// Router backward by the chain rule written out: the Jacobian of the
+// normalised weights and of s' = s / sum(s) with respect to the scores, then
+// the score function's Jacobian, each as an explicit E x E (or K x E)
+// matrix product in double.
+void MoeRouteBwd(const MoeRouteBackwardParams& p) {
+  const int64_t N = p.N, E = p.E, K = p.K;
+  for (int64_t t = 0; t < N; ++t) {
+    const float* s = p.scores + t * E;
+    const int32_t* sel = p.sel + t * K;
+    std::vector<double> ds(E, 0.0);
+    double z = 0;
+    for (int64_t k = 0; k < K; ++k) z += s[sel[k]];
+    // dw_k/ds_e = [e == sel_k]/z - s_sel_k [e in sel]/z^2
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t e = 0; e < E; ++e) {
+        double in_sel = 0;
+        for (int64_t j = 0; j < K; ++j) in_sel += sel[j] == e;
+        double J = (sel[k] == e ? 1.0 / z : 0.0) - in_sel * s[sel[k]] / (z * z);
+        ds[e] += p.d_weights[t * K + k] * J;
+      }
+    if (p.balance) {
+      const float* c = p.balance + (t / p.T) * E;
+      double S = 0;
+      for (int64_t e = 0; e < E; ++e) S += s[e];
+      for (int64_t i = 0; i < E; ++i)  // ds'_i/ds_e = [i == e]/S - s_i/S^2
+        for (int64_t e = 0; e < E; ++e) ds[e] += c[i] * ((i == e ? 1.0 / S : 0.0) - s[i] / (S * S));
+    }
+    for (int64_t e = 0; e < E; ++e) {
+      double d = 0;
+      for (int64_t j = 0; j < E; ++j) {
+        double J = p.sigmoid ? (j == e ? (double)s[e] * (1.0 - s[e]) : 0.0)
+                             : (double)s[j] * ((j == e ? 1.0 : 0.0) - s[e]);
+        d += ds[j] * J;
+      }
+      p.d_logits[t * E + e] = (float)d;
+    }
+  }
+}
+
+void MoeBalanceStats(const float* scores, const int32_t* sel, int64_t B, int64_t T, int64_t E, int64_t K,
+                     double* stats) {
+  for (int64_t i = 0; i < 2 * B * E; ++i) stats[i] = 0;
+  for (int64_t tok = 0; tok < B * T; ++tok) {
+    const int64_t b = tok / T;
+    double S = 0;
+    for (int64_t e = 0; e < E; ++e) S += scores[tok * E + e];
+    for (int64_t e = 0; e < E; ++e) stats[(B + b) * E + e] += scores[tok * E + e] / S;
+    for (int64_t k = 0; k < K; ++k) stats[b * E + sel[tok * K + k]] += 1;
+  }
+}
+
+// The merge as the sum of two softmax-weighted results in double:
+// lse' = log(e^lse + e^lse_b), out' = (e^lse out + e^lse_b out_b) / e^lse'.
+void AttentionMerge(float* out, int64_t out_batch_stride, float* lse, int64_t lse_stride, const float* out_b,
+                    const float* lse_b, int B, int rows, int H, int D) {
+  for (int b = 0; b < B; ++b)
+    for (int h = 0; h < H; ++h)
+      for (int i = 0; i < rows; ++i) {
+        float& l = lse[((int64_t)b * H + h) * lse_stride + i];
+        const double lb = lse_b[((int64_t)b * H + h) * rows + i];
+        if (std::isinf(lb) && lb < 0) continue;
+        const double m = std::max<double>(l, lb);
+        const double ea = std::exp(l - m), eb = std::exp(lb - m);
+        float* o = out + b * out_batch_stride + ((int64_t)i * H + h) * D;
+        const float* ob = out_b + (((int64_t)b * rows + i) * H + h) * D;
+        for (int d = 0; d < D; ++d) o[d] = (float)((ea * o[d] + eb * ob[d]) / (ea + eb));
+        l = (float)(m + std::log(ea + eb));
+      }
 }
 
 void CopyRows(const float* src, int64_t ld_src, float* dst, int64_t ld_dst, int64_t rows, int64_t width,
@@ -331,10 +402,17 @@ const BackendOps& RefOps() {
     o.attention_fwd = ref::AttentionFwd;
     o.attention_bwd = ref::AttentionBwd;
     o.paged_attention = ref::PagedAttention;
+    o.attention_merge = ref::AttentionMerge;
     o.moe_route = ref::MoeRoute;
+    o.moe_route_bwd = ref::MoeRouteBwd;
+    o.moe_balance_stats = ref::MoeBalanceStats;
     o.moe_gather = ref::MoeGather;
     o.moe_combine = ref::MoeCombine;
     o.moe_combine_bwd = ref::MoeCombineBwd;
+    o.dsa_indexer_topk = cpu::dsa::ref::IndexerTopK;
+    o.dsa_sparse_attention = cpu::dsa::ref::SparseAttention;
+    o.dsa_sparse_attention_bwd = cpu::dsa::ref::SparseAttentionBackward;
+    o.dsa_indexer_loss = cpu::dsa::ref::IndexerLoss;
     o.copy_rows = ref::CopyRows;
     o.add_scaled = ref::AddScaled;
     o.embedding_bwd = ref::EmbeddingBwd;

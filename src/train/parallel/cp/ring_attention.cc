@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "model/buffer.h"
 #include "ops/ops.h"
 
 namespace myriad {
@@ -45,8 +46,8 @@ void CopyChunkRows(const char* src, char* dst, int B, int T, int64_t row_bytes, 
     for (int b = 0; b < B; ++b) {
       const int64_t local_off = ((int64_t)b * Tl + l0) * row_bytes;
       const int64_t full_off = ((int64_t)b * T + g0) * row_bytes;
-      std::memcpy(dst + (to_local ? local_off : full_off), src + (to_local ? full_off : local_off),
-                  n * row_bytes);
+      ops::CopyBytes(src + (to_local ? full_off : local_off), n * row_bytes,
+                     dst + (to_local ? local_off : full_off));
     }
   });
 }
@@ -55,14 +56,12 @@ void CopyChunkRows(const char* src, char* dst, int B, int T, int64_t row_bytes, 
 // contiguous floats from src + b*src_stride to dst + b*dst_stride.
 void CopyBatched(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int B,
                  int64_t n) {
-  for (int b = 0; b < B; ++b) std::memcpy(dst + b * dst_stride, src + b * src_stride, n * sizeof(float));
+  ops::CopyRows(src, src_stride, dst, dst_stride, B, n);
 }
 
 // dst += src over the same batched region.
 void AddBatched(const float* src, int64_t src_stride, float* dst, int64_t dst_stride, int B, int64_t n) {
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < B; ++b)
-    for (int64_t x = 0; x < n; ++x) dst[b * dst_stride + x] += src[b * src_stride + x];
+  for (int b = 0; b < B; ++b) ops::AddScaled(dst + b * dst_stride, src + b * src_stride, 1.f, n, dst + b * dst_stride);
 }
 
 struct RingGeom {
@@ -104,23 +103,8 @@ AttentionParams BlockParams(const AttentionParams& local, const RingGeom& g, con
 // out_batch_stride starting at row q_row0, lse is [B, H, Tl].
 void MergeBlock(const AttentionParams& local, const RingGeom& g, const RingBlock& blk,
                 const float* out_b, const float* lse_b) {
-  const int rows = blk.q_rows;
-#pragma omp parallel for collapse(2) schedule(static)
-  for (int b = 0; b < g.B; ++b)
-    for (int h = 0; h < g.H; ++h)
-      for (int i = 0; i < rows; ++i) {
-        float& lse = local.lse[((int64_t)b * g.H + h) * g.Tl + blk.q_row0 + i];
-        const float lb = lse_b[((int64_t)b * g.H + h) * rows + i];
-        if (lb == -INFINITY) continue;  // no visible key in this block
-        const float hi = std::max(lse, lb), lo = std::min(lse, lb);
-        const float merged = hi + std::log1p(std::exp(lo - hi));
-        const float wa = std::exp(lse - merged), wb = std::exp(lb - merged);
-        float* o = local.out + b * local.out_batch_stride + (int64_t)(blk.q_row0 + i) * g.qrow +
-                   (int64_t)h * g.D;
-        const float* ob = out_b + ((int64_t)b * rows + i) * g.qrow + (int64_t)h * g.D;
-        for (int d = 0; d < g.D; ++d) o[d] = wa * o[d] + wb * ob[d];
-        lse = merged;
-      }
+  ops::AttentionMerge(local.out + (int64_t)blk.q_row0 * g.qrow, local.out_batch_stride, local.lse + blk.q_row0,
+                      g.Tl, out_b, lse_b, g.B, blk.q_rows, g.H, g.D);
 }
 
 // Packs k and v ([B, Tl, Hkv, D], strided) into one contiguous message.
@@ -152,7 +136,8 @@ void CpAllGather(comm::Comm& cp, const float* local, int B, int T, int64_t X, fl
   const int n = cp.size();
   CheckLayout(T, n, cp.rank());
   const int64_t count = (int64_t)B * (T / n) * X;
-  std::vector<float> all(count * n);
+  Buf<float> all;
+  all.resize(count * n);
   cp.AllGather(local, all.data(), count, comm::DType::kF32);
   for (int r = 0; r < n; ++r) CpGather(all.data() + r * count, full, B, T, X, n, r);
 }
@@ -187,9 +172,12 @@ void RingAttentionForward(comm::Comm& cp, const AttentionParams& local) {
 
   // Step 0 (own K/V) is plain causal attention over the local rows and
   // initialises out and lse; later steps merge into them.
-  std::vector<float> kv[2] = {std::vector<float>(2 * g.kv_block), std::vector<float>(2 * g.kv_block)};
+  Buf<float> kv[2], out_b, lse_b;  // device
+  kv[0].resize(2 * g.kv_block);
+  kv[1].resize(2 * g.kv_block);
+  out_b.resize((int64_t)g.B * g.Tl * g.qrow);
+  lse_b.resize((int64_t)g.B * g.H * g.Tl);
   PackKv(local, g, kv[0].data());
-  std::vector<float> out_b((int64_t)g.B * g.Tl * g.qrow), lse_b((int64_t)g.B * g.H * g.Tl);
   for (int s = 0; s < n; ++s) {
     const int src = (r - s + n) % n;
     comm::Request send, recv;
@@ -228,14 +216,15 @@ void RingAttentionBackward(comm::Comm& cp, const AttentionBackwardParams& local)
   const int T = g.Tl * n;
   const int64_t kv_msg = 2 * g.kv_block;  // k|v, and dk|dv, each [B, Tl, Hkv, D] contiguous
 
-  std::vector<float> kv[2] = {std::vector<float>(kv_msg), std::vector<float>(kv_msg)};
-  // dkv[s % 2] holds, during step s, the dK|dV accumulator of the K/V owner
-  // src: received from prev (step 0: started here), completed with this
-  // rank's contribution, then sent to next. After cp hops it is home.
-  std::vector<float> dkv[2] = {std::vector<float>(kv_msg), std::vector<float>(kv_msg)};
-  std::vector<float> dkv_tmp(kv_msg);
-  std::vector<float> dq_tmp((size_t)g.B * f.q_batch_stride + (size_t)g.Tl * g.qrow);
-  std::vector<float> lse_rows((int64_t)g.B * g.H * g.Tl);
+  // Device buffers. dkv[s % 2] holds, during step s, the dK|dV accumulator
+  // of the K/V owner src: received from prev (step 0: started here),
+  // completed with this rank's contribution, then sent to next. After cp
+  // hops it is home.
+  Buf<float> kv[2], dkv[2], dkv_tmp, dq_tmp, lse_rows;
+  for (int i = 0; i < 2; ++i) kv[i].resize(kv_msg), dkv[i].zero(kv_msg);
+  dkv_tmp.resize(kv_msg);
+  dq_tmp.resize((size_t)g.B * f.q_batch_stride + (size_t)g.Tl * g.qrow);
+  lse_rows.resize((int64_t)g.B * g.H * g.Tl);
   comm::Request dkv_send[2];
   PackKv(f, g, kv[0].data());
 
@@ -273,9 +262,7 @@ void RingAttentionBackward(comm::Comm& cp, const AttentionBackwardParams& local)
         AttentionBackwardParams bp = local;
         bp.fwd = BlockParams(f, g, blk, kv[s % 2].data());
         if (blk.q_rows != g.Tl) {  // lse is [B, H, rows] contiguous: gather the block's rows
-          for (int64_t bh = 0; bh < (int64_t)g.B * g.H; ++bh)
-            std::memcpy(lse_rows.data() + bh * blk.q_rows, f.lse + bh * g.Tl + blk.q_row0,
-                        blk.q_rows * sizeof(float));
+          ops::CopyRows(f.lse + blk.q_row0, g.Tl, lse_rows.data(), blk.q_rows, (int64_t)g.B * g.H, blk.q_rows);
           bp.fwd.lse = lse_rows.data();
         }
         const int64_t q_off = blk.q_row0 * g.qrow, k_off = blk.k_row0 * g.kvrow;

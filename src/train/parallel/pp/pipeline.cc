@@ -1,5 +1,7 @@
 #include "train/parallel/pp/pipeline.h"
 
+#include "ops/ops.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -59,7 +61,7 @@ void Pipeline::Step(const int32_t* tokens, int64_t M, int64_t mb, int T, float s
     loss->AddScaled(lp, scale);
     if (s < P - 1) {
       send_act[slot].Wait();
-      std::memcpy(act_out_[slot].data(), y, F * sizeof(float));
+      ops::Copy(y, F, act_out_[slot].data());
       send_act[slot] = pp.ISend(act_out_[slot].data(), F, DType::kF32, s + 1, kActTag + static_cast<int>(i));
     }
   };
@@ -77,7 +79,7 @@ void Pipeline::Step(const int32_t* tokens, int64_t M, int64_t mb, int T, float s
     loss->indexer += model_->IndexerLoss(slot) * scale;
     if (s > 0) {
       send_grad[slot].Wait();
-      std::memcpy(grad_out_[slot].data(), dx, F * sizeof(float));
+      ops::Copy(dx, F, grad_out_[slot].data());
       send_grad[slot] = pp.ISend(grad_out_[slot].data(), F, DType::kF32, s - 1, kGradTag + static_cast<int>(i));
     }
   };

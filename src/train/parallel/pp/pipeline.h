@@ -45,8 +45,8 @@ class Pipeline {
   comm::Comm* pp_;
   Model* model_;
   ZeroSync* zero_;
-  std::vector<std::vector<float>> act_in_, act_out_, grad_out_;  // per slot
-  std::vector<float> grad_in_, eval_in_;
+  std::vector<Buf<float>> act_in_, act_out_, grad_out_;  // per slot (device)
+  Buf<float> grad_in_, eval_in_;
   double bubble_theory_ = 0, bubble_measured_ = 0;
 };
 

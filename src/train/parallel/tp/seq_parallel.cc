@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "ops/ops.h"
+
 namespace myriad {
 
 RowRange TpRows::Rows(int64_t rows, int tp, int r) {
@@ -19,27 +21,27 @@ void TpRows::Gather(const float* own, float* full, int64_t rows, int64_t C) {
   const int tp = tp_->size();
   const int64_t chunk = (rows + tp - 1) / tp;
   const RowRange me = OwnRows(rows);
-  send_.assign(chunk * C, 0.f);
-  std::memcpy(send_.data(), own, me.size() * C * sizeof(float));
+  send_.zero(chunk * C);
+  ops::Copy(own, me.size() * C, send_.data());
   recv_.resize(static_cast<size_t>(tp) * chunk * C);
   tp_->AllGather(send_.data(), recv_.data(), chunk * C, comm::DType::kF32);
   for (int q = 0; q < tp; ++q) {
     const RowRange r = Rows(rows, tp, q);
-    std::memcpy(full + r.begin * C, recv_.data() + q * chunk * C, r.size() * C * sizeof(float));
+    ops::Copy(recv_.data() + q * chunk * C, r.size() * C, full + r.begin * C);
   }
 }
 
 void TpRows::ReduceScatter(const float* full, float* own, int64_t rows, int64_t C) {
   const int tp = tp_->size();
   const int64_t chunk = (rows + tp - 1) / tp;
-  send_.assign(static_cast<size_t>(tp) * chunk * C, 0.f);
+  send_.zero(static_cast<size_t>(tp) * chunk * C);
   for (int q = 0; q < tp; ++q) {
     const RowRange r = Rows(rows, tp, q);
-    std::memcpy(send_.data() + q * chunk * C, full + r.begin * C, r.size() * C * sizeof(float));
+    ops::Copy(full + r.begin * C, r.size() * C, send_.data() + q * chunk * C);
   }
   recv_.resize(chunk * C);
   tp_->ReduceScatter(send_.data(), recv_.data(), chunk * C, comm::DType::kF32, comm::ReduceOp::kSum);
-  std::memcpy(own, recv_.data(), OwnRows(rows).size() * C * sizeof(float));
+  ops::Copy(recv_.data(), OwnRows(rows).size() * C, own);
 }
 
 }  // namespace myriad

@@ -7,6 +7,7 @@
 
 #include <vector>
 
+#include "model/buffer.h"
 #include "model/shard.h"
 #include "train/comm/comm.h"
 
@@ -25,7 +26,7 @@ class TpRows {
 
  private:
   comm::Comm* tp_;
-  std::vector<float> send_, recv_;
+  Buf<float> send_, recv_;  // device
 };
 
 }  // namespace myriad

@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "ops/dsa.h"
-#include "ops/ops.h"
+#include "backend/cpu/dsa/dsa.h"
+#include "backend/backend.h"
 
-namespace myriad::ops::dsa::dsatest {
+namespace myriad::cpu::dsa::dsatest {
 
 // Runs f once per DSA kernel ISA this CPU has (avx512, avx2, scalar: every
 // variant is tested, not only the one the CPU would pick), then restores
@@ -256,4 +256,4 @@ Results RunAll(const Case& c, const std::vector<int32_t>* sel) {
 
 // ---------------------------------------------------------------- fast vs ref
 
-}  // namespace myriad::ops::dsa::dsatest
+}  // namespace myriad::cpu::dsa::dsatest

@@ -8,10 +8,10 @@
 #include <cstring>
 #include <vector>
 
-#include "ops/dsa.h"
-#include "ops/dsa_test_util.h"
+#include "backend/cpu/dsa/dsa.h"
+#include "backend/cpu/dsa/dsa_test_util.h"
 
-namespace myriad::ops::dsa {
+namespace myriad::cpu::dsa {
 namespace {
 
 using namespace dsatest;
@@ -239,4 +239,4 @@ TEST(Dsa, ScheduleResolution) {
 }
 
 }  // namespace
-}  // namespace myriad::ops::dsa
+}  // namespace myriad::cpu::dsa

@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "core/check.h"
-#include "ops/dsa.h"
-#include "ops/dsa_simd.h"
+#include "backend/cpu/dsa/dsa.h"
+#include "backend/cpu/dsa/dsa_simd.h"
 
-namespace myriad::ops::dsa::detail {
+namespace myriad::cpu::dsa::detail {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // Below this many multiply-adds an op runs on the calling thread: a
@@ -98,4 +98,4 @@ struct InverseIndex {
 InverseIndex BuildInverse(const int32_t* idx, int64_t idx_stride, int B, int Tq, int Tk, int K,
                           bool parallel);
 
-}  // namespace myriad::ops::dsa::detail
+}  // namespace myriad::cpu::dsa::detail

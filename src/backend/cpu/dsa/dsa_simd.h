@@ -23,7 +23,7 @@
 // never across an ABI boundary.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
-namespace myriad::ops::dsa {
+namespace myriad::cpu::dsa {
 struct SparseAttentionParams;
 // dsa_masked.cc: the forward as masked dense attention in tiles of `tile`
 // query rows; false (nothing written) when a selection row is not an
@@ -44,9 +44,9 @@ inline int RegularPrefix(const int32_t* sel, int K) {
     if (sel[j] != -1) return -1;
   return n;
 }
-}  // namespace myriad::ops::dsa
+}  // namespace myriad::cpu::dsa
 
-namespace myriad::ops::dsa::simd {
+namespace myriad::cpu::dsa::simd {
 
 constexpr int kLanes = 16;  // keys (or inverse-index entries) per block: one vector of scores
 
@@ -236,4 +236,4 @@ DSA_INLINE float DotN(const float* a, const float* b, int n) {
   return s;
 }
 
-}  // namespace myriad::ops::dsa::simd
+}  // namespace myriad::cpu::dsa::simd

@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "core/check.h"
-#include "ops/dsa.h"
+#include "backend/cpu/dsa/dsa.h"
 
-namespace myriad::ops::dsa::ref {
+namespace myriad::cpu::dsa::ref {
 namespace {
 
 double DotD(const float* a, const float* b, int n) {
@@ -238,4 +238,4 @@ double IndexerLoss(const IndexerLossParams& lp) {
   return loss;
 }
 
-}  // namespace myriad::ops::dsa::ref
+}  // namespace myriad::cpu::dsa::ref

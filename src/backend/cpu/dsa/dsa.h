@@ -34,27 +34,18 @@
 #include <string>
 #include <vector>
 
-namespace myriad::ops::dsa {
+#include "backend/backend.h"
 
-// The indexer's arithmetic for the selection. kInt8: qi per (t, head) and
-// ki per key are quantised symmetrically, scale = amax / 127 and
-// q = round-half-even(x * (127 / amax)) in float (clamped to +-127); then
-// I8(t, s) = scale_k[s] * sum_j w[t, j] * scale_q[t, j] * relu(q8 . k8),
-// the dot products exact in int32 (VNNI where the CPU has it; the same
-// bits without). About 3x the fp32 rate here; the selection differs from
-// fp32's only where scores differ by less than the quantisation error.
-// The indexer's loss and gradients stay fp32 either way.
-enum class IndexerPrecision { kFp32 = 0, kInt8 = 1 };
+namespace myriad::cpu::dsa {
 
-struct IndexerParams {
-  int B = 0, Tq = 0, Tk = 0, Hi = 0, Di = 0, K = 0;
-  IndexerPrecision precision = IndexerPrecision::kFp32;  // of the selection only
-  int64_t qi_batch_stride = 0, ki_batch_stride = 0, wi_batch_stride = 0, idx_batch_stride = 0;
-  const float* qi = nullptr;
-  const float* ki = nullptr;
-  const float* wi = nullptr;
-  int32_t* idx = nullptr;  // writes [B, Tq, K]
-};
+// The parameter structs are the backend's (backend/backend.h: the dsa_* slots).
+using myriad::IndexerLossParams;
+using myriad::IndexerParams;
+using myriad::IndexerPrecision;
+using myriad::SparseAttentionBackwardParams;
+using myriad::SparseAttentionParams;
+
+
 // Scores and top-k selection fused: no [Tq, Tk] matrix is materialised.
 void IndexerTopK(const IndexerParams& p);
 // The ISA whose kernel variants the DSA ops run, like the backend's
@@ -71,20 +62,6 @@ bool UseDsaKernelIsa(const std::string& isa);
 std::vector<std::string> AvailableDsaKernelIsas();
 std::string DsaKernelIsa();
 
-struct SparseAttentionParams {
-  int B = 0, Tq = 0, Tk = 0, H = 0, Hkv = 0, D = 0, K = 0;
-  float scale = 0.f;
-  int64_t q_batch_stride = 0, kv_batch_stride = 0, out_batch_stride = 0, idx_batch_stride = 0;
-  const float* q = nullptr;
-  const float* k = nullptr;
-  const float* v = nullptr;
-  const int32_t* idx = nullptr;
-  float* out = nullptr;  // writes [B, Tq, H, D]
-  float* lse = nullptr;  // writes [B, H, Tq]; may be null
-  // The forward kernel's schedule (SparseAttentionSchedule); all 0: resolved
-  // by ResolveSparseAttentionSchedule.
-  int q_block = 0, key_chunk = 0, dense_tile = 0;
-};
 void SparseAttention(const SparseAttentionParams& p);
 
 // How SparseAttention walks the work. q_block 1: the row kernel (each query
@@ -118,23 +95,8 @@ SparseAttentionSchedule DefaultSparseAttentionSchedule(const SparseAttentionPara
 void SetSparseAttentionScheduleLookup(
     std::function<SparseAttentionSchedule(const SparseAttentionParams&)> lookup);
 
-struct SparseAttentionBackwardParams {
-  SparseAttentionParams fwd;    // inputs, out and lse of the forward (read)
-  const float* dout = nullptr;  // [B, Tq, H, D]
-  float* dq = nullptr;          // writes, q layout
-  float* dk = nullptr;          // writes, kv layout
-  float* dv = nullptr;          // writes, kv layout
-};
 void SparseAttentionBackward(const SparseAttentionBackwardParams& p);
 
-struct IndexerLossParams {
-  IndexerParams indexer;         // qi, ki, wi and the selection idx (read)
-  SparseAttentionParams attn;    // q, k, scale, lse of the main attention over idx (read)
-  float* dqi = nullptr;          // writes, qi layout (may be null with the others: loss only)
-  float* dki = nullptr;          // writes, ki layout
-  float* dwi = nullptr;          // writes, wi layout
-  float grad_scale = 1.f;        // multiplies the gradients
-};
 // Returns the loss (mean KL over b, t).
 double IndexerLoss(const IndexerLossParams& p);
 
@@ -146,4 +108,4 @@ void SparseAttentionBackward(const SparseAttentionBackwardParams& p);
 double IndexerLoss(const IndexerLossParams& p);
 }  // namespace ref
 
-}  // namespace myriad::ops::dsa
+}  // namespace myriad::cpu::dsa

@@ -9,11 +9,11 @@
 
 #include "backend/cpu/impl/common.h"  // ExpF, ThreadWorkspace
 #include "core/check.h"
-#include "ops/dsa.h"
-#include "ops/dsa_attn.h"
-#include "ops/dsa_simd.h"
+#include "backend/cpu/dsa/dsa.h"
+#include "backend/cpu/dsa/dsa_attn.h"
+#include "backend/cpu/dsa/dsa_simd.h"
 
-namespace myriad::ops::dsa {
+namespace myriad::cpu::dsa {
 namespace {
 
 using namespace simd;
@@ -195,4 +195,4 @@ double IndexerLoss(const IndexerLossParams& lp) {
   return total / (double)rows;
 }
 
-}  // namespace myriad::ops::dsa
+}  // namespace myriad::cpu::dsa

@@ -1,9 +1,9 @@
 // The DSA indexer's tile kernels that need an ISA of their own (internal to
-// the CPU backend and ops/dsa_indexer.cc, which walks the tiles and picks
+// the CPU backend and backend/cpu/dsa/dsa_indexer.cc, which walks the tiles and picks
 // these by cpuid). A tile is 64 keys; the int8 layout is [Dg][64][4] bytes,
 // each the key's int8 value + 128 (the layout vpdpbusd reads), with one
 // scale per key. Every kernel here computes the same bits as the portable
-// one in ops/dsa_indexer.cc: the dot products are exact in int32, then
+// one in backend/cpu/dsa/dsa_indexer.cc: the dot products are exact in int32, then
 // t = fma(c[j], max(float(dot_j), 0), t) over the heads in order j and
 // score = t * scale_k.
 #pragma once
@@ -49,7 +49,7 @@ struct IndexTileRows {
 // saturation), vpmaddwd against ones sums those pairs into int32.
 // Candidates are kept by a compress through a 256-entry permutation table
 // (no AVX-512 compress, no pdep: both are slow on some AVX2 cores).
-// Collect/compact contracts: those of ops/dsa_indexer.cc's portable
+// Collect/compact contracts: those of backend/cpu/dsa/dsa_indexer.cc's portable
 // kernels; they write up to 8 entries past the count (buffers have room).
 void TileScoresI8Avx2(const IndexQueryRow& r, const uint8_t* tile, const float* ks, int Hi, int Dg,
                       float* sc);
@@ -60,7 +60,7 @@ void TileCollectRowsI8Avx2(const IndexTileRows& b, const uint8_t* tile, const fl
 int CollectAvx2(const float* sc, int valid, int s0, uint32_t tau, uint32_t* ckey, int32_t* cidx,
                 int c);
 void CompactAvx2(const uint32_t* ck, const int32_t* ci, int c, uint32_t thr, int32_t* out);
-// The K-th threshold contract of ops/dsa_indexer.cc (KthThreshold): scratch
+// The K-th threshold contract of backend/cpu/dsa/dsa_indexer.cc (KthThreshold): scratch
 // holds n + 8 entries and may be `key` itself when it can be overwritten.
 uint32_t KthThresholdAvx2(const uint32_t* key, int n, int k, int* ge, uint32_t* scratch);
 

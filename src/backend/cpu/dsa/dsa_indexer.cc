@@ -35,14 +35,14 @@
 #include <vector>
 
 #include "backend/cpu/cpu_info.h"
-#include "backend/cpu/dsa_index_kernels.h"
+#include "backend/cpu/dsa/index_kernels.h"
 #include "backend/cpu/impl/common.h"  // ThreadWorkspace
 #include "core/check.h"
-#include "ops/dsa.h"
-#include "ops/dsa_attn.h"  // NarrowVectors
-#include "ops/dsa_simd.h"
+#include "backend/cpu/dsa/dsa.h"
+#include "backend/cpu/dsa/dsa_attn.h"  // NarrowVectors
+#include "backend/cpu/dsa/dsa_simd.h"
 
-namespace myriad::ops::dsa {
+namespace myriad::cpu::dsa {
 namespace {
 
 using namespace simd;
@@ -795,4 +795,4 @@ void IndexerTopK(const IndexerParams& p) {
   }
 }
 
-}  // namespace myriad::ops::dsa
+}  // namespace myriad::cpu::dsa

@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "backend/cpu/impl/common.h"  // ExpF
-#include "ops/dsa.h"
-#include "ops/dsa_simd.h"
-#include "ops/ops.h"
+#include "backend/cpu/dsa/dsa.h"
+#include "backend/cpu/dsa/dsa_simd.h"
+#include "backend/cpu/blas.h"  // BlasSgemm
 
-namespace myriad::ops::dsa {
+namespace myriad::cpu::dsa {
 namespace {
 
 using namespace simd;
@@ -75,7 +75,7 @@ bool MaskedDenseAttention(const SparseAttentionParams& p, int tile) {
           const float* v = p.v + b * p.kv_batch_stride + (int64_t)hk * D;
           float* out = p.out + b * p.out_batch_stride + (int64_t)t0 * ldq + (int64_t)h * D;
           // S [R, n] = scale q k^T, then the masked softmax per row, then out = S v.
-          Gemm(Trans::kNo, Trans::kYes, R, n, D, p.scale, q, ldq, k, ldkv, 0.f, S.data(), n);
+          BlasSgemm(Trans::kNo, Trans::kYes, R, n, D, p.scale, q, ldq, k, ldkv, 0.f, S.data(), n);
 #pragma omp parallel for schedule(static)
           for (int r = 0; r < R; ++r) {
             const int t = t0 + r;
@@ -84,10 +84,10 @@ bool MaskedDenseAttention(const SparseAttentionParams& p, int tile) {
                                              keep.data() + (int64_t)omp_get_thread_num() * K);
             if (p.lse) p.lse[((int64_t)b * H + h) * Tq + t] = lse;
           }
-          Gemm(Trans::kNo, Trans::kNo, R, D, n, 1.f, S.data(), n, v, ldkv, 0.f, out, ldq);
+          BlasSgemm(Trans::kNo, Trans::kNo, R, D, n, 1.f, S.data(), n, v, ldkv, 0.f, out, ldq);
         }
     }
   return true;
 }
 
-}  // namespace myriad::ops::dsa
+}  // namespace myriad::cpu::dsa

@@ -27,7 +27,7 @@
 // forward's step kernel has an 8-lane form too (AttnView::narrow: every
 // kernel ISA but avx512, see UseDsaKernelIsa): the 16-lane one needs 32
 // vector registers, which AVX2 lacks.
-#include "ops/dsa.h"
+#include "backend/cpu/dsa/dsa.h"
 
 #include <unistd.h>
 
@@ -44,10 +44,10 @@
 #include "backend/cpu/cpu_info.h"
 #include "backend/cpu/impl/common.h"  // ExpF, ThreadWorkspace
 #include "core/check.h"
-#include "ops/dsa_attn.h"
-#include "ops/dsa_simd.h"
+#include "backend/cpu/dsa/dsa_attn.h"
+#include "backend/cpu/dsa/dsa_simd.h"
 
-namespace myriad::ops::dsa {
+namespace myriad::cpu::dsa {
 
 namespace detail {
 
@@ -787,4 +787,4 @@ void SparseAttentionBackward(const SparseAttentionBackwardParams& bp) {
   }
 }
 
-}  // namespace myriad::ops::dsa
+}  // namespace myriad::cpu::dsa

@@ -3,7 +3,7 @@
 // selection is every causal key, the references against finite
 // differences, the selection's contract (ties, pads, order), the KL's
 // properties, and bitwise determinism across thread counts.
-#include "ops/dsa.h"
+#include "backend/cpu/dsa/dsa.h"
 
 #include <gtest/gtest.h>
 #include <omp.h>
@@ -19,10 +19,10 @@
 #include <string>
 #include <vector>
 
-#include "ops/dsa_test_util.h"
-#include "ops/ops.h"
+#include "backend/cpu/dsa/dsa_test_util.h"
+#include "backend/backend.h"
 
-namespace myriad::ops::dsa {
+namespace myriad::cpu::dsa {
 namespace {
 
 using namespace dsatest;
@@ -186,7 +186,7 @@ TEST(Dsa, EqualsDenseAttentionWhenKCoversAllKeys) {
     const SparseAttentionParams sp = c.Attn(idx.data(), &out, &lse);
     SparseAttention(sp);
     const AttentionParams dp = c.Dense(&dout_dense, &lse_dense);
-    ops::Attention(dp);
+    CpuBackend()->ops().attention_fwd(dp);
     EXPECT_LE(RelErr(out, dout_dense), 1e-5);
     EXPECT_LE(RelErr(lse, lse_dense), 1e-5);
 
@@ -205,7 +205,7 @@ TEST(Dsa, EqualsDenseAttentionWhenKCoversAllKeys) {
     db.dq = dq2.p();
     db.dk = dk2.p();
     db.dv = dv2.p();
-    ops::AttentionBackward(db);
+    CpuBackend()->ops().attention_bwd(db);
     EXPECT_LE(RelErr(dq, dq2), 1e-5);
     EXPECT_LE(RelErr(dk, dk2), 1e-5);
     EXPECT_LE(RelErr(dv, dv2), 1e-5);
@@ -466,11 +466,11 @@ TEST(Dsa, DISABLED_TimingPrefill4096) {
               d.Hi, d.Di, omp_get_max_threads());
   time("dsa::IndexerTopK", [&] { IndexerTopK(c.Indexer(idx.data())); });
   time("dsa::SparseAttention", [&] { SparseAttention(sp); });
-  time("ops::Attention (dense causal)", [&] { ops::Attention(dp); });
+  time("ops::Attention (dense causal)", [&] { CpuBackend()->ops().attention_fwd(dp); });
   time("dsa::SparseAttentionBackward", [&] { SparseAttentionBackward(sb); });
-  time("ops::AttentionBackward", [&] { ops::AttentionBackward(db); });
+  time("ops::AttentionBackward", [&] { CpuBackend()->ops().attention_bwd(db); });
   time("dsa::IndexerLoss (+grads)", [&] { IndexerLoss(lp); });
 }
 
 }  // namespace
-}  // namespace myriad::ops::dsa
+}  // namespace myriad::cpu::dsa
