@@ -53,13 +53,14 @@ TEST(DsaModel, TopKCoveringEveryKeyIsTheDenseModel) {
   const LossParts b = dsa.Step(tok.data(), B, T, true);
   EXPECT_NEAR(a.total, b.total, 1e-6 * std::fabs(a.total));
   EXPECT_GT(b.indexer, 0.0);  // an untrained indexer is not the attention
+  const std::vector<float> ga = dense.GradsToHost(), gb = dsa.GradsToHost();
   for (const auto& p : dense.layout().params()) {
     const ParamInfo* q = Find(dsa, p.name);
     ASSERT_NE(q, nullptr) << p.name;
     double num = 0, den = 0;
     for (int64_t i = 0; i < p.numel; ++i) {
-      num = std::max(num, std::fabs(static_cast<double>(dense.grads()[p.offset + i]) - dsa.grads()[q->offset + i]));
-      den = std::max(den, std::fabs(static_cast<double>(dense.grads()[p.offset + i])));
+      num = std::max(num, std::fabs(static_cast<double>(ga[p.offset + i]) - gb[q->offset + i]));
+      den = std::max(den, std::fabs(static_cast<double>(ga[p.offset + i])));
     }
     EXPECT_LE(num, 1e-5 * std::max(den, 1e-6)) << p.name;
   }
@@ -90,7 +91,8 @@ TEST(DsaModel, IndexerGradientIsTheDerivativeOfItsKl) {
     m.Step(tok.data(), B, T, true);
     const ParamInfo* p = Find(m, std::string("model.layers.2.self_attn.indexer.") + pname + ".weight");
     ASSERT_NE(p, nullptr);
-    const std::vector<float> g(m.grads().begin() + p->offset, m.grads().begin() + p->offset + p->numel);
+    const std::vector<float> grads = m.GradsToHost();
+    const std::vector<float> g(grads.begin() + p->offset, grads.begin() + p->offset + p->numel);
     auto kl = [&] {
       m.ZeroGrads();
       double total = 0;
@@ -102,13 +104,14 @@ TEST(DsaModel, IndexerGradientIsTheDerivativeOfItsKl) {
     const double f0 = kl();
     int checked = 0;
     for (int64_t i = 0; i < p->numel; i += p->numel / 11 + 1) {
-      float& w = m.params()[p->offset + i];
-      const float w0 = w, h = 2e-3f;
-      w = w0 + h;
+      // One weight at a time through the host (parameters are device memory).
+      auto set = [&](float v) { m.ParamsFromHost(&v, p->offset + i, 1); };
+      const float w0 = m.ParamsToHost()[p->offset + i], h = 2e-3f;
+      set(w0 + h);
       const double up = kl();
-      w = w0 - h;
+      set(w0 - h);
       const double down = kl();
-      w = w0;
+      set(w0);
       // A ReLU kink (or a selection change) between w-h and w+h makes the
       // one-sided slopes differ: no derivative to compare there.
       if (std::fabs((up - f0) - (f0 - down)) / h > 1e-3) continue;
@@ -133,9 +136,13 @@ TEST(DsaModel, SparsePathTrainsItsIndexer) {
     if (it == 0) first = lp.indexer;
     last = lp.indexer;
     // Plain SGD on the indexer weights only: their KL must fall.
+    std::vector<float> w = m.ParamsToHost();
+    const std::vector<float> g = m.GradsToHost();
     for (const auto& p : m.layout().params())
-      if (p.name.find(".indexer.") != std::string::npos)
-        for (int64_t i = 0; i < p.numel; ++i) m.params()[p.offset + i] -= 0.5f * m.grads()[p.offset + i];
+      if (p.name.find(".indexer.") != std::string::npos) {
+        for (int64_t i = 0; i < p.numel; ++i) w[p.offset + i] -= 0.5f * g[p.offset + i];
+        m.ParamsFromHost(w.data() + p.offset, p.offset, p.numel);
+      }
   }
   EXPECT_LT(last, 0.8 * first) << "indexer KL " << first << " -> " << last;
 }

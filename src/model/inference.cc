@@ -29,21 +29,32 @@ const char* WeightFormatName(WeightFormat f) {
 
 void InferLinear::Init(const float* w, int64_t out, int64_t in, WeightFormat fmt) {
   out_ = out; in_ = in; fmt_ = fmt; f32_ = w;
+  if (fmt == WeightFormat::kF32) return;
+  // The conversion runs on the host, once: the matrix comes over, its
+  // reduced form goes back.
+  std::vector<float> h(out * in);
+  ops::CopyToHost(h.data(), w, h.size() * sizeof(float));
   if (fmt == WeightFormat::kF16) {
-    f16_.resize(out * in);
-    for (int64_t i = 0; i < out * in; ++i) f16_[i] = FloatToHalf(w[i]);
+    std::vector<uint16_t> f16(out * in);
+    for (int64_t i = 0; i < out * in; ++i) f16[i] = FloatToHalf(h[i]);
+    f16_.resize(f16.size());
+    ops::CopyToDevice(f16_.data(), f16.data(), f16.size() * sizeof(uint16_t));
   } else if (fmt == WeightFormat::kQ8) {
-    q8_.resize(out * in);
-    scale_.resize(out);
+    std::vector<int8_t> q8(out * in);
+    std::vector<float> scale(out);
 #pragma omp parallel for schedule(static)
     for (int64_t o = 0; o < out; ++o) {
       float amax = 0;
-      for (int64_t i = 0; i < in; ++i) amax = std::max(amax, std::fabs(w[o * in + i]));
+      for (int64_t i = 0; i < in; ++i) amax = std::max(amax, std::fabs(h[o * in + i]));
       float s = amax > 0 ? amax / 127.f : 1.f;
-      scale_[o] = s;
+      scale[o] = s;
       for (int64_t i = 0; i < in; ++i)
-        q8_[o * in + i] = static_cast<int8_t>(std::lrint(std::clamp(w[o * in + i] / s, -127.f, 127.f)));
+        q8[o * in + i] = static_cast<int8_t>(std::lrint(std::clamp(h[o * in + i] / s, -127.f, 127.f)));
     }
+    q8_.resize(q8.size());
+    scale_.resize(scale.size());
+    ops::CopyToDevice(q8_.data(), q8.data(), q8.size());
+    ops::CopyToDevice(scale_.data(), scale.data(), scale.size() * sizeof(float));
   }
 }
 
@@ -74,7 +85,12 @@ int64_t InferLinear::bytes() const {
 InferenceWeights::InferenceWeights(const Model& model, WeightFormat fmt)
     : model_(model), cfg_(model.config()), fmt_(fmt) {
   const int64_t C = cfg_.d_model, D = cfg_.head_dim(), H = cfg_.n_heads, Hkv = cfg_.n_kv_heads;
-  auto W = model.layout().Bind(const_cast<float*>(model.params().data()));
+  auto W = model.layout().Bind(const_cast<float*>(model.params()));
+  biases_.resize(model.biases().size());
+  for (size_t i = 0; i < biases_.size(); ++i) {
+    biases_[i].resize(model.biases()[i].size());
+    ops::CopyToDevice(biases_[i].data(), model.biases()[i].data(), model.biases()[i].size() * sizeof(float));
+  }
   embed_ = W.embed;
   norm_ = W.norm;
   head_.Init(W.head, cfg_.vocab_size, C, fmt);
@@ -103,7 +119,7 @@ InferenceWeights::InferenceWeights(const Model& model, WeightFormat fmt)
     } else {
       const int64_t F = cfg_.d_expert, E = cfg_.n_routed_experts;
       L.router = w.router;
-      L.bias = model.biases()[bias_i++].data();
+      L.bias = biases_[bias_i++].data();
       L.e_gate.resize(E); L.e_down.resize(E);
       for (int64_t e = 0; e < E; ++e) {
         L.e_gate[e].Init(w.e_gate[e], 2 * F, C, fmt);

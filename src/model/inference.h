@@ -32,9 +32,9 @@ class InferLinear {
 
  private:
   const float* f32_ = nullptr;
-  std::vector<uint16_t> f16_;
-  std::vector<int8_t> q8_;
-  std::vector<float> scale_;
+  Buf<uint16_t> f16_;  // device copies in the reduced formats
+  Buf<int8_t> q8_;
+  Buf<float> scale_;
   int64_t out_ = 0, in_ = 0;
   WeightFormat fmt_ = WeightFormat::kF32;
 };
@@ -57,7 +57,7 @@ class InferenceWeights {
     // w_gate, e_gate and s_gate hold gate and up projections together [2F, C].
     InferLinear wq, wk, wv, wo, w_gate, w_down, s_gate, s_down;
     std::vector<InferLinear> e_gate, e_down;
-    const float* bias = nullptr;
+    const float* bias = nullptr;  // device (biases_ below)
     // DSA: this layer selects for its sharing group; iq|ik|iw adjacent,
     // [Hi*Di + Di + Hi, C], fp32 in every format (small).
     const float* indexer = nullptr;
@@ -75,6 +75,7 @@ class InferenceWeights {
   const float* embed_ = nullptr;
   const float* norm_ = nullptr;
   InferLinear head_;
+  std::vector<Buf<float>> biases_;  // the model's selection biases at construction (device)
 };
 
 // DSA rows of the new tokens on a layer that selects for its sharing group

@@ -26,12 +26,14 @@ void ForEachSeqRun(RowRange r, int64_t T, F&& f) {
 }  // namespace
 
 Model::Model(const ModelConfig& cfg, const ShardPlan& plan) : cfg_(cfg), layout_(cfg, plan) {
-  params_.assign(layout_.total(), 0.f);
-  grads_.assign(layout_.total(), 0.f);
+  params_.zero(layout_.total());
+  grads_.zero(layout_.total());
   int nb = 0;
   for (int64_t l = 0; l < cfg.n_layers; ++l) bias_index_.push_back(cfg.is_moe_layer(l) ? nb++ : -1);
   for (int64_t j = 0; j < cfg.mtp_depth; ++j) bias_index_.push_back(cfg.mtp_block_is_moe() ? nb++ : -1);
   biases_.assign(nb, std::vector<float>(cfg.n_routed_experts, 0.f));
+  bias_dev_.resize(nb);
+  for (auto& b : bias_dev_) b.zero(cfg.n_routed_experts);
   load_.assign(nb, std::vector<int64_t>(cfg.n_routed_experts, 0));
   rope_.Build(cfg.max_seq_len, cfg.head_dim(), cfg.rope_theta);
   if (cfg.dsa() && cfg.dsa_index_rope_dim > 0) index_rope_.Build(cfg.max_seq_len, cfg.dsa_index_rope_dim, cfg.rope_theta);
@@ -42,16 +44,21 @@ Model::Model(const ModelConfig& cfg, const ShardPlan& plan) : cfg_(cfg), layout_
 
 void Model::InitWeights(uint64_t seed) {
   const float std = static_cast<float>(cfg_.init_std);
-  std::vector<float> whole;
+  // Drawn on the host (the RNG streams are host code), then copied over.
+  std::vector<float> whole, host;
   for (const auto& p : layout_.params()) {
-    float* w = params_.data() + p.offset;
+    host.resize(p.numel);
+    float* w = host.data();
+    auto upload = [&] { ParamsFromHost(w, p.offset, p.numel); };
     if (p.shape.size() == 1) {
       std::fill(w, w + p.numel, 1.f);
+      upload();
       continue;
     }
     Rng rng(seed ^ Checksum64(p.name));
     if (p.tp_dim < 0) {
       for (int64_t i = 0; i < p.numel; ++i) w[i] = std * rng.Normal();
+      upload();
       continue;
     }
     // A tensor-parallel shard: draw the whole tensor, keep the slice.
@@ -62,11 +69,29 @@ void Model::InitWeights(uint64_t seed) {
     const int64_t r0 = p.tp_dim == 0 ? p.tp_offset : 0, c0 = p.tp_dim == 1 ? p.tp_offset : 0;
     for (int64_t i = 0; i < r; ++i)
       std::memcpy(w + i * c, whole.data() + (r0 + i) * Cg + c0, c * sizeof(float));
+    upload();
   }
   for (auto& b : biases_) std::fill(b.begin(), b.end(), 0.f);
 }
 
-void Model::ZeroGrads() { std::fill(grads_.begin(), grads_.end(), 0.f); }
+void Model::ZeroGrads() { ops::Zero(grads_.data(), static_cast<int64_t>(grads_.size())); }
+
+std::vector<float> Model::ParamsToHost() const {
+  std::vector<float> h(params_.size());
+  ops::CopyToHost(h.data(), params_.data(), h.size() * sizeof(float));
+  return h;
+}
+std::vector<float> Model::GradsToHost() const {
+  std::vector<float> h(grads_.size());
+  ops::CopyToHost(h.data(), grads_.data(), h.size() * sizeof(float));
+  return h;
+}
+void Model::ParamsFromHost(const float* host, int64_t offset, int64_t n) {
+  CHECK_MSG(offset >= 0 && n >= 0 && offset + n <= static_cast<int64_t>(params_.size()),
+            "parameter range [%lld, %lld) outside the %zu parameters", static_cast<long long>(offset),
+            static_cast<long long>(offset + n), params_.size());
+  ops::CopyToDevice(params_.data() + offset, host, n * sizeof(float));
+}
 
 void Model::ClearExpertLoad() {
   for (auto& l : load_) std::fill(l.begin(), l.end(), 0);
@@ -94,7 +119,7 @@ BlockContext Model::Context(int block_index, const int32_t* pos) {
   ctx.index_rope = &index_rope_;
   ctx.pos = pos;
   int bi = bias_index_[block_index];
-  ctx.bias = bi >= 0 ? biases_[bi].data() : nullptr;
+  ctx.bias = bi >= 0 ? bias_dev_[bi].data() : nullptr;
   ctx.scratch = &scratch_;
   ctx.dims = &layout_.dims();
   ctx.hooks = hooks_;
@@ -192,6 +217,10 @@ const float* Model::StageForward(int slot, const int32_t* tokens, int B, int T, 
   ops::CopyToDevice(S.inputs.data(), h_ids.data(), N * sizeof(int32_t));
   ops::CopyToDevice(S.targets.data(), h_ids.data() + N, N * sizeof(int32_t));
   ops::CopyToDevice(S.pos.data(), h_ids.data() + 2 * N, N * sizeof(int32_t));
+
+  // The selection biases (host master copies) to the device.
+  for (size_t i = 0; i < biases_.size(); ++i)
+    ops::CopyToDevice(bias_dev_[i].data(), biases_[i].data(), biases_[i].size() * sizeof(float));
 
   // ---- Forward: embed -> blocks -> norm -> head -> loss.
   if (hooks_) hooks_->BeforeStep(backward);

@@ -60,10 +60,20 @@ class Model {
 
   const ModelConfig& config() const { return cfg_; }
   const ParamLayout& layout() const { return layout_; }
-  std::vector<float>& params() { return params_; }
-  const std::vector<float>& params() const { return params_; }
-  std::vector<float>& grads() { return grads_; }
-  // Selection bias of each MoE block (main layers in order, then MTP blocks).
+  // Parameters and gradients: one flat fp32 buffer each (layout() places
+  // every tensor), in device memory. The host reads and writes them only
+  // through the copies below.
+  float* params() { return params_.data(); }
+  const float* params() const { return params_.data(); }
+  float* grads() { return grads_.data(); }
+  const float* grads() const { return grads_.data(); }
+  int64_t num_params() const { return static_cast<int64_t>(params_.size()); }
+  std::vector<float> ParamsToHost() const;
+  std::vector<float> GradsToHost() const;
+  // params[offset, offset + n) = host[0, n).
+  void ParamsFromHost(const float* host, int64_t offset, int64_t n);
+  // Selection bias of each MoE block (main layers in order, then MTP blocks):
+  // host data, the master copy; each forward copies it to the device.
   std::vector<std::vector<float>>& biases() { return biases_; }
   const std::vector<std::vector<float>>& biases() const { return biases_; }
   int num_moe_blocks() const { return static_cast<int>(biases_.size()); }
@@ -143,8 +153,9 @@ class Model {
   ModelConfig cfg_;
   ParamLayout layout_;
   ParallelHooks* hooks_ = nullptr;
-  std::vector<float> params_, grads_;
+  Buf<float> params_, grads_;  // device
   std::vector<std::vector<float>> biases_;
+  std::vector<Buf<float>> bias_dev_;  // their device copies (refreshed by each forward)
   std::vector<int> bias_index_;  // per block (layers, then MTP): index into biases_ or -1
   std::vector<std::vector<int64_t>> load_;
   RopeTables rope_, index_rope_;

@@ -10,7 +10,8 @@ namespace myriad::serve {
 
 ModelFingerprint FingerprintModel(const Model& model) {
   std::vector<uint64_t> parts;
-  parts.push_back(Checksum64(model.params().data(), model.params().size() * sizeof(float)));
+  const std::vector<float> params = model.ParamsToHost();
+  parts.push_back(Checksum64(params.data(), params.size() * sizeof(float)));
   for (const auto& b : model.biases()) parts.push_back(Checksum64(b.data(), b.size() * sizeof(float)));
   parts.push_back(Checksum64(model.config().ToJson().dump()));
   ModelFingerprint fp;

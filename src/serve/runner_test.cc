@@ -234,7 +234,8 @@ TEST(KvPoolTest, FingerprintFollowsWeightsAndConfig) {
   m1.InitWeights(1);
   m2.InitWeights(1);
   EXPECT_EQ(FingerprintModel(m1).value, FingerprintModel(m2).value);
-  m2.params()[5] += 1e-3f;
+  const float w5 = m2.ParamsToHost()[5] + 1e-3f;
+  m2.ParamsFromHost(&w5, 5, 1);
   EXPECT_NE(FingerprintModel(m1).value, FingerprintModel(m2).value);
   Model m3(cfg);
   m3.InitWeights(1);

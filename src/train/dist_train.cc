@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "core/log.h"
+#include "ops/ops.h"
 #include "train/comm/hierarchical.h"
 
 namespace myriad {
@@ -129,8 +130,8 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(comm::Comm* world, cons
     t->model_->set_hooks(t->hooks_.get());
   }
   const size_t state = zero == 0 ? t->model_->layout().total() : t->zero_->packed_size();
-  t->m_.assign(state, 0.f);
-  t->v_.assign(state, 0.f);
+  t->m_.zero(state);
+  t->v_.zero(state);
   // Micro-batches per rank: as few as keep each no larger than train.batch_size.
   const int64_t D = m.data_size(), S = global_batch / D;
   int64_t mb_count = std::max<int64_t>(1, tc.grad_accum / D);
@@ -256,12 +257,19 @@ std::unique_ptr<CheckpointSnapshot> DistTrainer::Snapshot(int64_t step, const nl
   const ParamLayout& lay = model_->layout();
   // One rank holds the whole tensors in the single-device layout and flat
   // moments: they go into the snapshot as they are (one copy, the snapshot's).
-  if (solo()) return MakeSnapshot(step, meta, model_->params().data(), m_.data(), v_.data());
+  // Parameters and moments come to the host first (the snapshot is host data).
+  auto to_host = [](const Buf<float>& b) {
+    std::vector<float> h(b.size());
+    ops::CopyToHost(h.data(), b.data(), h.size() * sizeof(float));
+    return h;
+  };
+  const std::vector<float> hp = model_->ParamsToHost(), hm = to_host(m_), hv = to_host(v_);
+  if (solo()) return MakeSnapshot(step, meta, hp.data(), hm.data(), hv.data());
   // Whole local optimizer moments (local layout).
   std::vector<float> lm, lv;
   if (zero_->stage() == 0) {
-    lm = m_;
-    lv = v_;
+    lm = hm;
+    lv = hv;
   } else {
     lm.assign(lay.total(), 0.f);
     lv.assign(lay.total(), 0.f);
@@ -269,7 +277,7 @@ std::unique_ptr<CheckpointSnapshot> DistTrainer::Snapshot(int64_t step, const nl
       const int g = s.group->size();
       std::vector<float> mine(s.shard, 0.f), all(static_cast<size_t>(s.shard) * g);
       for (int which = 0; which < 2; ++which) {
-        const std::vector<float>& src = which ? v_ : m_;
+        const std::vector<float>& src = which ? hv : hm;
         std::vector<float>& dst = which ? lv : lm;
         std::fill(mine.begin(), mine.end(), 0.f);
         std::memcpy(mine.data(), src.data() + s.packed, s.own_count * sizeof(float));
@@ -288,7 +296,7 @@ std::unique_ptr<CheckpointSnapshot> DistTrainer::Snapshot(int64_t step, const nl
       for (int tp = 0; tp < d.tp; ++tp) reps.push_back(m.RankOf(Coords{tp, 0, ep, 0, pp}));
   constexpr int kTag = 7001;
   if (rep && !is_root()) {
-    m.world().Send(model_->params().data(), lay.total(), DType::kF32, 0, kTag);
+    m.world().Send(hp.data(), lay.total(), DType::kF32, 0, kTag);
     m.world().Send(lm.data(), lay.total(), DType::kF32, 0, kTag + 1);
     m.world().Send(lv.data(), lay.total(), DType::kF32, 0, kTag + 2);
   }
@@ -302,7 +310,7 @@ std::unique_ptr<CheckpointSnapshot> DistTrainer::Snapshot(int64_t step, const nl
       Coords rc{r % d.tp, 0, (r / (d.tp * d.cp)) % d.ep, 0, r / (d.tp * d.cp * d.ep * d.dp)};
       ParamLayout rl(mc_, PlanFor(rc));
       std::vector<float> rp, rm, rv;
-      const float *pp = model_->params().data(), *pm = lm.data(), *pv = lv.data();
+      const float *pp = hp.data(), *pm = lm.data(), *pv = lv.data();
       if (r != 0) {
         rp.resize(rl.total()); rm.resize(rl.total()); rv.resize(rl.total());
         m.world().Recv(rp.data(), rl.total(), DType::kF32, r, kTag);
@@ -359,9 +367,11 @@ Status DistTrainer::Restore(const LoadedCheckpoint& ck, bool with_optimizer) {
   };
   if (with_optimizer && !ck.optimizer)
     return Status::Error(ck.dir + ": no optimizer state (hint: it was saved for inference only; use --fresh)");
+  std::vector<float> hp(lay.total());  // each tensor through the host, then to the device
   for (const auto& p : lay.params()) {
     if (mc_.tie_embeddings && p.name == "lm_head.weight") continue;
-    RETURN_IF_ERROR(load(ck.model, p.name, p, model_->params().data() + p.offset));
+    RETURN_IF_ERROR(load(ck.model, p.name, p, hp.data() + p.offset));
+    model_->ParamsFromHost(hp.data() + p.offset, p.offset, p.numel);
     if (with_optimizer) {
       RETURN_IF_ERROR(load(*ck.optimizer, p.name + ".exp_avg", p, lm.data() + p.offset));
       RETURN_IF_ERROR(load(*ck.optimizer, p.name + ".exp_avg_sq", p, lv.data() + p.offset));
@@ -375,12 +385,12 @@ Status DistTrainer::Restore(const LoadedCheckpoint& ck, bool with_optimizer) {
     model_->biases()[i] = *v;
   }
   if (zero_->stage() == 0) {
-    m_ = lm;
-    v_ = lv;
+    ops::CopyToDevice(m_.data(), lm.data(), lm.size() * sizeof(float));
+    ops::CopyToDevice(v_.data(), lv.data(), lv.size() * sizeof(float));
   } else {
     for (const Segment& s : zero_->segments()) {
-      std::memcpy(m_.data() + s.packed, lm.data() + s.offset + s.own_begin, s.own_count * sizeof(float));
-      std::memcpy(v_.data() + s.packed, lv.data() + s.offset + s.own_begin, s.own_count * sizeof(float));
+      ops::CopyToDevice(m_.data() + s.packed, lm.data() + s.offset + s.own_begin, s.own_count * sizeof(float));
+      ops::CopyToDevice(v_.data() + s.packed, lv.data() + s.offset + s.own_begin, s.own_count * sizeof(float));
     }
   }
   zero_->AdoptParams();

@@ -100,7 +100,7 @@ class DistTrainer {
   ModelConfig mc_;
   TrainConfig tc_;
   int64_t micro_ = 1;  // micro-batches per rank per step
-  std::vector<float> m_, v_;  // AdamW moments: flat (ZeRO 0) or packed owned slices
+  Buf<float> m_, v_;  // AdamW moments (device): flat (ZeRO 0) or packed owned slices
   CommFigures comm_;
   int64_t steps_done_ = 0;
 };

@@ -146,9 +146,12 @@ EvalResult Evaluate(Model& model, DataLoader& val, int B, int T, int64_t batches
 }
 
 Status RestoreModel(const LoadedCheckpoint& ckpt, Model* model) {
+  std::vector<float> host;  // each tensor through the host, then to the device
   for (const auto& p : model->layout().params()) {
     if (model->config().tie_embeddings && p.name == "lm_head.weight") continue;
-    RETURN_IF_ERROR(CopyTensor(ckpt.model, p.name, p.shape, model->params().data() + p.offset));
+    host.resize(p.numel);
+    RETURN_IF_ERROR(CopyTensor(ckpt.model, p.name, p.shape, host.data()));
+    model->ParamsFromHost(host.data(), p.offset, p.numel);
   }
   const auto& bn = model->layout().bias_names();
   for (size_t i = 0; i < bn.size(); ++i)

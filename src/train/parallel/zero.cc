@@ -68,14 +68,13 @@ ZeroSync::ZeroSync(Model* model, comm::Comm* dense, comm::Comm* expert, comm::Co
   pad_.resize(segs_.size());
   resident_.assign(segs_.size(), true);
   resident_floats_ = model->layout().total();
-  if (stage_ >= 2) grad_shard_.assign(packed_, 0.f);
+  if (stage_ >= 2) grad_shard_.zero(packed_);
   if (stage_ == 3) {
     // Keep only the owned slices as the master copy; release the rest.
-    param_shard_.assign(packed_, 0.f);
+    param_shard_.zero(packed_);
     for (size_t i = 0; i < segs_.size(); ++i) {
       Segment& s = segs_[i];
-      std::memcpy(param_shard_.data() + s.packed, model->params().data() + s.offset + s.own_begin,
-                  s.own_count * sizeof(float));
+      ops::Copy(model->params() + s.offset + s.own_begin, s.own_count, param_shard_.data() + s.packed);
       Release(s);
       resident_[i] = false;
     }
@@ -88,10 +87,11 @@ void ZeroSync::Gather(Segment& s) {
   auto& pad = pad_[&s - segs_.data()];
   pad.resize(static_cast<size_t>(s.shard) * g);
   // Each rank contributes its owned slice (padded to `shard`).
-  std::vector<float> mine(s.shard, 0.f);
-  std::memcpy(mine.data(), param_shard_.data() + s.packed, s.own_count * sizeof(float));
+  Buf<float> mine;
+  mine.zero(s.shard);
+  ops::Copy(param_shard_.data() + s.packed, s.own_count, mine.data());
   s.group->AllGather(mine.data(), pad.data(), s.shard, comm::DType::kF32);
-  std::memcpy(model_->params().data() + s.offset, pad.data(), s.count * sizeof(float));
+  ops::Copy(pad.data(), s.count, model_->params() + s.offset);
   const size_t i = &s - segs_.data();
   if (!resident_[i]) {
     resident_[i] = true;
@@ -102,7 +102,7 @@ void ZeroSync::Gather(Segment& s) {
 
 void ZeroSync::Release(Segment& s) {
   const size_t i = &s - segs_.data();
-  ReleasePages(model_->params().data() + s.offset, s.count);
+  ReleasePages(model_->params() + s.offset, s.count);
   if (resident_[i]) {
     resident_[i] = false;
     resident_floats_ -= s.count;
@@ -127,7 +127,7 @@ void ZeroSync::AfterBlockForward(int block) {
 void ZeroSync::Launch(Segment& s) {
   // A group of one has nothing to reduce (stages 0/1 keep the gradient in place).
   if (stage_ <= 1 && s.group->size() == 1) return;
-  float* g = model_->grads().data() + s.offset;
+  float* g = model_->grads() + s.offset;
   // The wrapper (hierarchy, compression) stands for the dense group.
   comm::Comm* c = (dense_grad_comm_ && s.group == dense_) ? dense_grad_comm_ : s.group;
   if (stage_ <= 1) {
@@ -142,8 +142,8 @@ void ZeroSync::Launch(Segment& s) {
   }
   const int gs = s.group->size();
   auto& pad = pad_[&s - segs_.data()];
-  pad.assign(static_cast<size_t>(s.shard) * gs, 0.f);
-  std::memcpy(pad.data(), g, s.count * sizeof(float));
+  pad.zero(static_cast<size_t>(s.shard) * gs);
+  ops::Copy(g, s.count, pad.data());
   float* out = grad_shard_.data() + s.packed;
   if (sync_) {
     double t0 = Now();
@@ -178,7 +178,7 @@ double ZeroSync::OwnedGradSumSquares() const {
   for (const Segment& g : segs_) {
     if (g.own_count == 0 || g.mirror) continue;
     const float* p = stage_ >= 2 ? grad_shard_.data() + g.packed
-                                 : model_->grads().data() + g.offset + g.own_begin;
+                                 : model_->grads() + g.offset + g.own_begin;
     s += ops::SumSquares(p, g.own_count);
   }
   return s;
@@ -200,11 +200,11 @@ void ZeroSync::ForEachOwned(const std::function<void(int64_t, int64_t, int64_t, 
 }
 
 const float* ZeroSync::OwnedGrad(int64_t off, int64_t packed) const {
-  return stage_ >= 2 ? grad_shard_.data() + packed : model_->grads().data() + off;
+  return stage_ >= 2 ? grad_shard_.data() + packed : model_->grads() + off;
 }
 
 float* ZeroSync::OwnedParam(int64_t off, int64_t packed) {
-  return stage_ == 3 ? param_shard_.data() + packed : model_->params().data() + off;
+  return stage_ == 3 ? param_shard_.data() + packed : model_->params() + off;
 }
 
 void ZeroSync::PublishParams() {
@@ -217,10 +217,11 @@ void ZeroSync::PublishParams() {
     const int g = s.group->size();
     auto& pad = pad_[&s - segs_.data()];
     pad.resize(static_cast<size_t>(s.shard) * g);
-    std::vector<float> mine(s.shard, 0.f);
-    std::memcpy(mine.data(), model_->params().data() + s.offset + s.own_begin, s.own_count * sizeof(float));
+    Buf<float> mine;
+    mine.zero(s.shard);
+    ops::Copy(model_->params() + s.offset + s.own_begin, s.own_count, mine.data());
     s.group->AllGather(mine.data(), pad.data(), s.shard, comm::DType::kF32);
-    std::memcpy(model_->params().data() + s.offset, pad.data(), s.count * sizeof(float));
+    ops::Copy(pad.data(), s.count, model_->params() + s.offset);
   }
 }
 
@@ -244,7 +245,7 @@ void ZeroSync::SumSegmentGrad(int64_t offset, comm::Comm* group) {
     if (stage_ >= 2) {
       group->AllReduce(grad_shard_.data() + s.packed, s.own_count, comm::DType::kF32, comm::ReduceOp::kSum);
     } else {
-      group->AllReduce(model_->grads().data() + s.offset, s.count, comm::DType::kF32, comm::ReduceOp::kSum);
+      group->AllReduce(model_->grads() + s.offset, s.count, comm::DType::kF32, comm::ReduceOp::kSum);
     }
   }
 }
@@ -253,8 +254,7 @@ void ZeroSync::AdoptParams() {
   if (stage_ != 3) return;
   for (size_t i = 0; i < segs_.size(); ++i) {
     Segment& s = segs_[i];
-    std::memcpy(param_shard_.data() + s.packed, model_->params().data() + s.offset + s.own_begin,
-                s.own_count * sizeof(float));
+    ops::Copy(model_->params() + s.offset + s.own_begin, s.own_count, param_shard_.data() + s.packed);
     resident_[i] = true;
     Release(s);
   }
@@ -262,7 +262,7 @@ void ZeroSync::AdoptParams() {
 
 void ZeroSync::ZeroGrads() {
   model_->ZeroGrads();
-  std::fill(grad_shard_.begin(), grad_shard_.end(), 0.f);
+  ops::Zero(grad_shard_.data(), static_cast<int64_t>(grad_shard_.size()));
 }
 
 }  // namespace myriad

@@ -113,8 +113,8 @@ class ZeroSync {
   std::vector<std::vector<int>> by_block_;  // block -> segment indices
   std::vector<int> outer_;                  // segments outside blocks
   int64_t packed_ = 0;
-  std::vector<float> grad_shard_, param_shard_;  // stage >= 2 / 3: packed
-  std::vector<std::vector<float>> pad_;          // per segment: padded send buffer
+  Buf<float> grad_shard_, param_shard_;  // stage >= 2 / 3: packed (device)
+  std::vector<Buf<float>> pad_;          // per segment: padded send buffer (device)
   std::vector<comm::Request> pending_;
   std::vector<bool> resident_;
   int64_t resident_floats_ = 0;

@@ -53,20 +53,26 @@ DispatchPlan PlanDispatch(comm::Comm& ep, const ExpertRows& rows) {
     }
   }
   p.local_offset[p.El] = g;
+  std::vector<int32_t> inv(p.R);
+  for (int64_t i = 0; i < p.R; ++i) inv[p.grouped_from[i]] = static_cast<int32_t>(i);
+  p.gather_idx.resize(p.R);
+  p.scatter_idx.resize(p.R);
+  ops::CopyToDevice(p.gather_idx.data(), p.grouped_from.data(), p.R * sizeof(int32_t));
+  ops::CopyToDevice(p.scatter_idx.data(), inv.data(), p.R * sizeof(int32_t));
   return p;
 }
 
-void DispatchRows(comm::Comm& ep, const DispatchPlan& p, const float* rows, float* local, std::vector<float>* tmp) {
+void DispatchRows(comm::Comm& ep, const DispatchPlan& p, const float* rows, float* local, Buf<float>* tmp) {
   tmp->resize(static_cast<size_t>(p.R) * p.C);
   ep.AllToAllV(rows, p.send_counts.data(), p.send_displs.data(), tmp->data(), p.recv_counts.data(),
                p.recv_displs.data(), comm::DType::kF32);
-  if (p.R > 0) ops::MoeGather(tmp->data(), p.grouped_from.data(), p.R, p.C, local);
+  if (p.R > 0) ops::MoeGather(tmp->data(), p.gather_idx.data(), p.R, p.C, local);
 }
 
-void CombineRows(comm::Comm& ep, const DispatchPlan& p, const float* local, float* rows, std::vector<float>* tmp) {
+void CombineRows(comm::Comm& ep, const DispatchPlan& p, const float* local, float* rows, Buf<float>* tmp) {
   tmp->resize(static_cast<size_t>(p.R) * p.C);
-  for (int64_t i = 0; i < p.R; ++i)
-    std::memcpy(tmp->data() + static_cast<int64_t>(p.grouped_from[i]) * p.C, local + i * p.C, p.C * sizeof(float));
+  // Back to receive order: receive row j is grouped row scatter_idx[j].
+  if (p.R > 0) ops::MoeGather(local, p.scatter_idx.data(), p.R, p.C, tmp->data());
   // The reverse exchange: what came from q goes back to q, into the rows q sent.
   ep.AllToAllV(tmp->data(), p.recv_counts.data(), p.recv_displs.data(), rows, p.send_counts.data(),
                p.send_displs.data(), comm::DType::kF32);
@@ -78,11 +84,15 @@ ExpertParallel::ExpertParallel(comm::Comm* ep, Model* model) : ep_(ep), model_(m
     if (c.is_moe_layer(l)) block_of_moe_.push_back(static_cast<int>(l));
   for (int64_t j = 0; j < c.mtp_depth; ++j)
     if (c.mtp_block_is_moe()) block_of_moe_.push_back(static_cast<int>(c.n_layers + j));
-  state_.assign(1, std::vector<State>(block_of_moe_.size()));
+  state_.resize(1);
+  state_[0].resize(block_of_moe_.size());
 }
 
 void ExpertParallel::set_slot(int slot) {
-  if (slot >= static_cast<int>(state_.size())) state_.resize(slot + 1, std::vector<State>(block_of_moe_.size()));
+  while (slot >= static_cast<int>(state_.size())) {  // (State holds device buffers: move-only)
+    state_.emplace_back();
+    state_.back().resize(block_of_moe_.size());
+  }
   slot_ = slot;
 }
 
@@ -102,7 +112,7 @@ void ExpertParallel::Forward(int moe_block, const ExpertRows& rows, float* y) {
   const DispatchPlan& p = s.plan;
   s.x.resize(p.R * C); s.gu.resize(p.R * 2 * F); s.h.resize(p.R * F);
   DispatchRows(*ep_, p, rows.x, s.x.data(), &tmp_);
-  ModelWeights<float*> W = model_->layout().Bind(model_->params().data());
+  ModelWeights<float*> W = model_->layout().Bind(model_->params());
   const auto& w = BlockOf(W, block_of_moe_[moe_block], model_->config().n_layers);
   ybuf_.resize(p.R * C);
   for (int64_t le = 0; le < p.El; ++le) {
@@ -121,8 +131,8 @@ void ExpertParallel::Backward(int moe_block, const float* dy, float* dx) {
   const int64_t C = p.C, F = model_->layout().dims().Fe;
   dyl_.resize(p.R * C); dh_.resize(p.R * F); dgu_.resize(p.R * 2 * F); dxl_.resize(p.R * C);
   DispatchRows(*ep_, p, dy, dyl_.data(), &tmp_);
-  ModelWeights<float*> W = model_->layout().Bind(model_->params().data());
-  ModelWeights<float*> G = model_->layout().Bind(model_->grads().data());
+  ModelWeights<float*> W = model_->layout().Bind(model_->params());
+  ModelWeights<float*> G = model_->layout().Bind(model_->grads());
   const int64_t L = model_->config().n_layers;
   const auto& w = BlockOf(W, block_of_moe_[moe_block], L);
   const auto& g = BlockOf(G, block_of_moe_[moe_block], L);

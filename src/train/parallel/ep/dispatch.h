@@ -27,14 +27,16 @@ struct DispatchPlan {
   // [local_offset[le], local_offset[le+1]).
   std::vector<int32_t> grouped_from;
   std::vector<int64_t> local_offset;   // [El + 1]
+  // Device copies: grouped_from, and its inverse (receive row -> grouped row).
+  Buf<int32_t> gather_idx, scatter_idx;
 };
 
 // Collective over `ep`: exchanges the per-expert counts and builds the plan.
 DispatchPlan PlanDispatch(comm::Comm& ep, const ExpertRows& rows);
 // rows [M, C] (grouped by global expert) -> local [R, C] grouped by local expert.
-void DispatchRows(comm::Comm& ep, const DispatchPlan& p, const float* rows, float* local, std::vector<float>* tmp);
+void DispatchRows(comm::Comm& ep, const DispatchPlan& p, const float* rows, float* local, Buf<float>* tmp);
 // local [R, C] (grouped by local expert) -> rows [M, C] back in their places.
-void CombineRows(comm::Comm& ep, const DispatchPlan& p, const float* local, float* rows, std::vector<float>* tmp);
+void CombineRows(comm::Comm& ep, const DispatchPlan& p, const float* local, float* rows, Buf<float>* tmp);
 
 // ParallelHooks' expert half: runs this rank's experts on rows from every
 // rank of the ep group. Keeps the forward's state per MoE block for backward.
@@ -51,14 +53,14 @@ class ExpertParallel {
  private:
   struct State {
     DispatchPlan plan;
-    std::vector<float> x, gu, h;   // grouped by local expert
+    Buf<float> x, gu, h;           // grouped by local expert (device)
   };
   comm::Comm* ep_;
   Model* model_;
   std::vector<int> block_of_moe_;  // moe block -> block index (layer, or L + j)
   std::vector<std::vector<State>> state_;  // [slot][moe block]
   int slot_ = 0;
-  std::vector<float> tmp_, ybuf_, dyl_, dh_, dgu_, dxl_;
+  Buf<float> tmp_, ybuf_, dyl_, dh_, dgu_, dxl_;  // device
 };
 
 }  // namespace myriad

@@ -111,7 +111,8 @@ void RunCase(const Case& k) {
     if (p.R != R) fail("R = " + std::to_string(p.R) + ", expected " + std::to_string(R));
     if (p.local_offset != expect_offset) fail("local_offset");
 
-    std::vector<float> local(static_cast<size_t>(std::max<int64_t>(p.R, 0)) * kC, -1.f), tmp;
+    std::vector<float> local(static_cast<size_t>(std::max<int64_t>(p.R, 0)) * kC, -1.f);
+    Buf<float> tmp;
     DispatchRows(ep, p, x.data(), local.data(), &tmp);
     if (local != expect) {
       // Name the first wrong row.
@@ -173,7 +174,8 @@ TEST(DispatchTest, NothingAnywhere) {
     rows.M = 0; rows.C = kC; rows.E = 4;
     DispatchPlan p = PlanDispatch(ep, rows);
     EXPECT_EQ(p.R, 0);
-    std::vector<float> local, back, tmp;
+    std::vector<float> local, back;
+    Buf<float> tmp;
     DispatchRows(ep, p, nullptr, local.data(), &tmp);
     CombineRows(ep, p, local.data(), back.data(), &tmp);
   });
@@ -229,10 +231,11 @@ TEST(ExpertParallelTest, Ep2ModelMatchesSingleDevice) {
     plan.ep_rank = ep.rank();
     Model m(cfg, plan);
     // Weights copied by name from the whole model (this rank's experts only).
+    const std::vector<float> full_params = full.ParamsToHost();
     for (const auto& p : m.layout().params()) {
       auto it = by_name.find(p.name);
       if (it == by_name.end()) { fail("no tensor " + p.name + " in the whole model"); return; }
-      std::copy_n(full.params().data() + it->second->offset, p.numel, m.params().data() + p.offset);
+      m.ParamsFromHost(full_params.data() + it->second->offset, p.offset, p.numel);
     }
     m.biases() = full.biases();
     ExpertParallel xp(&ep, &m);
@@ -246,12 +249,13 @@ TEST(ExpertParallelTest, Ep2ModelMatchesSingleDevice) {
     if (xp.rows_in(0) <= 0) fail("no rows reached the local experts");
     double worst = 0;
     std::string worst_name;
+    const std::vector<float> grads = m.GradsToHost(), full_grads = full.GradsToHost();
     for (const auto& p : m.layout().params()) {
       const ParamInfo& w = *by_name[p.name];
       const double f = p.expert ? 2.0 : 1.0;
       double num = 0, den = 0;
       for (int64_t i = 0; i < p.numel; ++i) {
-        const double g = m.grads()[p.offset + i], gr = f * full.grads()[w.offset + i];
+        const double g = grads[p.offset + i], gr = f * full_grads[w.offset + i];
         num = std::max(num, std::fabs(g - gr));
         den = std::max(den, std::fabs(gr));
       }
