@@ -2,6 +2,7 @@
 // it wraps, its allocator reuses and coalesces blocks, and a planted host
 // access to device memory dies of SIGSEGV with the fenced message.
 #include "backend/fenced/fenced_backend.h"
+#include "core/transport_access.h"
 
 #include <gtest/gtest.h>
 
@@ -124,6 +125,23 @@ TEST(FencedDeathTest, PlantedHostAccessIsCaught) {
               "host access to device memory");
   EXPECT_EXIT({ volatile float* p = d; std::fprintf(stderr, "%f", (double)p[0]); },
               ::testing::KilledBySignal(SIGSEGV), "host access to device memory");
+  f.mem_free(d);
+}
+
+// Transports (comm) read device memory directly: inside a
+// ScopedTransportAccess the arena is open, and closed again after it.
+TEST(FencedDeathTest, TransportScopeOpensTheArenaOnlyForItsSpan) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const BackendOps& f = Fenced()->ops();
+  float* d = static_cast<float*>(f.mem_alloc(64 * sizeof(float)));
+  {
+    ScopedTransportAccess access;
+    volatile float* p = d;
+    p[5] = 2.f;  // as an MPI call writing a receive buffer would
+    EXPECT_EQ(p[5], 2.f);
+  }
+  EXPECT_EXIT({ volatile float* p = d; p[5] = 1.f; }, ::testing::KilledBySignal(SIGSEGV),
+              "host access to device memory");
   f.mem_free(d);
 }
 
