@@ -64,6 +64,11 @@ struct AttentionBackwardParams {
 //   (v likewise, same strides; for a layer of serve::KvPool, k and v point
 //   at that layer's key and value rows of block 0). Entries of `blocks` past
 //   a sequence's last key are never read. Block ids lie in [0, num_blocks).
+// DSA models (sparse mode): when sel is non-null, batch row r attends only
+// to the keys listed in sel[r*sel_k, (r+1)*sel_k): positions in its own
+// sequence, each at most the row's position, ended by the first -1 (a row
+// with no key writes zeros). That is SparseAttentionParams' selection
+// (dsa_indexer_topk's idx) read through the block table.
 // Writes out [q_start[n_seq], H*D]; no lse (serving needs none).
 struct PagedAttentionParams {
   int n_seq = 0, H = 0, Hkv = 0, D = 0;
@@ -78,6 +83,8 @@ struct PagedAttentionParams {
   const float* k = nullptr;
   const float* v = nullptr;
   float* out = nullptr;
+  const int32_t* sel = nullptr;  // [q_start[n_seq], sel_k] or null (dense causal)
+  int sel_k = 0;
 };
 
 struct AdamWParams {

@@ -418,6 +418,57 @@ TEST_P(Parity, PagedAttention) {
   }
 }
 
+// Sparse mode (DSA): each row attends to its own ascending selection of
+// earlier keys, -1 padded (some rows empty, some with every key); against
+// the oracle, and a selection of all keys against the dense mode.
+TEST_P(Parity, PagedAttentionSparse) {
+  Rng rng(16);
+  for (const PagedCase& c : PagedCases()) {
+    PagedData a(c, rng);
+    const int K = 7;
+    std::vector<int32_t> sel((size_t)a.q_start.back() * K, -1);
+    for (size_t s = 0; s + 1 < a.q_start.size(); ++s) {
+      const int n = a.q_start[s + 1] - a.q_start[s];
+      for (int i = 0; i < n; ++i) {
+        const int pos = a.kv_len[s] - n + i, r = a.q_start[s] + i;
+        const int want = (r % 5 == 4) ? 0 : std::min(K, pos + 1);  // every fifth row selects nothing
+        std::vector<int32_t> keys;
+        for (int t = 0; t <= pos; ++t) keys.push_back(t);
+        for (int j = (int)keys.size() - 1; j > 0; --j) std::swap(keys[j], keys[rng.Below(j + 1)]);
+        keys.resize(want);
+        std::sort(keys.begin(), keys.end());
+        std::copy(keys.begin(), keys.end(), sel.begin() + (size_t)r * K);
+      }
+    }
+    a.p.sel = sel.data(), a.p.sel_k = K;
+    Vec out_r(a.out.size(), NAN);
+    PagedAttentionParams pr = a.p;
+    pr.out = out_r.data();
+    ref_.paged_attention(pr);
+    ops_->paged_attention(a.p);
+    ExpectClose(a.out, out_r, 1e-4, 1e-5, "paged_attention sparse" + a.Tag(c));
+  }
+  // Every key selected = the dense mode.
+  const std::vector<PagedCase> cases = PagedCases();
+  const PagedCase& c = cases.back();
+  PagedData a(c, rng);
+  int max_kv = 0;
+  for (int kv : a.kv_len) max_kv = std::max(max_kv, kv);
+  std::vector<int32_t> sel((size_t)a.q_start.back() * max_kv, -1);
+  for (size_t s = 0; s + 1 < a.q_start.size(); ++s) {
+    const int n = a.q_start[s + 1] - a.q_start[s];
+    for (int i = 0; i < n; ++i)
+      for (int t = 0; t <= a.kv_len[s] - n + i; ++t) sel[(size_t)(a.q_start[s] + i) * max_kv + t] = t;
+  }
+  Vec dense(a.out.size(), NAN);
+  PagedAttentionParams pd = a.p;
+  pd.out = dense.data();
+  ops_->paged_attention(pd);
+  a.p.sel = sel.data(), a.p.sel_k = max_kv;
+  ops_->paged_attention(a.p);
+  ExpectClose(a.out, dense, 1e-5, 1e-6, "paged_attention: all keys selected = dense" + a.Tag(c));
+}
+
 TEST_P(Parity, PagedAttentionIsDeterministicAcrossThreadCounts) {
   Rng rng(15);
   for (const PagedCase& c : {PagedCases()[1], PagedCases().back()}) {

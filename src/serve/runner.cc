@@ -14,7 +14,7 @@ namespace myriad::serve {
 class BatchRunner::PoolAttention : public KvAttention {
  public:
   PoolAttention(const ModelConfig& cfg, KvPool* pool, AttentionPath path)
-      : cfg_(cfg), pool_(pool), paged_(path == AttentionPath::kPaged && !cfg.dsa()) {
+      : cfg_(cfg), pool_(pool), paged_(path == AttentionPath::kPaged) {
     gather_.resize(std::max(1, omp_get_max_threads()));
   }
 
@@ -31,6 +31,7 @@ class BatchRunner::PoolAttention : public KvAttention {
     const int64_t n_seq = static_cast<int64_t>(chunks_->size());
     for (int64_t i = 0; i < n_seq; ++i) Store(layer, i, k, v, dsa);
     if (paged_) {
+      if (cfg_.dsa()) SelectPaged(layer, dsa);
       params_.q = q;
       params_.k = pool_->k_row(0, layer, 0);
       params_.v = pool_->v_row(0, layer, 0);
@@ -91,6 +92,44 @@ class BatchRunner::PoolAttention : public KvAttention {
     params_.blocks = dblocks_.data();
   }
 
+  // DSA, paged: the first layer of a sharing group selects each new row's
+  // dsa_topk keys (IndexerTopK over the sequence's indexer keys; while the
+  // context fits in dsa_topk that is every earlier key, the dense case);
+  // the group's layers then attend through the block table to those keys
+  // (PagedAttentionParams::sel). The indexer reads its keys contiguous:
+  // they are copied out of the blocks (Di floats a token, per group and
+  // step); K and V are read in place.
+  void SelectPaged(int layer, const DsaRows* dsa) {
+    const int K = static_cast<int>(cfg_.dsa_topk);
+    params_.sel_k = K;
+    if (!dsa) {  // a later layer of the group: the group's selection
+      params_.sel = sel_.data();
+      return;
+    }
+    const int64_t Hi = cfg_.dsa_index_heads, Di = cfg_.dsa_index_dim;
+    const int group = static_cast<int>(layer / cfg_.dsa_index_share);
+    const int64_t rows = row0_.empty() ? 0 : row0_.back() + chunks_->back().n;
+    sel_.resize(static_cast<size_t>(rows) * K);
+    for (size_t i = 0; i < chunks_->size(); ++i) {
+      const SeqChunk& c = (*chunks_)[i];
+      const int64_t Tk = c.start + c.n, r0 = row0_[i];
+      ki_.resize(static_cast<size_t>(Tk) * Di);
+      for (int64_t p0 = 0; p0 < Tk; p0 += kBlockTokens)
+        ops::Copy(pool_->ki_row(c.blocks[p0 / kBlockTokens], group, 0), std::min<int64_t>(kBlockTokens, Tk - p0) * Di,
+                  ki_.data() + p0 * Di);
+      IndexerParams ip;
+      ip.B = 1; ip.Tq = static_cast<int>(c.n); ip.Tk = static_cast<int>(Tk);
+      ip.Hi = static_cast<int>(Hi); ip.Di = static_cast<int>(Di); ip.K = K;
+      ip.precision = cfg_.dsa_index_precision == "int8" ? IndexerPrecision::kInt8 : IndexerPrecision::kFp32;
+      ip.qi_batch_stride = c.n * Hi * Di; ip.ki_batch_stride = Tk * Di;
+      ip.wi_batch_stride = c.n * Hi; ip.idx_batch_stride = c.n * K;
+      ip.qi = dsa->qi + r0 * Hi * Di; ip.ki = ki_.data(); ip.wi = dsa->wi + r0 * Hi;
+      ip.idx = sel_.data() + r0 * K;
+      ops::IndexerTopK(ip);
+    }
+    params_.sel = sel_.data();
+  }
+
   // Sequence i's new keys/values (and DSA indexer keys) into its blocks.
   void Store(int layer, int64_t i, const float* k, const float* v, const DsaRows* dsa) {
     const SeqChunk& c = (*chunks_)[i];
@@ -146,14 +185,16 @@ class BatchRunner::PoolAttention : public KvAttention {
 
   const ModelConfig& cfg_;
   KvPool* pool_;
-  const bool paged_;  // dense attention through ops::PagedAttention
+  const bool paged_;  // attention through ops::PagedAttention (dense, or DSA in sparse mode)
   const std::vector<SeqChunk>* chunks_ = nullptr;
   std::vector<int64_t> row0_;               // first row of each chunk in the batch
   PagedAttentionParams params_;             // paged: everything but q, k, v, out
   std::vector<int32_t> q_start_, kv_len_, blocks_;  // host tables
   Buf<int32_t> dq_start_, dkv_len_, dblocks_;        // their device copies
   std::vector<Buf<float>> gather_;          // gather path: per thread (device)
-  std::vector<Buf<int32_t>> idx_;           // DSA: each sequence's group selection [n, K]
+  std::vector<Buf<int32_t>> idx_;           // DSA, gather path: each sequence's group selection [n, K]
+  Buf<int32_t> sel_;                        // DSA, paged: the group's selection of every batch row [rows, K]
+  Buf<float> ki_;                           // DSA, paged: one sequence's indexer keys [Tk, Di]
 };
 
 BatchRunner::BatchRunner(const Model& model, KvPool* pool, WeightFormat fmt, AttentionPath path)

@@ -6,7 +6,7 @@
 // addressed through the sequence's block table.
 //
 // Attention over pages: each layer first stores the new keys and values in
-// their blocks, then (dense attention) one backend paged_attention call
+// their blocks, then one backend paged_attention call
 // (ops::PagedAttention) serves every sequence of the batch, reading K and V
 // in place through the block tables; its work items (sequence, query
 // positions, kv heads) spread over the threads whatever the batch's mix of
@@ -14,8 +14,11 @@
 // path as a reference for tests and benchmarks: each sequence's blocks are
 // gathered into contiguous per-thread scratch and attention_fwd runs once
 // per sequence (side by side, one per thread, for a batch of decode tokens;
-// one after another otherwise). DSA models always take the gather path
-// (DsaAttend reads a contiguous cache).
+// one after another otherwise). DSA models take the paged op's sparse mode:
+// the first layer of each sharing group selects every new row's keys with
+// the indexer (over the sequence's indexer keys, copied out of the blocks:
+// Di floats a token), and each layer of the group attends to them through
+// the block table; under kGather they take DsaAttend over gathered caches.
 //
 // Not thread-safe: one thread (the engine's scheduler) calls Forward.
 #pragma once

@@ -166,7 +166,9 @@ TEST(RunnerTest, PagedAttentionMatchesGatherPath) {
 
 // DSA over paged blocks: the indexer keys live in the blocks (after the
 // layers' k/v), the selection of a group's first layer serves the second;
-// top-12 of up to ~50 keys, so most steps attend sparsely.
+// top-12 of up to ~50 keys, so most steps attend sparsely. The runner
+// attends through the paged op's sparse mode (K/V in place); each session
+// through DsaAttend's SparseAttention over its contiguous cache.
 TEST(RunnerTest, DsaBatchedMatchesSessions) {
   ModelConfig cfg = TinyMoe();
   cfg.attention = "dsa";

@@ -86,6 +86,7 @@ struct PagedScratch {
 // query heads): rows r = (position, head) with head hk0*group + r % hpt,
 // hpt = nhk*group. `dot`: dot-product scores (any nhk); otherwise nhk = 1
 // and the K tile is transposed once for ScoreTile.
+// Sparse mode (p.sel): nq == 1, and the item's keys are its row's selection.
 inline void PagedItem(const PagedAttentionParams& p, int s, int i0, int nq, int hk0, int nhk, bool dot,
                       PagedScratch& w) {
   const int D = p.D, group = p.H / p.Hkv, hpt = nhk * group, rows = nq * hpt;
@@ -103,8 +104,18 @@ inline void PagedItem(const PagedAttentionParams& p, int s, int i0, int nq, int 
   }
   // Head slice of row r within a key row.
   auto head_off = [&](int r) { return (int64_t)(hk0 + r % hpt / group) * D; };
-  const int kend = first_pos + nq;  // the last row sees keys [0, kend)
-  PagedRowOffsets(p, table, kend, w.off.p);
+  int kend = first_pos + nq;  // the last row sees keys [0, kend)
+  const bool sparse = p.sel != nullptr;
+  if (sparse) {  // the row's selected keys, through the block table
+    const int32_t* keys = p.sel + (int64_t)(p.q_start[s] + i0) * p.sel_k;
+    kend = 0;
+    while (kend < p.sel_k && keys[kend] >= 0) {
+      const int t = keys[kend];
+      w.off[kend++] = table[t / p.block_tokens] * p.block_stride + (int64_t)(t % p.block_tokens) * p.token_stride;
+    }
+  } else {
+    PagedRowOffsets(p, table, kend, w.off.p);
+  }
   const float *kpf = p.k + (int64_t)hk0 * D, *vpf = p.v + (int64_t)hk0 * D;
   for (int j = 0; j < MinI(kPagedPrefetchKeys, kend); ++j) PrefetchRow(kpf, vpf, w.off[j], nhk * D);
   for (int j0 = 0; j0 < kend; j0 += kBk) {
@@ -128,7 +139,7 @@ inline void PagedItem(const PagedAttentionParams& p, int s, int i0, int nq, int 
       ScoreTile(w.qs.p, D, rows, w.kt.p, D, w.sc.p);
     }
     for (int r = 0; r < rows; ++r) {
-      const int valid = (int)MinI(bk, first_pos + r / hpt + 1 - j0);
+      const int valid = sparse ? bk : (int)MinI(bk, first_pos + r / hpt + 1 - j0);
       if (valid <= 0) continue;
       float* srow = w.sc.p + (int64_t)r * kBk;
       float* a = w.acc.p + (int64_t)r * D;
@@ -147,15 +158,16 @@ inline void PagedItem(const PagedAttentionParams& p, int s, int i0, int nq, int 
 
 inline void PagedAttentionK(const PagedAttentionParams& p) {
   const int D = p.D, group = p.H / p.Hkv;
-  const int npos = (int)MaxI(1, kPagedItemRows / group);
+  // Sparse mode: one position per item (each row has its own keys).
+  const int npos = p.sel ? 1 : (int)MaxI(1, kPagedItemRows / group);
   // Items (s, i0) of every sequence, and the work they do.
   int64_t n_items = 0, work = 0;
   int max_keys = 1;
   for (int s = 0; s < p.n_seq; ++s) {
     const int n = p.q_start[s + 1] - p.q_start[s];
     n_items += (n + npos - 1) / npos;
-    work += (int64_t)n * p.kv_len[s];
-    max_keys = (int)MaxI(max_keys, p.kv_len[s]);
+    work += (int64_t)n * (p.sel ? MinI(p.sel_k, p.kv_len[s]) : p.kv_len[s]);
+    max_keys = (int)MaxI(max_keys, p.sel ? p.sel_k : p.kv_len[s]);
   }
   if (n_items == 0) return;
   Scratch<int32_t> items(2 * n_items);

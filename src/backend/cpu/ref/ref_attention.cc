@@ -132,24 +132,32 @@ void PagedAttention(const PagedAttentionParams& p) {
     const int n = p.q_start[s + 1] - p.q_start[s];
     for (int i = 0; i < n; ++i) {
       const int pos = p.kv_len[s] - n + i;  // sees keys [0, pos]
-      const int64_t row = (int64_t)(p.q_start[s] + i) * p.H * p.D;
+      const int64_t r = p.q_start[s] + i, row = r * p.H * p.D;
+      // The keys this row attends to: [0, pos], or its selection.
+      std::vector<int> keys;
+      if (p.sel) {
+        for (int j = 0; j < p.sel_k && p.sel[r * p.sel_k + j] >= 0; ++j) keys.push_back(p.sel[r * p.sel_k + j]);
+      } else {
+        for (int t = 0; t <= pos; ++t) keys.push_back(t);
+      }
+      const int nk = (int)keys.size();
       for (int h = 0; h < p.H; ++h) {
         const int hk = h / group;
         const float* q = p.q + row + (int64_t)h * p.D;
-        std::vector<double> sc(pos + 1);
+        std::vector<double> sc(nk);
         double mx = -std::numeric_limits<double>::infinity();
-        for (int t = 0; t <= pos; ++t) {
+        for (int j = 0; j < nk; ++j) {
           double dot = 0;
-          for (int d = 0; d < p.D; ++d) dot += (double)q[d] * p.k[at(s, t, hk) + d];
-          sc[t] = dot * p.scale;
-          mx = std::max(mx, sc[t]);
+          for (int d = 0; d < p.D; ++d) dot += (double)q[d] * p.k[at(s, keys[j], hk) + d];
+          sc[j] = dot * p.scale;
+          mx = std::max(mx, sc[j]);
         }
         double sum = 0;
-        for (int t = 0; t <= pos; ++t) sum += sc[t] = std::exp(sc[t] - mx);
+        for (int j = 0; j < nk; ++j) sum += sc[j] = std::exp(sc[j] - mx);
         for (int d = 0; d < p.D; ++d) {
           double acc = 0;
-          for (int t = 0; t <= pos; ++t) acc += sc[t] * p.v[at(s, t, hk) + d];
-          p.out[row + (int64_t)h * p.D + d] = (float)(acc / sum);
+          for (int j = 0; j < nk; ++j) acc += sc[j] * p.v[at(s, keys[j], hk) + d];
+          p.out[row + (int64_t)h * p.D + d] = nk ? (float)(acc / sum) : 0.f;
         }
       }
     }
