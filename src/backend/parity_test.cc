@@ -405,16 +405,21 @@ struct PagedData {
   }
 };
 
+// The backend's paged_attention on a's case against the oracle's.
+void ExpectPagedMatchesRef(const BackendOps& ops, const BackendOps& ref, PagedData& a, const std::string& what) {
+  Vec out_r(a.out.size(), NAN);
+  PagedAttentionParams pr = a.p;
+  pr.out = out_r.data();
+  ref.paged_attention(pr);
+  ops.paged_attention(a.p);
+  ExpectClose(a.out, out_r, 1e-4, 1e-5, what);
+}
+
 TEST_P(Parity, PagedAttention) {
   Rng rng(14);
   for (const PagedCase& c : PagedCases()) {
     PagedData a(c, rng);
-    Vec out_r(a.out.size(), NAN);
-    PagedAttentionParams pr = a.p;
-    pr.out = out_r.data();
-    ref_.paged_attention(pr);
-    ops_->paged_attention(a.p);
-    ExpectClose(a.out, out_r, 1e-4, 1e-5, "paged_attention" + a.Tag(c));
+    ExpectPagedMatchesRef(*ops_, ref_, a, "paged_attention" + a.Tag(c));
   }
 }
 
@@ -441,12 +446,7 @@ TEST_P(Parity, PagedAttentionSparse) {
       }
     }
     a.p.sel = sel.data(), a.p.sel_k = K;
-    Vec out_r(a.out.size(), NAN);
-    PagedAttentionParams pr = a.p;
-    pr.out = out_r.data();
-    ref_.paged_attention(pr);
-    ops_->paged_attention(a.p);
-    ExpectClose(a.out, out_r, 1e-4, 1e-5, "paged_attention sparse" + a.Tag(c));
+    ExpectPagedMatchesRef(*ops_, ref_, a, "paged_attention sparse" + a.Tag(c));
   }
   // Every key selected = the dense mode.
   const std::vector<PagedCase> cases = PagedCases();
