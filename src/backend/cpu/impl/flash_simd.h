@@ -21,10 +21,13 @@
 // order of operations), so dynamic scheduling stays deterministic.
 #pragma once
 
+#include <cstring>
+#include <vector>
 #include <immintrin.h>  // AVX: included only by ISA TUs (AVX2 or AVX-512 flags)
 
 #include "backend/backend.h"
 #include "backend/cpu/impl/common.h"
+#include "backend/cpu/impl/paged_attention.h"
 #include "core/check.h"
 
 namespace myriad::cpu {
@@ -209,85 +212,111 @@ struct FlashSimd {
   static bool UseDecode(const Geom& g) { return g.Tq * g.group <= kMaxDecodeRows && g.D % W == 0; }
 
   static void Decode(const AttentionParams& p, const Geom& g) {
-    const int D = g.D, NV = D / W, rows = g.group * g.Tq;
     const int64_t tasks = (int64_t)g.B * g.Hkv;
-#pragma omp parallel if (tasks * g.Tk * D * g.group >= kMinParallelElems)
+#pragma omp parallel if (tasks * g.Tk * g.D * g.group >= kMinParallelElems)
     {
-      Scratch<float> qs(rows * D), acc(rows * D), s(rows * BK);
-      float m[kMaxDecodeRows], l[kMaxDecodeRows];
+      DecodeScratch w(g.group * g.Tq, g.D);
 #pragma omp for schedule(dynamic, 1)
       for (int64_t task = 0; task < tasks; ++task) {
         const int hk = (int)(task % g.Hkv), b = (int)(task / g.Hkv);
-        // Row r is query row i = r % Tq of head h = hk * group + r / Tq.
-        for (int r = 0; r < rows; ++r) {
-          const int h = hk * g.group + r / g.Tq, i = r % g.Tq;
-          const float* src = p.q + b * p.q_batch_stride + (int64_t)i * g.ldq + (int64_t)h * D;
-          for (int d = 0; d < D; ++d) qs[(int64_t)r * D + d] = src[d] * p.scale, acc[(int64_t)r * D + d] = 0.f;
-          m[r] = -INFINITY, l[r] = 0.f;
-        }
-        const float* kbase = p.k + b * p.kv_batch_stride + (int64_t)hk * D;
-        const float* vbase = p.v + b * p.kv_batch_stride + (int64_t)hk * D;
-        const int kend = g.KeyLimit(g.Tq - 1);
-        for (int j0 = 0; j0 < kend; j0 += BK) {
-          const int bk = (int)MinI(BK, kend - j0);
-          for (int j = 0; j < bk; ++j) {  // s[r, j] = q_r . k_j
-            const float* kj = kbase + (int64_t)(j0 + j) * g.ldkv;
-            for (int r = 0; r < rows; ++r) {
-              Reg a = V::zero();
-              for (int v = 0; v < NV; ++v) a = V::fma(V::load(qs.p + (int64_t)r * D + v * W), V::load(kj + v * W), a);
-              s[(int64_t)r * BK + j] = V::hsum(a);
-            }
-          }
-          for (int r = 0; r < rows; ++r) {  // online softmax; s row becomes P
-            float* sr = s.p + (int64_t)r * BK;
-            const int valid = (int)MinI(bk, g.KeyLimit(r % g.Tq) - j0);
-            if (valid <= 0) {
-              for (int j = 0; j < BK; ++j) sr[j] = 0.f;
-              continue;
-            }
-            Reg sv[4];
-            Reg mx = V::set1(m[r]);
-            for (int v = 0; v < 4; ++v) {
-              sv[v] = V::keep_first(V::load(sr + v * W), valid - v * W, -INFINITY);
-              mx = V::max(mx, sv[v]);
-            }
-            const float mnew = V::hmax(mx);
-            Reg sum = V::zero();
-            for (int v = 0; v < 4; ++v) {
-              Reg e = V::exp(V::sub(sv[v], V::set1(mnew)));
-              V::store(sr + v * W, e);
-              sum = V::add(sum, e);
-            }
-            const float alpha = ExpF(m[r] - mnew);
-            l[r] = l[r] * alpha + V::hsum(sum);
-            m[r] = mnew;
-            if (alpha != 1.f)
-              for (int v = 0; v < NV; ++v) {
-                float* a = acc.p + (int64_t)r * D + v * W;
-                V::store(a, V::mul(V::load(a), V::set1(alpha)));
-              }
-          }
-          for (int j = 0; j < bk; ++j) {  // acc_r += P[r, j] v_j
-            const float* vj = vbase + (int64_t)(j0 + j) * g.ldkv;
-            for (int v = 0; v < NV; ++v) {
-              const Reg vv = V::load(vj + v * W);
-              for (int r = 0; r < rows; ++r) {
-                float* a = acc.p + (int64_t)r * D + v * W;
-                V::store(a, V::fma(V::set1(s[(int64_t)r * BK + j]), vv, V::load(a)));
-              }
-            }
-          }
-        }
-        for (int r = 0; r < rows; ++r) {
-          const int h = hk * g.group + r / g.Tq, i = r % g.Tq;
-          float* dst = p.out + b * p.out_batch_stride + (int64_t)i * g.ldq + (int64_t)h * D;
-          const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
-          for (int d = 0; d < D; ++d) dst[d] = acc[(int64_t)r * D + d] * inv;
-          if (p.lse) p.lse[((int64_t)b * g.H + h) * g.Tq + i] = m[r] + std::log(l[r]);
-        }
+        DecodeTask(g, hk, p.q + b * p.q_batch_stride, p.scale, p.k + b * p.kv_batch_stride,
+                   p.v + b * p.kv_batch_stride, [&](int t) { return (int64_t)t * g.ldkv; },
+                   p.out + b * p.out_batch_stride, p.lse ? p.lse + (int64_t)b * g.H * g.Tq : nullptr, w);
       }
     }
   }
+
+  static constexpr int kDecodePrefetch = 16;  // keys ahead whose K/V rows are prefetched
+  struct DecodeScratch {
+    Scratch<float> qs, acc, s;
+    DecodeScratch(int rows, int D) : qs((int64_t)rows * D), acc((int64_t)rows * D), s((int64_t)rows * BK) {}
+  };
+
+  // One task of the decode path: the group * Tq query rows of kv head hk
+  // (row r: query row i = r % Tq of head h = hk * group + r / Tq; q and out
+  // [Tq, H, D] from row 0) against keys [0, Tk), causal as g says; key t's
+  // head-hk row lies at kbase / vbase + koff(t) + hk * D (contiguous or
+  // through a block table). lse, when set, is [H, Tq].
+  template <class KOff>
+  static void DecodeTask(const Geom& g, int hk, const float* q, float scale, const float* kbase0,
+                         const float* vbase0, KOff koff, float* out, float* lse, DecodeScratch& w) {
+    const int D = g.D, NV = D / W, rows = g.group * g.Tq;
+    float* qs = w.qs.p;
+    float* acc = w.acc.p;
+    float* s = w.s.p;
+    float m[kMaxDecodeRows], l[kMaxDecodeRows];
+    for (int r = 0; r < rows; ++r) {
+      const int h = hk * g.group + r / g.Tq, i = r % g.Tq;
+      const float* src = q + (int64_t)i * g.ldq + (int64_t)h * D;
+      for (int d = 0; d < D; ++d) qs[(int64_t)r * D + d] = src[d] * scale, acc[(int64_t)r * D + d] = 0.f;
+      m[r] = -INFINITY, l[r] = 0.f;
+    }
+    const float* kbase = kbase0 + (int64_t)hk * D;
+    const float* vbase = vbase0 + (int64_t)hk * D;
+    const int kend = g.KeyLimit(g.Tq - 1);
+    for (int j0 = 0; j0 < kend; j0 += BK) {
+      const int bk = (int)MinI(BK, kend - j0);
+      for (int j = 0; j < bk; ++j) {  // s[r, j] = q_r . k_j
+        if (j0 + j + kDecodePrefetch < kend) {  // rows ahead (scattered blocks defeat the prefetcher)
+          const int64_t o = koff(j0 + j + kDecodePrefetch);
+          for (int d = 0; d < D; d += 16) __builtin_prefetch(kbase + o + d), __builtin_prefetch(vbase + o + d);
+        }
+        const float* kj = kbase + koff(j0 + j);
+        for (int r = 0; r < rows; ++r) {
+          Reg a = V::zero();
+          for (int v = 0; v < NV; ++v) a = V::fma(V::load(qs + (int64_t)r * D + v * W), V::load(kj + v * W), a);
+          s[(int64_t)r * BK + j] = V::hsum(a);
+        }
+      }
+      for (int r = 0; r < rows; ++r) {  // online softmax; s row becomes P
+        float* sr = s + (int64_t)r * BK;
+        const int valid = (int)MinI(bk, g.KeyLimit(r % g.Tq) - j0);
+        if (valid <= 0) {
+          for (int j = 0; j < BK; ++j) sr[j] = 0.f;
+          continue;
+        }
+        Reg sv[4];
+        Reg mx = V::set1(m[r]);
+        for (int v = 0; v < 4; ++v) {
+          sv[v] = V::keep_first(V::load(sr + v * W), valid - v * W, -INFINITY);
+          mx = V::max(mx, sv[v]);
+        }
+        const float mnew = V::hmax(mx);
+        Reg sum = V::zero();
+        for (int v = 0; v < 4; ++v) {
+          Reg e = V::exp(V::sub(sv[v], V::set1(mnew)));
+          V::store(sr + v * W, e);
+          sum = V::add(sum, e);
+        }
+        const float alpha = ExpF(m[r] - mnew);
+        l[r] = l[r] * alpha + V::hsum(sum);
+        m[r] = mnew;
+        if (alpha != 1.f)
+          for (int v = 0; v < NV; ++v) {
+            float* a = acc + (int64_t)r * D + v * W;
+            V::store(a, V::mul(V::load(a), V::set1(alpha)));
+          }
+      }
+      for (int j = 0; j < bk; ++j) {  // acc_r += P[r, j] v_j
+        const float* vj = vbase + koff(j0 + j);
+        for (int v = 0; v < NV; ++v) {
+          const Reg vv = V::load(vj + v * W);
+          for (int r = 0; r < rows; ++r) {
+            float* a = acc + (int64_t)r * D + v * W;
+            V::store(a, V::fma(V::set1(s[(int64_t)r * BK + j]), vv, V::load(a)));
+          }
+        }
+      }
+    }
+    for (int r = 0; r < rows; ++r) {
+      const int h = hk * g.group + r / g.Tq, i = r % g.Tq;
+      float* dst = out + (int64_t)i * g.ldq + (int64_t)h * D;
+      const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+      for (int d = 0; d < D; ++d) dst[d] = acc[(int64_t)r * D + d] * inv;
+      if (lse) lse[(int64_t)h * g.Tq + i] = m[r] + std::log(l[r]);
+    }
+  }
+
 
   static void Forward(const AttentionParams& p) {
     const Geom g(p);
@@ -299,6 +328,104 @@ struct FlashSimd {
     Packed kp(g.B, g.Hkv, g.Tk, D, Dp, false, true, 0), vp(g.B, g.Hkv, g.Tk, D, Dp, true, false, 2);
     Pack(p.k, g.B, p.kv_batch_stride, 1.f, false, true, kp);
     Pack(p.v, g.B, p.kv_batch_stride, 1.f, true, false, vp);
+    AttendPacked(p, g, kp, vp);
+  }
+
+  // Paged attention (BackendOps::paged_attention): decode sequences (few
+  // rows per kv head) through DecodeTask reading K/V rows in place through
+  // the block table; longer prefill chunks through the tiled kernel; the
+  // sparse mode (and head dims the vectors do not divide) through the
+  // portable paged kernel (paged_attention.h).
+  static void Paged(const PagedAttentionParams& pp) {
+    const int group = pp.H / pp.Hkv;
+    if (pp.sel || pp.D % W) {
+      PagedAttentionK(pp);
+      return;
+    }
+    const int max_rows = kMaxDecodeRows / group;
+    // The decode sequences: one task per (sequence, kv head), K/V rows read
+    // in place through the block table.
+    std::vector<int> dec;
+    int64_t work = 0, max_kv = 1;
+    for (int s = 0; s < pp.n_seq; ++s) {
+      const int n = pp.q_start[s + 1] - pp.q_start[s];
+      if (n == 0 || n > max_rows) continue;
+      dec.push_back(s);
+      work += (int64_t)pp.kv_len[s] * n;
+      max_kv = MaxI(max_kv, pp.kv_len[s]);
+    }
+    // One task per sequence when there are enough to go round (its kv heads
+    // one after another, the rows hot in cache), else per (sequence, head).
+    const int64_t threads = omp_get_max_threads();
+    const int per = (int64_t)dec.size() >= 2 * threads ? pp.Hkv : 1;
+    const int64_t tasks = (int64_t)dec.size() * (pp.Hkv / per);
+#pragma omp parallel if (work * pp.H * pp.D >= kMinParallelElems)
+    {
+      DecodeScratch w(max_rows * group, pp.D);
+      Scratch<int64_t> off(max_kv);
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t task = 0; task < tasks; ++task) {
+        const int s = dec[task / (pp.Hkv / per)], hk0 = (int)(task % (pp.Hkv / per)) * per;
+        PagedRowOffsets(pp, pp.blocks + (int64_t)s * pp.max_blocks, pp.kv_len[s], off.p);
+        const Geom g(SequenceParams(pp, s));
+        const int64_t row0 = (int64_t)pp.q_start[s] * pp.H * pp.D;
+        for (int hk = hk0; hk < hk0 + per; ++hk)
+          DecodeTask(g, hk, pp.q + row0, pp.scale, pp.k, pp.v, [&](int t) { return off[t]; }, pp.out + row0,
+                     nullptr, w);
+      }
+    }
+    // Each longer prefill chunk: this kernel's tiles, packed straight from
+    // the pool's blocks through the block table (as Forward packs
+    // contiguous K/V), one sequence at a time.
+    for (int s = 0; s < pp.n_seq; ++s) {
+      if (pp.q_start[s + 1] - pp.q_start[s] <= max_rows) continue;
+      const AttentionParams a = SequenceParams(pp, s);
+      const Geom g(a);
+      Packed kp(1, g.Hkv, g.Tk, g.D, g.Dp, false, true, 0), vp(1, g.Hkv, g.Tk, g.D, g.Dp, true, false, 2);
+      PackPaged(pp, s, kp, vp);
+      AttendPacked(a, g, kp, vp);
+    }
+  }
+
+  // Sequence s of a paged batch as one causal attention (B = 1; k, v unset).
+  static AttentionParams SequenceParams(const PagedAttentionParams& pp, int s) {
+    const int n = pp.q_start[s + 1] - pp.q_start[s];
+    AttentionParams a;
+    a.B = 1, a.Tq = n, a.Tk = pp.kv_len[s], a.H = pp.H, a.Hkv = pp.Hkv, a.D = pp.D;
+    a.scale = pp.scale, a.causal = true;
+    a.q_batch_stride = a.out_batch_stride = (int64_t)n * pp.H * pp.D;
+    a.q = pp.q + (int64_t)pp.q_start[s] * pp.H * pp.D;
+    a.out = pp.out + (int64_t)pp.q_start[s] * pp.H * pp.D;
+    return a;
+  }
+
+  // Fills kp's tiles and vp's rows from sequence s's keys and values in the
+  // pool: each BK-key tile's rows are staged (per thread, in cache) through
+  // the block table, then packed as Pack does.
+  static void PackPaged(const PagedAttentionParams& pp, int s, Packed& kp, Packed& vp) {
+    const int ntiles = kp.Tpad / BK, D = kp.D;
+    const int32_t* table = pp.blocks + (int64_t)s * pp.max_blocks;
+#pragma omp parallel for schedule(static)
+    for (int64_t x = 0; x < (int64_t)kp.heads * ntiles; ++x) {
+      const int t = (int)(x % ntiles), h = (int)(x / ntiles);
+      const int j0 = t * BK, n = (int)MaxI(0, MinI(BK, kp.T - j0));
+      float* kst = ThreadWorkspace(8, (int64_t)BK * D);
+      float* vst = ThreadWorkspace(9, (int64_t)BK * D);
+      for (int j = 0; j < n; ++j) {
+        const int key = j0 + j;
+        const int64_t off = table[key / pp.block_tokens] * pp.block_stride +
+                            (int64_t)(key % pp.block_tokens) * pp.token_stride + (int64_t)h * D;
+        std::memcpy(kst + (int64_t)j * D, pp.k + off, D * sizeof(float));
+        std::memcpy(vst + (int64_t)j * D, pp.v + off, D * sizeof(float));
+      }
+      TransposeTile(kst, D, n, D, 1.f, kp.Tile(0, h, t));
+      CopyRows(vst, D, n, BK, D, vp.Dp, 1.f, vp.Rows(0, h) + (int64_t)j0 * vp.Dp);
+    }
+  }
+
+  // The query tiles of p against packed K (tiles) and V (rows).
+  static void AttendPacked(const AttentionParams& p, const Geom& g, Packed& kp, Packed& vp) {
+    const int D = g.D, Dp = g.Dp;
     const int qtiles = (g.Tq + BQ - 1) / BQ;
     const int64_t tasks = (int64_t)g.B * g.H * qtiles;
 #pragma omp parallel

@@ -11,6 +11,7 @@ namespace myriad::cpu {
 void FillAvx2Ops(BackendOps* ops) {
   FillPortableOps(ops);
   ops->attention_fwd = FlashSimd<VecAvx2, 2>::Forward;
+  ops->paged_attention = FlashSimd<VecAvx2, 2>::Paged;
   ops->attention_bwd = FlashSimd<VecAvx2, 2>::Backward;
   ops->swiglu_fwd = ElementwiseSimd<VecAvx2>::SwigluFwd;
   ops->swiglu_bwd = ElementwiseSimd<VecAvx2>::SwigluBwd;

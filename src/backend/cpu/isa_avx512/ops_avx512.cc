@@ -17,6 +17,7 @@ namespace myriad::cpu {
 void FillAvx512Ops(BackendOps* ops) {
   FillPortableOps(ops);
   ops->attention_fwd = FlashSimd<VecAvx512, 4>::Forward;
+  ops->paged_attention = FlashSimd<VecAvx512, 4>::Paged;
   ops->attention_bwd = FlashSimd<VecAvx512, 4>::Backward;
   ops->swiglu_fwd = ElementwiseSimd<VecAvx512>::SwigluFwd;
   ops->swiglu_bwd = ElementwiseSimd<VecAvx512>::SwigluBwd;
