@@ -221,7 +221,8 @@ struct FlashSimd {
         const int hk = (int)(task % g.Hkv), b = (int)(task / g.Hkv);
         DecodeTask(g, hk, p.q + b * p.q_batch_stride, p.scale, p.k + b * p.kv_batch_stride,
                    p.v + b * p.kv_batch_stride, [&](int t) { return (int64_t)t * g.ldkv; },
-                   p.out + b * p.out_batch_stride, p.lse ? p.lse + (int64_t)b * g.H * g.Tq : nullptr, w);
+                   p.out + b * p.out_batch_stride, p.lse ? p.lse + (int64_t)b * g.H * g.Tq : nullptr, w,
+                   (int64_t)hk * g.D, g.D);
       }
     }
   }
@@ -236,10 +237,13 @@ struct FlashSimd {
   // (row r: query row i = r % Tq of head h = hk * group + r / Tq; q and out
   // [Tq, H, D] from row 0) against keys [0, Tk), causal as g says; key t's
   // head-hk row lies at kbase / vbase + koff(t) + hk * D (contiguous or
-  // through a block table). lse, when set, is [H, Tq].
+  // through a block table). lse, when set, is [H, Tq]. Floats [pf_off,
+  // pf_off + pf_len) of each key's K and V rows (from head 0) are
+  // prefetched kDecodePrefetch keys ahead.
   template <class KOff>
   static void DecodeTask(const Geom& g, int hk, const float* q, float scale, const float* kbase0,
-                         const float* vbase0, KOff koff, float* out, float* lse, DecodeScratch& w) {
+                         const float* vbase0, KOff koff, float* out, float* lse, DecodeScratch& w,
+                         int64_t pf_off, int pf_len) {
     const int D = g.D, NV = D / W, rows = g.group * g.Tq;
     float* qs = w.qs.p;
     float* acc = w.acc.p;
@@ -257,9 +261,9 @@ struct FlashSimd {
     for (int j0 = 0; j0 < kend; j0 += BK) {
       const int bk = (int)MinI(BK, kend - j0);
       for (int j = 0; j < bk; ++j) {  // s[r, j] = q_r . k_j
-        if (j0 + j + kDecodePrefetch < kend) {  // rows ahead (scattered blocks defeat the prefetcher)
-          const int64_t o = koff(j0 + j + kDecodePrefetch);
-          for (int d = 0; d < D; d += 16) __builtin_prefetch(kbase + o + d), __builtin_prefetch(vbase + o + d);
+        if (pf_len && j0 + j + kDecodePrefetch < kend) {  // rows ahead (scattered blocks defeat the prefetcher)
+          const int64_t o = koff(j0 + j + kDecodePrefetch) + pf_off;
+          for (int d = 0; d < pf_len; d += 16) __builtin_prefetch(kbase0 + o + d), __builtin_prefetch(vbase0 + o + d);
         }
         const float* kj = kbase + koff(j0 + j);
         for (int r = 0; r < rows; ++r) {
@@ -369,9 +373,11 @@ struct FlashSimd {
         PagedRowOffsets(pp, pp.blocks + (int64_t)s * pp.max_blocks, pp.kv_len[s], off.p);
         const Geom g(SequenceParams(pp, s));
         const int64_t row0 = (int64_t)pp.q_start[s] * pp.H * pp.D;
+        // The first head's pass prefetches whole key rows (every head), so
+        // the other heads' passes find them in cache.
         for (int hk = hk0; hk < hk0 + per; ++hk)
           DecodeTask(g, hk, pp.q + row0, pp.scale, pp.k, pp.v, [&](int t) { return off[t]; }, pp.out + row0,
-                     nullptr, w);
+                     nullptr, w, per > 1 ? 0 : (int64_t)hk * pp.D, per > 1 ? (hk == hk0 ? pp.Hkv * pp.D : 0) : pp.D);
       }
     }
     // Each longer prefill chunk: this kernel's tiles, packed straight from
