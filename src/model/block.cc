@@ -20,10 +20,8 @@ void RopeTables::Build(int64_t max_pos, int64_t D, double theta) {
       c[p * half + i] = static_cast<float>(std::cos(ang));
       sn[p * half + i] = static_cast<float>(std::sin(ang));
     }
-  cos.resize(c.size());
-  sin.resize(sn.size());
-  ops::CopyToDevice(cos.data(), c.data(), c.size() * sizeof(float));
-  ops::CopyToDevice(sin.data(), sn.data(), sn.size() * sizeof(float));
+  FromHost(&cos, c);
+  FromHost(&sin, sn);
 }
 
 // The rotation of the first dsa_index_rope_dim dims of each head (Di apart).

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 #include <type_traits>
+#include <vector>
 
 #include "ops/ops.h"
 
@@ -74,6 +75,20 @@ class Buf {
   size_t size_ = 0, cap_ = 0;
   Backend* backend_ = nullptr;  // the backend whose mem_alloc made data_
 };
+
+// The explicit copies of whole buffers: a host copy of b's elements, and b
+// set to a host vector's elements (resized to its size).
+template <typename T>
+std::vector<T> ToHost(const Buf<T>& b) {
+  std::vector<T> h(b.size());
+  ops::CopyToHost(h.data(), b.data(), h.size() * sizeof(T));
+  return h;
+}
+template <typename T>
+void FromHost(Buf<T>* b, const std::vector<T>& host) {
+  b->resize(host.size());
+  ops::CopyToDevice(b->data(), host.data(), host.size() * sizeof(T));
+}
 
 // Sizes a buffer (Buf or std::vector) to n elements; a no-op when it
 // already has that size, which is every step after the first.

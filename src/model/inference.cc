@@ -37,8 +37,7 @@ void InferLinear::Init(const float* w, int64_t out, int64_t in, WeightFormat fmt
   if (fmt == WeightFormat::kF16) {
     std::vector<uint16_t> f16(out * in);
     for (int64_t i = 0; i < out * in; ++i) f16[i] = FloatToHalf(h[i]);
-    f16_.resize(f16.size());
-    ops::CopyToDevice(f16_.data(), f16.data(), f16.size() * sizeof(uint16_t));
+    FromHost(&f16_, f16);
   } else if (fmt == WeightFormat::kQ8) {
     std::vector<int8_t> q8(out * in);
     std::vector<float> scale(out);
@@ -51,10 +50,8 @@ void InferLinear::Init(const float* w, int64_t out, int64_t in, WeightFormat fmt
       for (int64_t i = 0; i < in; ++i)
         q8[o * in + i] = static_cast<int8_t>(std::lrint(std::clamp(h[o * in + i] / s, -127.f, 127.f)));
     }
-    q8_.resize(q8.size());
-    scale_.resize(scale.size());
-    ops::CopyToDevice(q8_.data(), q8.data(), q8.size());
-    ops::CopyToDevice(scale_.data(), scale.data(), scale.size() * sizeof(float));
+    FromHost(&q8_, q8);
+    FromHost(&scale_, scale);
   }
 }
 
@@ -87,10 +84,7 @@ InferenceWeights::InferenceWeights(const Model& model, WeightFormat fmt)
   const int64_t C = cfg_.d_model, D = cfg_.head_dim(), H = cfg_.n_heads, Hkv = cfg_.n_kv_heads;
   auto W = model.layout().Bind(const_cast<float*>(model.params()));
   biases_.resize(model.biases().size());
-  for (size_t i = 0; i < biases_.size(); ++i) {
-    biases_[i].resize(model.biases()[i].size());
-    ops::CopyToDevice(biases_[i].data(), model.biases()[i].data(), model.biases()[i].size() * sizeof(float));
-  }
+  for (size_t i = 0; i < biases_.size(); ++i) FromHost(&biases_[i], model.biases()[i]);
   embed_ = W.embed;
   norm_ = W.norm;
   head_.Init(W.head, cfg_.vocab_size, C, fmt);
@@ -217,6 +211,19 @@ void IndexerRows(const ModelConfig& cfg, const float* w, const float* a, int64_t
 
 }  // namespace
 
+IndexerParams SequenceIndexer(const ModelConfig& cfg, int64_t n, int64_t Tk, const float* qi, const float* ki,
+                              const float* wi, int32_t* idx) {
+  IndexerParams ip;
+  ip.B = 1; ip.Tq = static_cast<int>(n); ip.Tk = static_cast<int>(Tk);
+  ip.Hi = static_cast<int>(cfg.dsa_index_heads); ip.Di = static_cast<int>(cfg.dsa_index_dim);
+  ip.K = static_cast<int>(cfg.dsa_topk);
+  ip.precision = cfg.dsa_index_precision == "int8" ? IndexerPrecision::kInt8 : IndexerPrecision::kFp32;
+  ip.qi_batch_stride = n * ip.Hi * ip.Di; ip.ki_batch_stride = Tk * ip.Di;
+  ip.wi_batch_stride = n * ip.Hi; ip.idx_batch_stride = n * ip.K;
+  ip.qi = qi; ip.ki = ki; ip.wi = wi; ip.idx = idx;
+  return ip;
+}
+
 void DsaAttend(const ModelConfig& cfg, int64_t n, int64_t Tk, const float* q, const float* k,
                const float* v, const float* ki, const float* qi, const float* wi, bool select,
                Buf<int32_t>* idx, float* att) {
@@ -235,15 +242,7 @@ void DsaAttend(const ModelConfig& cfg, int64_t n, int64_t Tk, const float* q, co
   const int K = static_cast<int>(cfg.dsa_topk);
   if (select) {
     idx->resize(static_cast<size_t>(n) * K);  // every entry written (-1 pads)
-    IndexerParams ip;
-    ip.B = 1; ip.Tq = static_cast<int>(n); ip.Tk = static_cast<int>(Tk);
-    ip.Hi = static_cast<int>(cfg.dsa_index_heads); ip.Di = static_cast<int>(cfg.dsa_index_dim); ip.K = K;
-    ip.precision = cfg.dsa_index_precision == "int8" ? IndexerPrecision::kInt8
-                                                     : IndexerPrecision::kFp32;
-    ip.qi_batch_stride = n * ip.Hi * ip.Di; ip.ki_batch_stride = Tk * ip.Di;
-    ip.wi_batch_stride = n * ip.Hi; ip.idx_batch_stride = n * K;
-    ip.qi = qi; ip.ki = ki; ip.wi = wi; ip.idx = idx->data();
-    ops::IndexerTopK(ip);
+    ops::IndexerTopK(SequenceIndexer(cfg, n, Tk, qi, ki, wi, idx->data()));
   }
   CHECK_MSG(idx->size() == static_cast<size_t>(n) * K, "DSA: a layer without its group's selection");
   SparseAttentionParams sp;

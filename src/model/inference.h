@@ -106,6 +106,10 @@ class KvAttention {
 // rows (a selecting layer) the indexer picks each token's dsa_topk keys into
 // *idx [n, K]; without, *idx is the group's selection from the same forward.
 // Dense attention when Tk <= dsa_topk (every key selected), as in training.
+// The indexer's selection for n new rows of one sequence over its Tk keys
+// (B = 1; qi [n, Hi*Di], ki [Tk, Di], wi [n, Hi], idx [n, dsa_topk]).
+IndexerParams SequenceIndexer(const ModelConfig& cfg, int64_t n, int64_t Tk, const float* qi, const float* ki,
+                              const float* wi, int32_t* idx);
 void DsaAttend(const ModelConfig& cfg, int64_t n, int64_t Tk, const float* q, const float* k,
                const float* v, const float* ki, const float* qi, const float* wi, bool select,
                Buf<int32_t>* idx, float* att);

@@ -76,16 +76,8 @@ void Model::InitWeights(uint64_t seed) {
 
 void Model::ZeroGrads() { ops::Zero(grads_.data(), static_cast<int64_t>(grads_.size())); }
 
-std::vector<float> Model::ParamsToHost() const {
-  std::vector<float> h(params_.size());
-  ops::CopyToHost(h.data(), params_.data(), h.size() * sizeof(float));
-  return h;
-}
-std::vector<float> Model::GradsToHost() const {
-  std::vector<float> h(grads_.size());
-  ops::CopyToHost(h.data(), grads_.data(), h.size() * sizeof(float));
-  return h;
-}
+std::vector<float> Model::ParamsToHost() const { return ToHost(params_); }
+std::vector<float> Model::GradsToHost() const { return ToHost(grads_); }
 void Model::ParamsFromHost(const float* host, int64_t offset, int64_t n) {
   CHECK_MSG(offset >= 0 && n >= 0 && offset + n <= static_cast<int64_t>(params_.size()),
             "parameter range [%lld, %lld) outside the %zu parameters", static_cast<long long>(offset),
@@ -219,8 +211,7 @@ const float* Model::StageForward(int slot, const int32_t* tokens, int B, int T, 
   ops::CopyToDevice(S.pos.data(), h_ids.data() + 2 * N, N * sizeof(int32_t));
 
   // The selection biases (host master copies) to the device.
-  for (size_t i = 0; i < biases_.size(); ++i)
-    ops::CopyToDevice(bias_dev_[i].data(), biases_[i].data(), biases_[i].size() * sizeof(float));
+  for (size_t i = 0; i < biases_.size(); ++i) FromHost(&bias_dev_[i], biases_[i]);
 
   // ---- Forward: embed -> blocks -> norm -> head -> loss.
   if (hooks_) hooks_->BeforeStep(backward);
@@ -341,12 +332,7 @@ const float* Model::StageForward(int slot, const int32_t* tokens, int B, int T, 
   return nullptr;
 }
 
-std::vector<float> Model::logits() const {
-  const Buf<float>& l = slots_[0].logits;
-  std::vector<float> out(l.size());
-  ops::CopyToHost(out.data(), l.data(), l.size() * sizeof(float));
-  return out;
-}
+std::vector<float> Model::logits() const { return ToHost(slots_[0].logits); }
 
 const float* Model::StageBackward(int slot, const float* d_out_stage, float loss_scale) {
   Slot& S = slots_[slot];

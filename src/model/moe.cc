@@ -182,8 +182,7 @@ void MoeBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
     std::vector<float> coef(a->f_frac.size());
     for (size_t i = 0; i < coef.size(); ++i)
       coef[i] = static_cast<float>(alpha / B * a->f_frac[i] / Tg * loss_scale);
-    Fit(&s->balance, coef.size());
-    ops::CopyToDevice(s->balance.data(), coef.data(), coef.size() * sizeof(float));
+    FromHost(&s->balance, coef);
     rb.balance = s->balance.data();
   }
   ops::MoeRouteBackward(rb);

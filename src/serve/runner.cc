@@ -83,10 +83,9 @@ class BatchRunner::PoolAttention : public KvAttention {
     params_.token_stride = pool_->kv_dim();
     // Checked on the host, then copied to the device once per forward.
     ops::CheckPagedAttentionTables(params_);
-    dq_start_.resize(q_start_.size()); dkv_len_.resize(kv_len_.size()); dblocks_.resize(blocks_.size());
-    ops::CopyToDevice(dq_start_.data(), q_start_.data(), q_start_.size() * sizeof(int32_t));
-    ops::CopyToDevice(dkv_len_.data(), kv_len_.data(), kv_len_.size() * sizeof(int32_t));
-    ops::CopyToDevice(dblocks_.data(), blocks_.data(), blocks_.size() * sizeof(int32_t));
+    FromHost(&dq_start_, q_start_);
+    FromHost(&dkv_len_, kv_len_);
+    FromHost(&dblocks_, blocks_);
     params_.q_start = dq_start_.data();
     params_.kv_len = dkv_len_.data();
     params_.blocks = dblocks_.data();
@@ -117,15 +116,8 @@ class BatchRunner::PoolAttention : public KvAttention {
       for (int64_t p0 = 0; p0 < Tk; p0 += kBlockTokens)
         ops::Copy(pool_->ki_row(c.blocks[p0 / kBlockTokens], group, 0), std::min<int64_t>(kBlockTokens, Tk - p0) * Di,
                   ki_.data() + p0 * Di);
-      IndexerParams ip;
-      ip.B = 1; ip.Tq = static_cast<int>(c.n); ip.Tk = static_cast<int>(Tk);
-      ip.Hi = static_cast<int>(Hi); ip.Di = static_cast<int>(Di); ip.K = K;
-      ip.precision = cfg_.dsa_index_precision == "int8" ? IndexerPrecision::kInt8 : IndexerPrecision::kFp32;
-      ip.qi_batch_stride = c.n * Hi * Di; ip.ki_batch_stride = Tk * Di;
-      ip.wi_batch_stride = c.n * Hi; ip.idx_batch_stride = c.n * K;
-      ip.qi = dsa->qi + r0 * Hi * Di; ip.ki = ki_.data(); ip.wi = dsa->wi + r0 * Hi;
-      ip.idx = sel_.data() + r0 * K;
-      ops::IndexerTopK(ip);
+      ops::IndexerTopK(SequenceIndexer(cfg_, c.n, Tk, dsa->qi + r0 * Hi * Di, ki_.data(), dsa->wi + r0 * Hi,
+                                       sel_.data() + r0 * K));
     }
     params_.sel = sel_.data();
   }

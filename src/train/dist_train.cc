@@ -258,12 +258,7 @@ std::unique_ptr<CheckpointSnapshot> DistTrainer::Snapshot(int64_t step, const nl
   // One rank holds the whole tensors in the single-device layout and flat
   // moments: they go into the snapshot as they are (one copy, the snapshot's).
   // Parameters and moments come to the host first (the snapshot is host data).
-  auto to_host = [](const Buf<float>& b) {
-    std::vector<float> h(b.size());
-    ops::CopyToHost(h.data(), b.data(), h.size() * sizeof(float));
-    return h;
-  };
-  const std::vector<float> hp = model_->ParamsToHost(), hm = to_host(m_), hv = to_host(v_);
+  const std::vector<float> hp = model_->ParamsToHost(), hm = ToHost(m_), hv = ToHost(v_);
   if (solo()) return MakeSnapshot(step, meta, hp.data(), hm.data(), hv.data());
   // Whole local optimizer moments (local layout).
   std::vector<float> lm, lv;

@@ -55,10 +55,8 @@ DispatchPlan PlanDispatch(comm::Comm& ep, const ExpertRows& rows) {
   p.local_offset[p.El] = g;
   std::vector<int32_t> inv(p.R);
   for (int64_t i = 0; i < p.R; ++i) inv[p.grouped_from[i]] = static_cast<int32_t>(i);
-  p.gather_idx.resize(p.R);
-  p.scatter_idx.resize(p.R);
-  ops::CopyToDevice(p.gather_idx.data(), p.grouped_from.data(), p.R * sizeof(int32_t));
-  ops::CopyToDevice(p.scatter_idx.data(), inv.data(), p.R * sizeof(int32_t));
+  FromHost(&p.gather_idx, p.grouped_from);
+  FromHost(&p.scatter_idx, inv);
   return p;
 }
 
