@@ -159,7 +159,22 @@ struct IndexerParams {
   const float* ki = nullptr;
   const float* wi = nullptr;
   int32_t* idx = nullptr;  // writes [B, Tq, K]
+  // Keys read in place through a block table (the serving pool), when
+  // ki_blocks is set: key s of batch b is the row at ki +
+  // ki_blocks[b * ki_max_blocks + s / ki_block_tokens] * ki_block_stride +
+  // (s % ki_block_tokens) * Di (ki_batch_stride unused). IndexerKeyRow
+  // resolves it for every implementation.
+  const int32_t* ki_blocks = nullptr;
+  int ki_max_blocks = 0, ki_block_tokens = 0;
+  int64_t ki_block_stride = 0;
 };
+
+// The indexer key s of batch b (contiguous, or through the block table).
+inline const float* IndexerKeyRow(const IndexerParams& p, int64_t b, int64_t s) {
+  if (!p.ki_blocks) return p.ki + b * p.ki_batch_stride + s * p.Di;
+  return p.ki + p.ki_blocks[b * p.ki_max_blocks + s / p.ki_block_tokens] * p.ki_block_stride +
+         (s % p.ki_block_tokens) * p.Di;
+}
 
 struct SparseAttentionParams {
   int B = 0, Tq = 0, Tk = 0, H = 0, Hkv = 0, D = 0, K = 0;
@@ -210,6 +225,12 @@ struct BackendOps {
   void (*mem_copy)(void* dst, const void* src, size_t bytes, CopyKind kind);
   // Sets `bytes` of device memory to the byte `value`.
   void (*mem_set)(void* dst, int value, size_t bytes);
+  // Optional. The contents of [p, p + bytes), inside one mem_alloc block,
+  // are no longer needed: the backend may give that memory back (the CPU
+  // returns the whole pages inside the range to the OS). The range reads as
+  // unspecified until written; bytes outside it are untouched. ZeRO-3 uses
+  // it for the parameters a rank does not hold between steps.
+  void (*mem_discard)(void* p, size_t bytes);
   // Waits for all work this backend has queued (ops may run asynchronously
   // on a device; on the CPU they are complete when they return).
   void (*synchronize)();
@@ -344,6 +365,7 @@ struct BackendOps {
   X(mem_free, true)             \
   X(mem_copy, true)             \
   X(mem_set, true)              \
+  X(mem_discard, false)         \
   X(synchronize, true)          \
   X(gemm, true)                 \
   X(gemm_bf16, false)           \

@@ -57,6 +57,24 @@ TEST_P(Parity, DeviceMemory) {
     ops_->mem_free(a);
     ops_->mem_free(b);
   }
+  // mem_discard (optional): the range is unspecified after, writable again,
+  // and nothing outside it changes (here: a range covering whole pages,
+  // starting and ending inside pages).
+  if (ops_->mem_discard) {
+    const size_t bytes = 5 * 4096 + 100, lo = 1000, hi = 3 * 4096 + 7;
+    std::vector<unsigned char> host(bytes), back(bytes);
+    for (size_t i = 0; i < bytes; ++i) host[i] = (unsigned char)(i * 13 + 5);
+    void* a = ops_->mem_alloc(bytes);
+    ops_->mem_copy(a, host.data(), bytes, CopyKind::kHostToDevice);
+    ops_->mem_discard(static_cast<char*>(a) + lo, hi - lo);
+    ops_->mem_copy(back.data(), a, bytes, CopyKind::kDeviceToHost);
+    for (size_t i = 0; i < bytes; ++i)
+      if (i < lo || i >= hi) ASSERT_EQ(back[i], host[i]) << "byte " << i << " outside the discarded range";
+    ops_->mem_set(static_cast<char*>(a) + lo, 0x3C, hi - lo);
+    ops_->mem_copy(back.data(), a, bytes, CopyKind::kDeviceToHost);
+    for (size_t i = lo; i < hi; ++i) ASSERT_EQ(back[i], 0x3C) << "byte " << i;
+    ops_->mem_free(a);
+  }
   EXPECT_EQ(ops_->mem_alloc(0), nullptr);
   ops_->mem_free(nullptr);
 }

@@ -21,6 +21,7 @@ const std::map<std::string, std::string> kParityCase = {
     {"mem_free", "Cpu/Parity.DeviceMemory"},
     {"mem_copy", "Cpu/Parity.DeviceMemory"},
     {"mem_set", "Cpu/Parity.DeviceMemory"},
+    {"mem_discard", "Cpu/Parity.DeviceMemory"},
     {"synchronize", "Cpu/Parity.DeviceMemory"},
     {"gemm", "Cpu/Parity.Gemm"},
     {"gemm_bf16", "GemmBf16.MatchesRefOnRaggedShapes"},

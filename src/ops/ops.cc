@@ -145,7 +145,9 @@ void MoeBalanceStats(const float* scores, const int32_t* sel, int64_t B, int64_t
 
 void IndexerTopK(const IndexerParams& p) {
   OP_CHECK("dsa_indexer_topk", p.B >= 0 && p.Tq >= 0 && p.Tk >= p.Tq && p.Hi > 0 && p.Di > 0 && p.K > 0 &&
-                                   (p.B * p.Tq == 0 || (p.qi && p.ki && p.wi && p.idx)));
+                                   (p.B * p.Tq == 0 || (p.qi && p.ki && p.wi && p.idx)) &&
+                                   (!p.ki_blocks || (p.ki_block_tokens > 0 && p.ki_block_stride >= p.Di &&
+                                                     (int64_t)p.ki_max_blocks * p.ki_block_tokens >= p.Tk)));
   if (p.B * p.Tq) T().dsa_indexer_topk(p);
 }
 void SparseAttention(const SparseAttentionParams& p) {
@@ -159,7 +161,7 @@ void SparseAttentionBackward(const SparseAttentionBackwardParams& p) {
 }
 double IndexerLoss(const IndexerLossParams& p) {
   OP_CHECK("dsa_indexer_loss", p.indexer.qi && p.indexer.ki && p.indexer.wi && p.indexer.idx && p.attn.q &&
-                                   p.attn.k && p.attn.lse);
+                                   p.attn.k && p.attn.lse && !p.indexer.ki_blocks);  // (training: contiguous keys)
   return T().dsa_indexer_loss(p);
 }
 
@@ -172,6 +174,10 @@ void CopyRows(const float* src, int64_t ld_src, float* dst, int64_t ld_dst, int6
 void Copy(const float* src, int64_t n, float* dst) {
   OP_CHECK("copy", n >= 0 && (n == 0 || (src && dst)));
   if (n) T().mem_copy(dst, src, static_cast<size_t>(n) * sizeof(float), CopyKind::kDeviceToDevice);
+}
+void Discard(void* p, size_t bytes) {
+  OP_CHECK("mem_discard", bytes == 0 || p);
+  if (bytes && T().mem_discard) T().mem_discard(p, bytes);
 }
 void CopyBytes(const void* src, size_t bytes, void* dst) {
   OP_CHECK("copy_bytes", bytes == 0 || (src && dst));

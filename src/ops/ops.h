@@ -83,6 +83,9 @@ void CopyRows(const float* src, int64_t ld_src, float* dst, int64_t ld_dst, int6
 // dst[0..n) = src[0..n): a device-to-device copy (CopyBytes: of bytes).
 void Copy(const float* src, int64_t n, float* dst);
 void CopyBytes(const void* src, size_t bytes, void* dst);
+// The contents of [p, p + bytes) of device memory are no longer needed
+// (BackendOps::mem_discard; a no-op where the backend has no such slot).
+void Discard(void* p, size_t bytes);
 // BackendOps::attention_merge (ring attention's log-sum-exp merge).
 void AttentionMerge(float* out, int64_t out_batch_stride, float* lse, int64_t lse_stride, const float* out_b,
                     const float* lse_b, int B, int rows, int H, int D);

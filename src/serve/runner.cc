@@ -92,12 +92,11 @@ class BatchRunner::PoolAttention : public KvAttention {
   }
 
   // DSA, paged: the first layer of a sharing group selects each new row's
-  // dsa_topk keys (IndexerTopK over the sequence's indexer keys; while the
-  // context fits in dsa_topk that is every earlier key, the dense case);
-  // the group's layers then attend through the block table to those keys
-  // (PagedAttentionParams::sel). The indexer reads its keys contiguous:
-  // they are copied out of the blocks (Di floats a token, per group and
-  // step); K and V are read in place.
+  // dsa_topk keys (IndexerTopK over the sequence's indexer keys, read in
+  // place through its block table; while the context fits in dsa_topk that
+  // is every earlier key, the dense case); the group's layers then attend
+  // through the block table to those keys (PagedAttentionParams::sel).
+  // Nothing is gathered.
   void SelectPaged(int layer, const DsaRows* dsa) {
     const int K = static_cast<int>(cfg_.dsa_topk);
     params_.sel_k = K;
@@ -112,12 +111,13 @@ class BatchRunner::PoolAttention : public KvAttention {
     for (size_t i = 0; i < chunks_->size(); ++i) {
       const SeqChunk& c = (*chunks_)[i];
       const int64_t Tk = c.start + c.n, r0 = row0_[i];
-      ki_.resize(static_cast<size_t>(Tk) * Di);
-      for (int64_t p0 = 0; p0 < Tk; p0 += kBlockTokens)
-        ops::Copy(pool_->ki_row(c.blocks[p0 / kBlockTokens], group, 0), std::min<int64_t>(kBlockTokens, Tk - p0) * Di,
-                  ki_.data() + p0 * Di);
-      ops::IndexerTopK(SequenceIndexer(cfg_, c.n, Tk, dsa->qi + r0 * Hi * Di, ki_.data(), dsa->wi + r0 * Hi,
-                                       sel_.data() + r0 * K));
+      IndexerParams ip = SequenceIndexer(cfg_, c.n, Tk, dsa->qi + r0 * Hi * Di, pool_->ki_row(0, group, 0),
+                                         dsa->wi + r0 * Hi, sel_.data() + r0 * K);
+      ip.ki_blocks = params_.blocks + static_cast<int64_t>(i) * params_.max_blocks;
+      ip.ki_max_blocks = params_.max_blocks;
+      ip.ki_block_tokens = kBlockTokens;
+      ip.ki_block_stride = pool_->block_floats();
+      ops::IndexerTopK(ip);
     }
     params_.sel = sel_.data();
   }
@@ -186,7 +186,6 @@ class BatchRunner::PoolAttention : public KvAttention {
   std::vector<Buf<float>> gather_;          // gather path: per thread (device)
   std::vector<Buf<int32_t>> idx_;           // DSA, gather path: each sequence's group selection [n, K]
   Buf<int32_t> sel_;                        // DSA, paged: the group's selection of every batch row [rows, K]
-  Buf<float> ki_;                           // DSA, paged: one sequence's indexer keys [Tk, Di]
 };
 
 BatchRunner::BatchRunner(const Model& model, KvPool* pool, WeightFormat fmt, AttentionPath path)

@@ -16,8 +16,8 @@
 // per sequence (side by side, one per thread, for a batch of decode tokens;
 // one after another otherwise). DSA models take the paged op's sparse mode:
 // the first layer of each sharing group selects every new row's keys with
-// the indexer (over the sequence's indexer keys, copied out of the blocks:
-// Di floats a token), and each layer of the group attends to them through
+// the indexer (over the sequence's indexer keys, read in place through the
+// block table: IndexerParams::ki_blocks), and each layer of the group attends to them through
 // the block table; under kGather they take DsaAttend over gathered caches.
 //
 // Not thread-safe: one thread (the engine's scheduler) calls Forward.

@@ -1,6 +1,10 @@
 // Device memory for the CPU backend: the device is the host, so allocation
 // is aligned host memory and copies of every kind are memcpy. Ops complete
 // when they return, so synchronize has nothing to wait for.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +31,13 @@ void HostCopy(void* dst, const void* src, size_t bytes, CopyKind) {
 void HostSet(void* dst, int value, size_t bytes) {
   if (bytes) std::memset(dst, value, bytes);
 }
+// Whole pages inside the range back to the OS (they read as zero after).
+void HostDiscard(void* p, size_t bytes) {
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t b = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
+  const uintptr_t e = (reinterpret_cast<uintptr_t>(p) + bytes) & ~(page - 1);
+  if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
+}
 void HostSync() {}
 
 }  // namespace
@@ -36,6 +47,7 @@ void FillHostMemoryOps(BackendOps* ops) {
   ops->mem_free = HostFree;
   ops->mem_copy = HostCopy;
   ops->mem_set = HostSet;
+  ops->mem_discard = HostDiscard;
   ops->synchronize = HostSync;
 }
 

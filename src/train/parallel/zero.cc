@@ -1,8 +1,5 @@
 #include "train/parallel/zero.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 
@@ -14,15 +11,6 @@ namespace {
 
 double Now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// Returns whole pages inside [p, p+n floats) to the OS (they read as zero
-// until written again).
-void ReleasePages(float* p, int64_t n) {
-  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
-  uintptr_t b = (reinterpret_cast<uintptr_t>(p) + page - 1) & ~(page - 1);
-  uintptr_t e = reinterpret_cast<uintptr_t>(p + n) & ~(page - 1);
-  if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
 }
 
 }  // namespace
@@ -102,7 +90,7 @@ void ZeroSync::Gather(Segment& s) {
 
 void ZeroSync::Release(Segment& s) {
   const size_t i = &s - segs_.data();
-  ReleasePages(model_->params() + s.offset, s.count);
+  ops::Discard(model_->params() + s.offset, static_cast<size_t>(s.count) * sizeof(float));
   if (resident_[i]) {
     resident_[i] = false;
     resident_floats_ -= s.count;

@@ -21,9 +21,10 @@
 //                           loss is summed over rows in a fixed order.
 // The inner products work on blocks of 16 rows (16 dot products reduced by
 // a shuffle tree; weighted sums of 16 rows), written with GCC vector
-// extensions so that target_clones compiles them for AVX-512, AVX2 and
-// baseline x86-64 (picked at load time): this module is built without -m
-// flags. Helpers are always_inline so they take the clone's ISA. The
+// extensions so that DSA_KERNEL (dsa_simd.h) compiles them for AVX-512,
+// AVX2 and baseline x86-64 and calls the variant UseDsaKernelIsa chose:
+// this module is built without -m flags. Helpers are always_inline so they
+// take the variant's ISA. The
 // forward's step kernel has an 8-lane form too (AttnView::narrow: every
 // kernel ISA but avx512, see UseDsaKernelIsa): the 16-lane one needs 32
 // vector registers, which AVX2 lacks.
@@ -429,8 +430,7 @@ DSA_INLINE void FwdFinish(const AttnView& a, const float* acc, const float* m, c
 
 // Forward of row t, kv heads [hk0, hk1): keys[0..n) the valid selection,
 // in steps of kStep keys; ws holds the row's state, s the step's scores.
-DSA_MULTIVERSION void AttnFwdTask(const AttnView& a, int t, const int32_t* keys, int n, int hk0,
-                                  int hk1, float* ws, float* s, float* out_row, float* lse_t) {
+DSA_KERNEL(void, AttnFwdTask, (const AttnView& a, int t, const int32_t* keys, int n, int hk0, int hk1, float* ws, float* s, float* out_row, float* lse_t), (a, t, keys, n, hk0, hk1, ws, s, out_row, lse_t)) {
   const int D = a.D, g = a.g, h0 = hk0 * g, nh = (hk1 - hk0) * g;
   float* qs = ws;
   float* acc = qs + (int64_t)nh * D;
@@ -457,9 +457,7 @@ DSA_MULTIVERSION void AttnFwdTask(const AttnView& a, int t, const int32_t* keys,
 // every row of the block that selected them. ws holds the rows' states, s
 // the step's scores; nv[r] is RegularPrefix of row t0 + r, cur one int per
 // row.
-DSA_MULTIVERSION void AttnFwdBlockTask(const AttnView& a, const int32_t* idx, int K, int t0, int t1,
-                                       int hk, int chunk, float* ws, float* s, const int32_t* nv,
-                                       int32_t* cur, int32_t* spare, float* out, float* lse) {
+DSA_KERNEL(void, AttnFwdBlockTask, (const AttnView& a, const int32_t* idx, int K, int t0, int t1, int hk, int chunk, float* ws, float* s, const int32_t* nv, int32_t* cur, int32_t* spare, float* out, float* lse), (a, idx, K, t0, t1, hk, chunk, ws, s, nv, cur, spare, out, lse)) {
   const int D = a.D, g = a.g, h0 = hk * g, nr = t1 - t0;
   const int64_t stride = ((int64_t)2 * g * D + 2 * g + 15) / 16 * 16;
   for (int r = 0; r < nr; ++r) {
@@ -517,8 +515,7 @@ DSA_MULTIVERSION void AttnFwdBlockTask(const AttnView& a, const int32_t* idx, in
 
 // Backward, dq of row t for kv heads [hk0, hk1): P from the saved lse,
 // dS = P (dout . v - drow), dq = scale sum dS k.
-DSA_MULTIVERSION void AttnBwdDqTask(const AttnView& a, int t, const int32_t* keys, int n, int hk0,
-                                    int hk1, float* ws, float* dq_row) {
+DSA_KERNEL(void, AttnBwdDqTask, (const AttnView& a, int t, const int32_t* keys, int n, int hk0, int hk1, float* ws, float* dq_row), (a, t, keys, n, hk0, hk1, ws, dq_row)) {
   const int D = a.D, g = a.g, h0 = hk0 * g, nh = (hk1 - hk0) * g;
   float* qs = ws;
   float* acc = qs + (int64_t)nh * D;
@@ -548,7 +545,7 @@ DSA_MULTIVERSION void AttnBwdDqTask(const AttnView& a, int t, const int32_t* key
 }
 
 // drow[h] = dout[h] . out[h] for the H heads of one row.
-DSA_MULTIVERSION void RowDots(const float* x, const float* y, int H, int D, float* r) {
+DSA_KERNEL(void, RowDots, (const float* x, const float* y, int H, int D, float* r), (x, y, H, D, r)) {
   for (int h = 0; h < H; ++h) r[h] = DotN(x + (int64_t)h * D, y + (int64_t)h * D, D);
 }
 
@@ -556,8 +553,7 @@ DSA_MULTIVERSION void RowDots(const float* x, const float* y, int H, int D, floa
 // t*K + slot that selected it (ascending). Per block of 16 entries and
 // query head, P and dS are recomputed from q, dout, lse and drow; the
 // gathered q and dout rows are weighted into dk and dv. Writes the rows.
-DSA_MULTIVERSION void AttnBwdKvTask(const AttnView& a, int s, const int32_t* ents, int n, int K,
-                                    float* dk_row, float* dv_row) {
+DSA_KERNEL(void, AttnBwdKvTask, (const AttnView& a, int s, const int32_t* ents, int n, int K, float* dk_row, float* dv_row), (a, s, ents, n, K, dk_row, dv_row)) {
   const int D = a.D, g = a.g, H = a.H;
   Zero(dk_row, (int64_t)a.Hkv * D);
   Zero(dv_row, (int64_t)a.Hkv * D);

@@ -60,9 +60,7 @@ struct AttnView {
   bool narrow;  // the 8-lane step kernels (NarrowVectors)
 };
 
-// The ISA of the kernel variants in use (UseDsaKernelIsa, dsa.h).
-enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
-Isa ActiveIsa();
+// (Isa and ActiveIsa: dsa_simd.h.)
 // Whether the attention step kernels use 8-lane vectors: every ISA but
 // avx512 (the 16-lane kernels need 32 vector registers; AVX2 has 16).
 inline bool NarrowVectors() { return ActiveIsa() != Isa::kAvx512; }

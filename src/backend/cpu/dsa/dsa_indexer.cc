@@ -68,7 +68,7 @@ enum Slot { kSlotSample = 0, kSlotCandKey, kSlotCandIdx, kSlotQuant, kSlotSelect
 // lower bit can change that). Bits above the highest one where the
 // smallest and largest keys differ are common to all keys: the passes
 // start below them. *ge gets the count of keys >= thr.
-DSA_MULTIVERSION uint32_t KthThreshold(const uint32_t* key, int n, int k, int* ge) {
+DSA_KERNEL(uint32_t, KthThreshold, (const uint32_t* key, int n, int k, int* ge), (key, n, k, ge)) {
   uint32_t lo = ~0u, hi = 0;
 #pragma omp simd reduction(min : lo) reduction(max : hi)
   for (int i = 0; i < n; ++i) lo = std::min(lo, key[i]), hi = std::max(hi, key[i]);
@@ -149,20 +149,19 @@ void BuildTiles(const IndexerParams& p, int count, RowOf row_of, bool par, KeyTi
   for (int64_t task = 0; task < (int64_t)p.B * tiles; ++task) {
     const int b = (int)(task / tiles);
     const int i0 = (int)(task % tiles) * kTile;
-    const float* src = p.ki + b * p.ki_batch_stride;
     const size_t first = (size_t)b * kt->ld + i0;  // the tile's first key
     float* f32 = int8 ? nullptr : kt->f32.data() + first * Di;
     uint8_t* i8 = int8 ? kt->i8.data() + first * kt->Dg * 4 : nullptr;
     float* scale = int8 ? kt->scale.data() + first : nullptr;
     for (int i = i0; i < std::min(count, i0 + kTile); ++i)
-      LayOutKey(src + (int64_t)row_of(i) * Di, Di, i - i0, f32, i8, scale);
+      LayOutKey(IndexerKeyRow(p, b, row_of(i)), Di, i - i0, f32, i8, scale);
   }
 }
 
 // ------------------------------------------------------------ tile scores
 
 // fp32: sc[0..64) = sum_j w[j] relu(qi[j] . key) over a [Di][64] tile.
-DSA_MULTIVERSION void TileScoresF32(const QueryRow& r, const float* tile, int Hi, int Di, float* sc) {
+DSA_KERNEL(void, TileScoresF32, (const QueryRow& r, const float* tile, int Hi, int Di, float* sc), (r, tile, Hi, Di, sc)) {
   V16 t0 = {}, t1 = {}, t2 = {}, t3 = {};
   for (int j = 0; j < Hi; ++j) {
     const float* qj = r.qi + (int64_t)j * Di;
@@ -191,7 +190,7 @@ DSA_MULTIVERSION void TileScoresF32(const QueryRow& r, const float* tile, int Hi
 // for CPUs without AVX-512, where the 16-lane form needs 32 registers and
 // GCC lowers its relu lane by lane. The same operations per key: the same
 // bits.
-DSA_MULTIVERSION void TileScoresF32x8(const QueryRow& r, const float* tile, int Hi, int Di, float* sc) {
+DSA_KERNEL(void, TileScoresF32x8, (const QueryRow& r, const float* tile, int Hi, int Di, float* sc), (r, tile, Hi, Di, sc)) {
   for (int half = 0; half < kTile; half += 32) {
     V8 t[4] = {};
     for (int j = 0; j < Hi; ++j) {
@@ -613,7 +612,7 @@ void SelectAmongCandidates(const Kernels& kern, const uint32_t* ck, const int32_
 // The candidates (every key) of one query row over key tiles [tile0,
 // tile1), appended to (ckey, cidx); returns the new count. Lays out one
 // tile at a time (BuildTiles' code for one tile) into thread-local buffers.
-int DirectTiles(const IndexerParams& p, const Kernels& kern, const QueryRow& q, const float* ki,
+int DirectTiles(const IndexerParams& p, const Kernels& kern, const QueryRow& q, int b,
                 int n, int64_t tile0, int64_t tile1, uint32_t* ckey, int32_t* cidx, int count) {
   const int Tk = p.Tk, Hi = p.Hi, Di = p.Di, Dg = (Di + 3) / 4;
   const bool int8 = p.precision == IndexerPrecision::kInt8;
@@ -626,11 +625,11 @@ int DirectTiles(const IndexerParams& p, const Kernels& kern, const QueryRow& q, 
     if (int8) {
       std::memset(tile_i8, 128, (size_t)Dg * kTile * 4);
       for (int i = 0; i < kTile; ++i) scale[i] = 0.f;
-      for (int i = 0; i < m; ++i) LayOutKey(ki + (int64_t)(s0 + i) * Di, Di, i, nullptr, tile_i8, scale);
+      for (int i = 0; i < m; ++i) LayOutKey(IndexerKeyRow(p, b, s0 + i), Di, i, nullptr, tile_i8, scale);
       count = kern.i8_collect(q, tile_i8, scale, Hi, Dg, n - s0, s0, 0, ckey, cidx, count);
     } else {
       std::memset(tile_f32, 0, (size_t)Di * kTile * sizeof(float));
-      for (int i = 0; i < m; ++i) LayOutKey(ki + (int64_t)(s0 + i) * Di, Di, i, tile_f32, nullptr, nullptr);
+      for (int i = 0; i < m; ++i) LayOutKey(IndexerKeyRow(p, b, s0 + i), Di, i, tile_f32, nullptr, nullptr);
       kern.f32(q, tile_f32, Hi, Di, sc);
       count = kern.collect(sc, n - s0, s0, 0, ckey, cidx, count);
     }
@@ -661,12 +660,11 @@ void IndexerTopKDirect(const IndexerParams& p, const Kernels& kern) {
       q.qi = p.qi + b * p.qi_batch_stride + (int64_t)t * Hi * Di;
       q.w = p.wi + b * p.wi_batch_stride + (int64_t)t * Hi;
       if (p.precision == IndexerPrecision::kInt8) QuantizeQuery(Hi, Di, quant.data(), &q);
-      const float* ki = p.ki + b * p.ki_batch_stride;
       const int64_t tiles = (n + kTile - 1) / kTile;
       const int threads = omp_in_parallel() || (int64_t)n * Hi * Di < (int64_t{1} << 20)
                               ? 1 : std::min<int>(omp_get_max_threads(), (int)tiles);
       if (threads == 1) {
-        const int count = DirectTiles(p, kern, q, ki, n, 0, tiles, ckey.data(), cidx.data(), 0);
+        const int count = DirectTiles(p, kern, q, b, n, 0, tiles, ckey.data(), cidx.data(), 0);
         SelectAmongCandidates(kern, ckey.data(), cidx.data(), count, K, out);
         continue;
       }
@@ -683,7 +681,7 @@ void IndexerTopKDirect(const IndexerParams& p, const Kernels& kern) {
         const int r = omp_get_thread_num();
         const int64_t t0 = tiles * r / threads, t1 = tiles * (r + 1) / threads;
         const int64_t off = t0 * kTile + 16 * r;
-        got[r] = DirectTiles(p, kern, q, ki, n, t0, t1, ckey.data() + off, cidx.data() + off, 0);
+        got[r] = DirectTiles(p, kern, q, b, n, t0, t1, ckey.data() + off, cidx.data() + off, 0);
       }
       int count = 0;
       for (int r = 0; r < threads; ++r) {

@@ -22,7 +22,7 @@ using cpu::ExpF;
 using cpu::ThreadWorkspace;
 
 // p[i] = (1/H) sum_h exp(scale q[t,h] . k[keys[i], h/g] - lse[h, t]).
-DSA_MULTIVERSION void MainProbsRow(const AttnView& a, int t, const int32_t* keys, int n, float* p) {
+DSA_KERNEL(void, MainProbsRow, (const AttnView& a, int t, const int32_t* keys, int n, float* p), (a, t, keys, n, p)) {
   const int D = a.D, g = a.g;
   const float* kr[kLanes];
   alignas(64) float s[kLanes];
@@ -44,9 +44,7 @@ DSA_MULTIVERSION void MainProbsRow(const AttnView& a, int t, const int32_t* keys
 
 // u[j*n + i] = qi[j] . ki[keys[i]]; I[i] = sum_j w[j] relu(u). u and I
 // hold n rounded up to 16 floats.
-DSA_MULTIVERSION void IndexerScoresSel(const float* qi, const float* w, const float* ki,
-                                       const int32_t* keys, int n, int Hi, int Di, float* u,
-                                       float* I) {
+DSA_KERNEL(void, IndexerScoresSel, (const float* qi, const float* w, const float* ki, const int32_t* keys, int n, int Hi, int Di, float* u, float* I), (qi, w, ki, keys, n, Hi, Di, u, I)) {
   const int ldu = (n + kLanes - 1) / kLanes * kLanes;
   const float* kr[kLanes];
   for (int j0 = 0; j0 < n; j0 += kLanes) {
@@ -64,9 +62,7 @@ DSA_MULTIVERSION void IndexerScoresSel(const float* qi, const float* w, const fl
 
 // dwi[j] = sum_i dI[i] relu(u_ji); dqi[j] = sum_i dI[i] w_j [u_ji > 0] ki[keys[i]]
 // (writes; either may be null). dI is zero past n (16-rounded like u).
-DSA_MULTIVERSION void IndexerRowGrads(const float* w, const float* ki, const int32_t* keys, int n,
-                                      int Hi, int Di, const float* u, const float* dI, float* dqi,
-                                      float* dwi, float* dw) {
+DSA_KERNEL(void, IndexerRowGrads, (const float* w, const float* ki, const int32_t* keys, int n, int Hi, int Di, const float* u, const float* dI, float* dqi, float* dwi, float* dw), (w, ki, keys, n, Hi, Di, u, dI, dqi, dwi, dw)) {
   const int ldu = (n + kLanes - 1) / kLanes * kLanes;
   const float* kr[kLanes];
   alignas(64) float c[kLanes];
@@ -91,9 +87,7 @@ DSA_MULTIVERSION void IndexerRowGrads(const float* w, const float* ki, const int
 // dki[s] = sum over entries e = t*K + slot that selected s of
 // sum_j dI[e] w[t,j] [qi[t,j] . ki[s] > 0] qi[t,j] (writes). qi, wi and dI
 // at batch b's row 0.
-DSA_MULTIVERSION void IndexerKeyGrad(const float* qi, const float* wi, const float* kis,
-                                     const int32_t* ents, int n, int K, int Hi, int Di,
-                                     const float* dI, float* dki) {
+DSA_KERNEL(void, IndexerKeyGrad, (const float* qi, const float* wi, const float* kis, const int32_t* ents, int n, int K, int Hi, int Di, const float* dI, float* dki), (qi, wi, kis, ents, n, K, Hi, Di, dI, dki)) {
   Zero(dki, Di);
   const float* qr[kLanes];
   int32_t ts[kLanes];

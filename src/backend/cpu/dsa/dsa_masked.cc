@@ -23,7 +23,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Row r of S (n scores): keep the selected keys sel[0..ns), set the rest to
 // -inf, softmax in place; returns the log-sum-exp (-inf: nothing selected).
-DSA_MULTIVERSION float MaskSoftmaxRow(float* S, int n, const int32_t* sel, int ns, float* keep) {
+DSA_KERNEL(float, MaskSoftmaxRow, (float* S, int n, const int32_t* sel, int ns, float* keep), (S, n, sel, ns, keep)) {
   for (int i = 0; i < ns; ++i) keep[i] = S[sel[i]];
   for (int i = 0; i < n; ++i) S[i] = kNegInf;
   float mx = kNegInf;

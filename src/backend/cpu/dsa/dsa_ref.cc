@@ -44,7 +44,7 @@ std::vector<int> Quantize(const float* x, int n, double* scale) {
 
 // I(t, s) in double (for kInt8: of the quantised operands, dots exact).
 double IndexerScore(const IndexerParams& p, int b, int t, int s) {
-  const float* kr = p.ki + b * p.ki_batch_stride + (int64_t)s * p.Di;
+  const float* kr = IndexerKeyRow(p, b, s);
   double score = 0.0;
   for (int j = 0; j < p.Hi; ++j) {
     const float* qr = p.qi + At(p.qi_batch_stride, b, t, p.Hi, j, p.Di);

@@ -1,7 +1,7 @@
-// The DSA kernels' vector primitives (dsa.cc only): 16-lane blocks written
-// with GCC vector extensions, so that target_clones compiles them for
-// AVX-512, AVX2 and baseline x86-64; always_inline, so they take the ISA of
-// the clone that calls them.
+// The DSA kernels' vector primitives: 16-lane blocks written with GCC
+// vector extensions, so that one body compiles for AVX-512, AVX2 and
+// baseline x86-64 (DSA_KERNEL); always_inline, so they take the ISA of the
+// variant that calls them.
 #pragma once
 
 #include <cstdint>
@@ -11,13 +11,37 @@
 
 #define DSA_CHECK(op, cond) CHECK_MSG(cond, "[%s] invalid arguments", op)
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define DSA_MULTIVERSION \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"), noinline))
-#else
-#define DSA_MULTIVERSION
-#endif
 #define DSA_INLINE [[gnu::always_inline]] inline
+
+namespace myriad::cpu::dsa::detail {
+// The ISA of the kernel variants in use (UseDsaKernelIsa, dsa.h; dsa.cc).
+enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+Isa ActiveIsa();
+}  // namespace myriad::cpu::dsa::detail
+
+// A kernel compiled once per kernel ISA (x86-64-v4, x86-64-v3 and baseline
+// x86-64: its body is always_inline into three wrappers, each built for its
+// target) and called in the variant ActiveIsa() names. So UseDsaKernelIsa
+// and MYRIAD_CPU_ISA reach every DSA kernel, and the tests run each
+// variant on one CPU; nothing follows the CPU behind their back. Use:
+//   DSA_KERNEL(void, Name, (const float* x, int n), (x, n)) { body }
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define DSA_KERNEL(ret, name, params, args)                                                  \
+  DSA_INLINE ret name##Body params;                                                          \
+  [[gnu::target("arch=x86-64-v4"), gnu::noinline]] ret name##V4 params { return name##Body args; } \
+  [[gnu::target("arch=x86-64-v3"), gnu::noinline]] ret name##V3 params { return name##Body args; } \
+  [[gnu::noinline]] ret name##V1 params { return name##Body args; }                          \
+  ret name params {                                                                          \
+    switch (::myriad::cpu::dsa::detail::ActiveIsa()) {                                      \
+      case ::myriad::cpu::dsa::detail::Isa::kAvx512: return name##V4 args;                   \
+      case ::myriad::cpu::dsa::detail::Isa::kAvx2: return name##V3 args;                     \
+      default: return name##V1 args;                                                         \
+    }                                                                                        \
+  }                                                                                          \
+  DSA_INLINE ret name##Body params
+#else
+#define DSA_KERNEL(ret, name, params, args) ret name params
+#endif
 
 // 64-byte vectors live in always_inline helpers only (passed by reference),
 // never across an ABI boundary.
@@ -51,7 +75,7 @@ namespace myriad::cpu::dsa::simd {
 constexpr int kLanes = 16;  // keys (or inverse-index entries) per block: one vector of scores
 
 // 16 floats. GCC vector extensions rather than intrinsics: the same code
-// compiles in every target_clones clone (zmm, 2 ymm, 4 xmm).
+// compiles in every DSA_KERNEL variant (zmm, 2 ymm, 4 xmm).
 typedef float V16 __attribute__((vector_size(64)));
 typedef int32_t I16 __attribute__((vector_size(64)));
 

@@ -174,6 +174,66 @@ TEST(Dsa, TopKTiesGoToLowerIndex) {
 
 // ---------------------------------------------------------------- dense equivalence
 
+// Keys read in place through a block table (the serving pool's layout:
+// blocks of 16 rows, in shuffled order, with other data between them): the
+// same selection as the contiguous keys, bit for bit, for the reference and
+// every kernel ISA, both precisions, the decode (few rows) and the blocked
+// path, with two sequences whose tables differ.
+TEST(Dsa, IndexerReadsKeysThroughABlockTable) {
+  constexpr int kBt = 16, kGap = 5;  // rows per block; floats of other data after a block's rows
+  for (const Dims& d : {Dims{2, 1, 300, 4, 2, 24, 3, 16, 40}, Dims{2, 3, 77, 4, 2, 24, 2, 16, 9},
+                        Dims{2, 90, 250, 4, 2, 24, 3, 16, 32}, Dims{1, 37, 37, 4, 2, 24, 3, 16, 64}})
+    for (IndexerPrecision prec : {IndexerPrecision::kFp32, IndexerPrecision::kInt8}) {
+      SCOPED_TRACE(d.Name() + (prec == IndexerPrecision::kInt8 ? " int8" : " fp32"));
+      const Case c(d, 7 + d.Tk);
+      const int max_blocks = (d.Tk + kBt - 1) / kBt, n_blocks = d.B * max_blocks + 3;
+      const int64_t stride = (int64_t)kBt * d.Di + kGap;
+      std::vector<int32_t> order(n_blocks);
+      for (int i = 0; i < n_blocks; ++i) order[i] = i;
+      std::mt19937 rng(d.Tk);
+      std::shuffle(order.begin(), order.end(), rng);
+      std::vector<float> pool((size_t)n_blocks * stride, std::numeric_limits<float>::quiet_NaN());
+      std::vector<int32_t> table((size_t)d.B * max_blocks);
+      for (int b = 0; b < d.B; ++b)
+        for (int j = 0; j < max_blocks; ++j) {
+          const int32_t blk = order[(size_t)b * max_blocks + j];
+          table[(size_t)b * max_blocks + j] = blk;
+          for (int s = j * kBt; s < std::min(d.Tk, (j + 1) * kBt); ++s)
+            std::copy_n(c.ki.p() + b * c.ki.stride + (int64_t)s * d.Di, d.Di,
+                        pool.data() + blk * stride + (int64_t)(s % kBt) * d.Di);
+        }
+      IndexerParams want_p = c.Indexer(nullptr);
+      want_p.precision = prec;
+      std::vector<int32_t> want = c.NewIdx();
+      want_p.idx = want.data();
+      ref::IndexerTopK(want_p);
+      IndexerParams paged = want_p;
+      paged.ki = pool.data();
+      paged.ki_batch_stride = 0;
+      paged.ki_blocks = table.data();
+      paged.ki_max_blocks = max_blocks;
+      paged.ki_block_tokens = kBt;
+      paged.ki_block_stride = stride;
+      std::vector<int32_t> got = c.NewIdx();
+      paged.idx = got.data();
+      ref::IndexerTopK(paged);
+      EXPECT_EQ(got, want) << "reference";
+      ForEachKernelIsa([&] {
+        std::vector<int32_t> fast = c.NewIdx(), fast_paged = c.NewIdx();
+        IndexerParams p = want_p;
+        p.idx = fast.data();
+        IndexerTopK(p);
+        p = paged;
+        p.idx = fast_paged.data();
+        IndexerTopK(p);
+        EXPECT_EQ(fast_paged, fast);
+        if (prec == IndexerPrecision::kFp32) {
+          EXPECT_EQ(fast_paged, want);
+        }
+      });
+    }
+}
+
 TEST(Dsa, EqualsDenseAttentionWhenKCoversAllKeys) {
   for (const Dims& d : {Dims{2, 37, 37, 4, 2, 24, 3, 16, 64}, Dims{2, 1, 50, 4, 2, 24, 3, 16, 64},
                         Dims{1, 37, 37, 4, 4, 24, 3, 16, 37}}) {
