@@ -1,7 +1,10 @@
 #include "core/fault_env.h"
 
+#include <signal.h>
+
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <map>
 #include <utility>
 
@@ -56,8 +59,14 @@ class FaultEnv::File : public WritableFile {
       : env_(env), path_(std::move(path)), f_(std::move(f)) {}
   Status Append(std::string_view data) override {
     size_t pass = 0;
-    Status injected = env_->BeforeAppend(path_, data.size(), &pass);
+    bool die = false;
+    Status injected = env_->BeforeAppend(path_, data.size(), &pass, &die);
     Status s = pass > 0 ? f_->Append(data.substr(0, pass)) : Status::Ok();
+    if (die) {
+      std::fprintf(stderr, "[fault] crash while writing %s (injected fault)\n", path_.c_str());
+      std::fflush(stderr);
+      raise(SIGKILL);
+    }
     if (!injected.ok()) return injected;
     return s;
   }
@@ -77,6 +86,13 @@ void FaultEnv::SetEnospcAfterBytes(int64_t bytes, std::string path_substring) {
   faults_.enospc_bytes = bytes < 0 ? -1 : bytes;
   faults_.enospc_path = bytes < 0 ? std::string() : std::move(path_substring);
   enospc_used_ = 0;
+}
+
+void FaultEnv::SetCrashAfterBytes(int64_t bytes, std::string path_substring) {
+  std::lock_guard<std::mutex> lock(mu_);
+  faults_.crash_bytes = bytes < 0 ? -1 : bytes;
+  faults_.crash_path = bytes < 0 ? std::string() : std::move(path_substring);
+  crash_used_ = 0;
 }
 
 void FaultEnv::SetFailAppend(int64_t n, std::string path_substring) {
@@ -118,11 +134,12 @@ Status FaultEnv::Arm(const std::string& spec) {
         {"append", {"n", "path"}},
         {"rename", {"suffix"}},
         {"syncdir", {"suffix"}},
+        {"crash", {"bytes", "path"}},
     };
     auto keys = kKeys.find(p.kind);
     if (keys == kKeys.end()) {
       return bad("unknown fault kind \"" + p.kind +
-                 "\" (expected enospc, append, rename or syncdir)");
+                 "\" (expected enospc, append, rename, syncdir or crash)");
     }
     for (const Parsed& q : parsed) {
       if (q.kind == p.kind) return bad(p.kind + " is given twice");
@@ -152,10 +169,13 @@ Status FaultEnv::Arm(const std::string& spec) {
     }
     const std::string& required = keys->second.front();
     if (!p.kv.count(required)) {
-      return bad(p.kind + " needs " + required + "=" + (p.kind == "enospc" ? "BYTES" : p.kind == "append" ? "N" : "SUFFIX"));
+      return bad(p.kind + " needs " + required + "=" + (p.kind == "enospc" || p.kind == "crash" ? "BYTES" : p.kind == "append" ? "N" : "SUFFIX"));
     }
     if (p.kind == "enospc" && ParseCount(p.kv["bytes"]) < 0) {
       return bad("enospc bytes=\"" + p.kv["bytes"] + "\" is not a non-negative integer");
+    }
+    if (p.kind == "crash" && ParseCount(p.kv["bytes"]) < 0) {
+      return bad("crash bytes=\"" + p.kv["bytes"] + "\" is not a non-negative integer");
     }
     if (p.kind == "append" && ParseCount(p.kv["n"]) < 1) {
       return bad("append n=\"" + p.kv["n"] + "\" is not a positive integer (the first Append is n=1)");
@@ -170,6 +190,7 @@ Status FaultEnv::Arm(const std::string& spec) {
     if (p.kind == "append") SetFailAppend(ParseCount(p.kv["n"]), p.kv["path"]);
     if (p.kind == "rename") SetFailRename(p.kv["suffix"]);
     if (p.kind == "syncdir") SetFailSyncDir(p.kv["suffix"]);
+    if (p.kind == "crash") SetCrashAfterBytes(ParseCount(p.kv["bytes"]), p.kv["path"]);
   }
   return Status::Ok();
 }
@@ -178,6 +199,7 @@ void FaultEnv::Disarm() {
   std::lock_guard<std::mutex> lock(mu_);
   faults_ = Faults{};
   enospc_used_ = 0;
+  crash_used_ = 0;
   append_seen_ = 0;
 }
 
@@ -195,6 +217,8 @@ std::string FaultEnv::Armed() const {
   }
   if (!faults_.rename_suffix.empty()) parts.push_back("rename:suffix=" + faults_.rename_suffix);
   if (!faults_.syncdir_suffix.empty()) parts.push_back("syncdir:suffix=" + faults_.syncdir_suffix);
+  if (faults_.crash_bytes >= 0)
+    parts.push_back(with_path("crash:bytes=" + std::to_string(faults_.crash_bytes), faults_.crash_path));
   std::string out;
   for (const std::string& p : parts) out += (out.empty() ? "" : ";") + p;
   return out;
@@ -215,10 +239,21 @@ int64_t FaultEnv::bytes_written() const {
   return bytes_;
 }
 
-Status FaultEnv::BeforeAppend(const std::string& path, size_t size, size_t* pass) {
+Status FaultEnv::BeforeAppend(const std::string& path, size_t size, size_t* pass, bool* die) {
   std::lock_guard<std::mutex> lock(mu_);
   ++appends_;
   *pass = size;
+  *die = false;
+  if (faults_.crash_bytes >= 0) {
+    const int64_t n = static_cast<int64_t>(size);
+    if (Contains(path, faults_.crash_path) && crash_used_ + n > faults_.crash_bytes) {
+      ++fired_;
+      *pass = static_cast<size_t>(std::max<int64_t>(0, faults_.crash_bytes - crash_used_));
+      *die = true;
+      return Status::Ok();
+    }
+    crash_used_ += n;
+  }
   if (faults_.append_n > 0 && Contains(path, faults_.append_path) &&
       ++append_seen_ == faults_.append_n) {
     ++fired_;

@@ -19,12 +19,16 @@
 //            is renamed). Stays in force until disarmed.
 //   syncdir  Every SyncDir of a directory whose path ends with `suffix`
 //            fails. Stays in force until disarmed.
+//   crash    Like enospc, but the Append that crosses the budget writes the
+//            part that fits and then the process dies (SIGKILL): a crash in
+//            the middle of a write, for drills.
 // Injected errors name the path and end in "(injected fault)".
 //
 // Spec strings (Arm): faults separated by ';', each "kind:key=value,...":
 //   "enospc:bytes=1000000,path=step_"   "append:n=3"   "append:n=2,path=latest"
 //   "rename:suffix=latest"              "syncdir:suffix=.tmp"
 //   "enospc:bytes=0;rename:suffix=latest"   (two at once)
+//   "crash:bytes=4096,path=step_00000012"
 #pragma once
 
 #include <cstdint>
@@ -53,6 +57,8 @@ class FaultEnv : public Env {
   // Empty suffix: off.
   void SetFailRename(std::string target_suffix);
   void SetFailSyncDir(std::string dir_suffix);
+  // bytes < 0: off.
+  void SetCrashAfterBytes(int64_t bytes, std::string path_substring = "");
 
   // Parses `spec` (see above) and arms the faults it names; the kinds it does
   // not name keep their settings. All or nothing: a bad spec arms nothing and
@@ -93,15 +99,19 @@ class FaultEnv : public Env {
     std::string append_path;
     std::string rename_suffix;  // "": off
     std::string syncdir_suffix;  // "": off
+    int64_t crash_bytes = -1;    // -1: off
+    std::string crash_path;
   };
   // Decides one Append of `size` bytes to `path`: how many bytes to pass
-  // through, and the injected error (ok: none).
-  Status BeforeAppend(const std::string& path, size_t size, size_t* pass);
+  // through, the injected error (ok: none), and whether the process is to
+  // die once they are written (crash).
+  Status BeforeAppend(const std::string& path, size_t size, size_t* pass, bool* die);
 
   Env* const base_;
   mutable std::mutex mu_;
   Faults faults_;
   int64_t enospc_used_ = 0;     // bytes written since enospc was armed
+  int64_t crash_used_ = 0;      // bytes written since crash was armed
   int64_t append_seen_ = 0;     // matching Appends since append was armed
   int64_t fired_ = 0;
   int64_t appends_ = 0;

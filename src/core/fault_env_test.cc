@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -93,6 +95,26 @@ TEST_F(FaultEnvTest, EnospcTearsTheCrossingWriteAndStaysInForce) {
   EXPECT_EQ(Slurp(Path("g")), "");
   // Empty appends still succeed (nothing to write).
   EXPECT_EQ(Write(&env, "h", {""}), "");
+}
+
+// crash: the Append that crosses the budget (on a matching path; every
+// write counts toward it) writes what fits, then the process dies by SIGKILL.
+TEST_F(FaultEnvTest, CrashKillsTheProcessMidWrite) {
+  FaultEnv probe;
+  ASSERT_TRUE(probe.Arm("crash:bytes=10,path=step_").ok());
+  EXPECT_EQ(probe.Armed(), "crash:bytes=10,path=step_");
+  EXPECT_FALSE(probe.Arm("crash:bytes=-1").ok());
+  EXPECT_EXIT(
+      {
+        FaultEnv env;
+        (void)env.Arm("crash:bytes=10,path=step_");
+        Write(&env, "other", {"0123"});           // counts, does not match
+        Write(&env, "step_1", {"abcd", "efghij"});  // crosses at 10: "ef" fits
+        std::_Exit(0);                            // not reached
+      },
+      ::testing::KilledBySignal(SIGKILL), "crash while writing .*step_1 \\(injected fault\\)");
+  EXPECT_EQ(Slurp(Path("other")), "0123");
+  EXPECT_EQ(Slurp(Path("step_1")), "abcdef");
 }
 
 TEST_F(FaultEnvTest, EnospcExactBudgetAndZero) {
@@ -214,7 +236,7 @@ TEST_F(FaultEnvTest, BadSpecsAreRejectedNamingTheBadPart) {
   for (const Case& c : std::vector<Case>{
            {"", "is empty"},
            {"   ", "is empty"},
-           {"diskfull:bytes=1", "unknown fault kind \"diskfull\" (expected enospc, append, rename or syncdir)"},
+           {"diskfull:bytes=1", "unknown fault kind \"diskfull\" (expected enospc, append, rename, syncdir or crash)"},
            {"enospc:bytez=1", "unknown key \"bytez\" for enospc (expected bytes, path)"},
            {"enospc:bytes=12x", "enospc bytes=\"12x\" is not a non-negative integer"},
            {"enospc:bytes=-1", "enospc bytes=\"-1\" is not a non-negative integer"},

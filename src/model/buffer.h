@@ -79,9 +79,14 @@ class Buf {
 // The explicit copies of whole buffers: a host copy of b's elements, and b
 // set to a host vector's elements (resized to its size).
 template <typename T>
+void ToHost(const Buf<T>& b, std::vector<T>* h) {  // into *h, resized (its pages reused)
+  h->resize(b.size());
+  ops::CopyToHost(h->data(), b.data(), h->size() * sizeof(T));
+}
+template <typename T>
 std::vector<T> ToHost(const Buf<T>& b) {
-  std::vector<T> h(b.size());
-  ops::CopyToHost(h.data(), b.data(), h.size() * sizeof(T));
+  std::vector<T> h;
+  ToHost(b, &h);
   return h;
 }
 template <typename T>

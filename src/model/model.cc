@@ -77,6 +77,7 @@ void Model::InitWeights(uint64_t seed) {
 void Model::ZeroGrads() { ops::Zero(grads_.data(), static_cast<int64_t>(grads_.size())); }
 
 std::vector<float> Model::ParamsToHost() const { return ToHost(params_); }
+void Model::ParamsToHost(std::vector<float>* out) const { ToHost(params_, out); }
 std::vector<float> Model::GradsToHost() const { return ToHost(grads_); }
 void Model::ParamsFromHost(const float* host, int64_t offset, int64_t n) {
   CHECK_MSG(offset >= 0 && n >= 0 && offset + n <= static_cast<int64_t>(params_.size()),

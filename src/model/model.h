@@ -69,6 +69,7 @@ class Model {
   const float* grads() const { return grads_.data(); }
   int64_t num_params() const { return static_cast<int64_t>(params_.size()); }
   std::vector<float> ParamsToHost() const;
+  void ParamsToHost(std::vector<float>* out) const;  // into *out, resized
   std::vector<float> GradsToHost() const;
   // params[offset, offset + n) = host[0, n).
   void ParamsFromHost(const float* host, int64_t offset, int64_t n);

@@ -5,6 +5,7 @@
 #include <map>
 #include <cstring>
 
+#include "core/check.h"
 #include "core/log.h"
 #include "ops/ops.h"
 #include "train/comm/hierarchical.h"
@@ -258,8 +259,22 @@ std::unique_ptr<CheckpointSnapshot> DistTrainer::Snapshot(int64_t step, const nl
   // One rank holds the whole tensors in the single-device layout and flat
   // moments: they go into the snapshot as they are (one copy, the snapshot's).
   // Parameters and moments come to the host first (the snapshot is host data).
-  const std::vector<float> hp = model_->ParamsToHost(), hm = ToHost(m_), hv = ToHost(v_);
-  if (solo()) return MakeSnapshot(step, meta, hp.data(), hm.data(), hv.data());
+  // Into recycled buffers (SnapshotBufferPool): after the first save no
+  // page is faulted in on the training thread.
+  std::vector<float> hp = snap_pool_->Take(model_->num_params()), hm = snap_pool_->Take(m_.size()),
+                     hv = snap_pool_->Take(v_.size());
+  model_->ParamsToHost(&hp);
+  ToHost(m_, &hm);
+  ToHost(v_, &hv);
+  if (solo()) return MakeSnapshot(step, meta, std::move(hp), std::move(hm), std::move(hv));
+  // Distributed: these are staging only; back to the pool when done.
+  struct GiveBack {
+    SnapshotBufferPool* pool;
+    std::vector<float>* v[3];
+    ~GiveBack() {
+      for (std::vector<float>* x : v) pool->Give(std::move(*x));
+    }
+  } give_back{snap_pool_.get(), {&hp, &hm, &hv}};
   // Whole local optimizer moments (local layout).
   std::vector<float> lm, lv;
   if (zero_->stage() == 0) {
@@ -298,7 +313,9 @@ std::unique_ptr<CheckpointSnapshot> DistTrainer::Snapshot(int64_t step, const nl
   if (is_root()) {
     // Whole tensors in the single-device layout.
     ParamLayout whole(mc_);
-    std::vector<float> P(whole.total()), Mo(whole.total()), Vo(whole.total());
+    std::vector<float> P = snap_pool_->Take(whole.total()), Mo = snap_pool_->Take(whole.total()),
+                       Vo = snap_pool_->Take(whole.total());
+    for (std::vector<float>* x : {&P, &Mo, &Vo}) std::fill(x->begin(), x->end(), 0.f);
     std::map<std::string, const ParamInfo*> by_name;
     for (const auto& p : whole.params()) by_name[p.name] = &p;
     for (int r : reps) {
@@ -322,29 +339,42 @@ std::unique_ptr<CheckpointSnapshot> DistTrainer::Snapshot(int64_t step, const nl
         CopySlice(p, Vo.data() + o, const_cast<float*>(pv) + p.offset, false);
       }
     }
-    return MakeSnapshot(step, meta, P.data(), Mo.data(), Vo.data());
+    return MakeSnapshot(step, meta, std::move(P), std::move(Mo), std::move(Vo));
   }
   return nullptr;
 }
 
+void DistTrainer::PrepareSnapshotBuffers() {
+  if (!is_root()) return;
+  const size_t n = static_cast<size_t>(ParamLayout(mc_).total());
+  for (int i = 0; i < 3; ++i) snap_pool_->Give(std::vector<float>(n));  // zeroed: every page touched
+}
+
 std::unique_ptr<CheckpointSnapshot> DistTrainer::MakeSnapshot(int64_t step, const nlohmann::json& meta,
-                                                              const float* params, const float* exp_avg,
-                                                              const float* exp_avg_sq) const {
+                                                              std::vector<float>&& params_v,
+                                                              std::vector<float>&& exp_avg_v,
+                                                              std::vector<float>&& exp_avg_sq_v) const {
   const ParamLayout whole(mc_);
+  CHECK(static_cast<int64_t>(params_v.size()) == whole.total() && exp_avg_v.size() == params_v.size() &&
+        exp_avg_sq_v.size() == params_v.size());
   auto snap = std::make_unique<CheckpointSnapshot>();
   snap->step = step;
   snap->meta = meta;
+  snap->ReturnAdoptedTo(snap_pool_);
+  const float* params = snap->Adopt(std::move(params_v));
+  const float* exp_avg = snap->Adopt(std::move(exp_avg_v));
+  const float* exp_avg_sq = snap->Adopt(std::move(exp_avg_sq_v));
   for (const auto& p : whole.params()) {
     if (mc_.tie_embeddings && p.name == "lm_head.weight") continue;
-    snap->AddModel(p.name, p.shape, params + p.offset, p.numel);
+    snap->AddModelView(p.name, p.shape, params + p.offset, p.numel);
   }
   const auto& bn = whole.bias_names();
   for (size_t i = 0; i < bn.size(); ++i)
     snap->AddModel(bn[i], {mc_.n_routed_experts}, model_->biases()[i].data(), mc_.n_routed_experts);
   for (const auto& p : whole.params()) {
     if (mc_.tie_embeddings && p.name == "lm_head.weight") continue;
-    snap->AddOptimizer(p.name + ".exp_avg", p.shape, exp_avg + p.offset, p.numel);
-    snap->AddOptimizer(p.name + ".exp_avg_sq", p.shape, exp_avg_sq + p.offset, p.numel);
+    snap->AddOptimizerView(p.name + ".exp_avg", p.shape, exp_avg + p.offset, p.numel);
+    snap->AddOptimizerView(p.name + ".exp_avg_sq", p.shape, exp_avg_sq + p.offset, p.numel);
   }
   return snap;
 }

@@ -64,6 +64,9 @@ class DistTrainer {
   // in-memory snapshot on rank 0, so it loads under any layout; nullptr on
   // the other ranks. Writing it is the caller's (AsyncCheckpointWriter).
   std::unique_ptr<CheckpointSnapshot> Snapshot(int64_t step, const nlohmann::json& meta);
+  // Rank 0: allocates (and faults in) the host buffers of one snapshot now,
+  // so that the first save's pause is a copy only, like every later one.
+  void PrepareSnapshotBuffers();
   // Every rank copies its shard (and its optimizer slices) out of the
   // checkpoint's whole tensors: resharding onto this layout.
   Status Restore(const LoadedCheckpoint& ckpt, bool with_optimizer);
@@ -80,9 +83,12 @@ class DistTrainer {
  private:
   DistTrainer() = default;
   ShardPlan PlanFor(const Coords& c) const;
-  // The snapshot of whole tensors (single-device layout) and moments.
-  std::unique_ptr<CheckpointSnapshot> MakeSnapshot(int64_t step, const nlohmann::json& meta, const float* params,
-                                                   const float* exp_avg, const float* exp_avg_sq) const;
+  // The snapshot of whole tensors in the single-device layout; takes the
+  // host vectors over (no copy: the snapshot holds one copy of the state).
+  std::unique_ptr<CheckpointSnapshot> MakeSnapshot(int64_t step, const nlohmann::json& meta,
+                                                   std::vector<float>&& params, std::vector<float>&& exp_avg,
+                                                   std::vector<float>&& exp_avg_sq) const;
+  std::shared_ptr<SnapshotBufferPool> snap_pool_ = std::make_shared<SnapshotBufferPool>();
   std::vector<int> stage_begin_;  // first layer of each pipeline stage (+ n_layers at the end)
   std::unique_ptr<comm::Comm> embed_owner_;
   comm::Comm* embed_group_ = nullptr;  // first and last pipeline stages (embedding copies)

@@ -6,9 +6,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -197,6 +199,7 @@ Status RunTraining(const RunSpec& spec) {
   // Loaded (and verified) once; restored into the model further down.
   std::optional<LoadedCheckpoint> resume;
   std::vector<std::string> skipped_checkpoints;
+  int64_t disk_step = -1;  // the newest checkpoint on disk that verifies (-1: none)
   // The shared-memory copy of the checkpoints (all ranks on this machine only).
   std::string snap_dir = ResolveSnapshotDir(tc, world);
   if (!snap_dir.empty()) {
@@ -237,10 +240,30 @@ Status RunTraining(const RunSpec& spec) {
         LOG_WARN("%s", ck.status().message().c_str());
         continue;
       }
+      if (root == tc.out_dir) disk_step = ck->step;
       if (!resume || ck->step > resume->step) resume = std::move(ck).value();
     }
     if (!resume && !skipped_checkpoints.empty())
       return Status::Error(tc.out_dir + ": no checkpoint loads (hint: --fresh to start over)");
+  }
+  // A step only the shared-memory copy holds (the process died while that
+  // checkpoint was being written to disk) goes to disk now, before anything
+  // else: otherwise a run that died in its final save would report "nothing
+  // to do" with the final step on no disk.
+  if (resume && resume->step > disk_step) {
+    if (root) {
+      LOG_WARN("step %lld is only in the shared-memory copy (%s; on disk: %s): writing it to %s",
+               static_cast<long long>(resume->step), resume->dir.c_str(),
+               disk_step < 0 ? "none" : ("step " + std::to_string(disk_step)).c_str(), tc.out_dir.c_str());
+      auto saved = SaveCheckpoint(env, tc.out_dir, resume->step, CheckpointDataOf(*resume),
+                                  static_cast<int>(tc.keep_last));
+      if (!saved.ok())
+        return Status::Error("cannot write the shared-memory copy of step " + std::to_string(resume->step) +
+                             " to disk: " + saved.status().message());
+      LOG_INFO("recovered step %lld from shared memory: %s", static_cast<long long>(resume->step), saved->c_str());
+    }
+    if (dist) world->Barrier();
+    disk_step = resume->step;
   }
   if (resume && tc.precision == "auto") {
     if (resume->manifest.contains("precision")) {
@@ -313,8 +336,12 @@ Status RunTraining(const RunSpec& spec) {
   }
   hb.Event("start", {{"resumed_step", step}, {"skipped_checkpoints", skipped_checkpoints}, {"steps", tc.steps}});
   if (step >= tc.steps) {
+    // Only once the final step is on disk (the recovery above put it there).
+    if (disk_step < step)
+      return Status::Error(tc.out_dir + ": step " + std::to_string(step) + " is not on disk (hint: rerun to write it)");
     LOG_INFO("already at step %lld of %lld: nothing to do", static_cast<long long>(step),
              static_cast<long long>(tc.steps));
+    if (root && !snap_dir.empty()) (void)env->RemoveAll(snap_dir);  // done and on disk
     hb.Event("exit", {{"ok", true}, {"completed", true}, {"final_step", step}, {"reason", "done"}});
     hb.Stop();
     return Status::Ok();
@@ -326,6 +353,8 @@ Status RunTraining(const RunSpec& spec) {
     metrics.open(metrics_path, std::ios::app);
     if (!metrics) return Status::Error(metrics_path + ": cannot open for writing");
   }
+  int64_t metrics_lost = 0;  // records that could not be written
+  bool metrics_recovered = false;
 
   // MFU is against the peak of the GEMM in use (bf16 when chosen), measured now.
   const double peak = (precision.precision == ops::GemmPrecision::kBf16 ? MeasureModelGemmPeakGflops(1024)
@@ -341,7 +370,11 @@ Status RunTraining(const RunSpec& spec) {
   // intact and is retried with a fresh snapshot at the next step.
   FaultEnv fault_env(env);
   std::unique_ptr<AsyncCheckpointWriter> writer;
-  if (root) writer = std::make_unique<AsyncCheckpointWriter>(&fault_env, tc.out_dir, static_cast<int>(tc.keep_last));
+  if (root) {
+    writer = std::make_unique<AsyncCheckpointWriter>(&fault_env, tc.out_dir, static_cast<int>(tc.keep_last));
+    if (!snap_dir.empty()) writer->SetMirror(env, snap_dir, /*keep_last=*/2);
+  }
+  dtr->PrepareSnapshotBuffers();  // (rank 0) the first save pauses for its copy only
   size_t records_seen = 0;
   int failed_saves = 0;
   bool retry_save = false;
@@ -353,27 +386,25 @@ Status RunTraining(const RunSpec& spec) {
                            {"data_cursor", train_data->cursor().ToJson()}, {"rng", {{"seed", tc.seed}}},
                            {"parallel", dtr->mesh().dims().ToJson()},
                            {"tokenizer", tc.data_dir + "/tokenizer.model"}, {"precision", precision_used}};
+    // Training waits for this in-memory copy only (collective in a
+    // distributed run); the writer thread then writes the shared-memory copy
+    // (tmpfs: from then on a crash of this process loses nothing before step
+    // s) and the disk one.
     std::unique_ptr<CheckpointSnapshot> snap = dtr->Snapshot(s, meta);
     Status st;
-    if (root && !snap_dir.empty()) {
-      // The shared-memory copy first (tmpfs: no disk latency): from here on a
-      // crash of this process loses nothing before step s.
-      auto r = SaveCheckpoint(env, snap_dir, s, snap->View(), /*keep_last=*/2);
-      if (!r.ok()) {
-        LOG_WARN("shared-memory checkpoint copy off: %s", r.status().message().c_str());
-        (void)env->RemoveAll(snap_dir);
-        snap_dir.clear();
-      }
-    }
-    const double shm_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double snapshot_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (root) {
+      if (faults.CrashInSaveAt(s)) {
+        // Drill: the process dies half-way through this checkpoint's files.
+        (void)fault_env.Arm("crash:bytes=" + std::to_string(snap->bytes() / 2) + ",path=" + CheckpointDirName(s));
+      }
       if (faults.DiskFullAt(s)) {
         // The disk "fills" half-way through this checkpoint's files.
         (void)fault_env.Arm("enospc:bytes=" + std::to_string(snap->bytes() / 2) + ",path=" + CheckpointDirName(s));
       }
       // Write errors (this one's or an earlier one's) are poll_writer's to
       // report and retry; they never stop training here.
-      (void)writer->Submit(std::move(snap), shm_s);
+      (void)writer->Submit(std::move(snap), snapshot_s);
       if (wait || !tc.async_checkpoint || faults.DamageAt(s)) (void)writer->Wait();
       // Drill: a crash that leaves this checkpoint torn or corrupt.
       if (faults.DamageAt(s)) faults.AfterCheckpoint(s, tc.out_dir + "/" + CheckpointDirName(s));
@@ -392,13 +423,15 @@ Status RunTraining(const RunSpec& spec) {
       // for the hand-over (which includes waiting for the previous write).
       const double blocked = r.snapshot_s + r.blocked_s + (tc.async_checkpoint ? 0.0 : r.persist_s);
       hb.Event("checkpoint", {{"step", r.step}, {"ok", r.ok}, {"snapshot_s", r.snapshot_s},
-                              {"blocked_s", blocked}, {"persist_s", r.persist_s}, {"error", r.error}});
+                              {"handover_s", r.blocked_s}, {"blocked_s", blocked}, {"persist_s", r.persist_s},
+                              {"shm_copy_s", r.mirror_s}, {"error", r.error}});
       if (r.ok) {
         failed_saves = 0;
         blocked_s.push_back(blocked);
         persist_s.push_back(r.persist_s);
-        LOG_INFO("checkpoint step %lld written (training blocked %.3fs, written in the background in %.2fs)",
-                 static_cast<long long>(r.step), blocked, r.persist_s);
+        LOG_INFO("checkpoint step %lld written (training blocked %.3fs, written in the background in %.2fs; "
+                 "blocked = snapshot %.3fs + hand-over %.3fs; the shared-memory copy took %.2fs of the background)",
+                 static_cast<long long>(r.step), blocked, r.persist_s, r.snapshot_s, r.blocked_s, r.mirror_s);
       } else {
         fault_env.Disarm();
         LOG_WARN("checkpoint step %lld failed: %s (the previous checkpoint is intact; retrying)",
@@ -477,7 +510,21 @@ Status RunTraining(const RunSpec& spec) {
       rec["val_loss"] = ev.loss;
       rec["val_ppl"] = ev.perplexity;
     }
-    if (root && (step % tc.log_every == 0 || step == tc.steps || do_eval)) metrics << rec.dump() << "\n" << std::flush;
+    if (root && (step % tc.log_every == 0 || step == tc.steps || do_eval)) {
+      metrics << rec.dump() << "\n" << std::flush;
+      if (!metrics) {  // full disk, I/O error: say so (once), count, keep training
+        const int err = errno;
+        if (metrics_lost++ == 0)
+          LOG_WARN("%s: cannot write metrics (%s): step %lld's record and later ones are lost until it can "
+                   "(training goes on; checkpoints are written separately)",
+                   metrics_path.c_str(), std::strerror(err), static_cast<long long>(step));
+        hb.Event("metrics_lost", {{"step", step}, {"path", metrics_path}, {"error", std::strerror(err)}});
+        metrics.clear();
+      } else if (metrics_lost > 0 && !metrics_recovered) {
+        metrics_recovered = true;
+        LOG_INFO("%s: metrics are written again from step %lld", metrics_path.c_str(), static_cast<long long>(step));
+      }
+    }
     if (!quiet && (step % tc.log_every == 0 || step == tc.steps || do_eval)) {
       char line[256];
       std::snprintf(line, sizeof line, "step %lld/%lld | loss %.4f | lr %.2e | %.0f tok/s | MFU %.1f%% | ETA %s",
@@ -528,6 +575,9 @@ Status RunTraining(const RunSpec& spec) {
     LOG_INFO("checkpoints: %zu written; training blocked %.3fs per save on average, %.1f%% of the %.2fs a save took",
              blocked_s.size(), b / blocked_s.size(), p > 0 ? 100 * b / (b + p) : 0.0, (b + p) / blocked_s.size());
   }
+  if (root && metrics_lost > 0)
+    LOG_WARN("%s: %lld metrics records could not be written", metrics_path.c_str(),
+             static_cast<long long>(metrics_lost));
   // Done and on disk: the shared-memory copy is no longer needed.
   if (root && !snap_dir.empty() && step >= tc.steps && failed_saves == 0) (void)env->RemoveAll(snap_dir);
   if (stopped_by_signal && root)

@@ -38,6 +38,47 @@ TensorView CheckpointSnapshot::Copy(const TensorView& view) {
 
 void CheckpointSnapshot::AddModel(const TensorView& view) { model_.push_back(Copy(view)); }
 
+std::vector<float> SnapshotBufferPool::Take(size_t n) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < free_.size(); ++i) {
+      if (free_[i].capacity() < n) continue;
+      std::vector<float> v = std::move(free_[i]);
+      free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(i));
+      v.resize(n);  // within capacity: no allocation; new elements (if any) zeroed
+      return v;
+    }
+  }
+  return std::vector<float>(n);
+}
+
+void SnapshotBufferPool::Give(std::vector<float>&& v) {
+  std::lock_guard<std::mutex> lock(mu_);
+  free_.push_back(std::move(v));
+}
+
+CheckpointSnapshot::~CheckpointSnapshot() {
+  if (!pool_) return;
+  for (std::vector<float>& v : adopted_) pool_->Give(std::move(v));
+}
+
+const float* CheckpointSnapshot::Adopt(std::vector<float>&& data) {
+  bytes_ += static_cast<int64_t>(data.size() * sizeof(float));
+  adopted_.push_back(std::move(data));
+  return adopted_.back().data();
+}
+
+void CheckpointSnapshot::AddModelView(const std::string& name, const std::vector<int64_t>& shape,
+                                      const float* adopted, int64_t numel) {
+  model_.push_back(TensorView{name, "F32", shape, adopted, static_cast<size_t>(numel < 0 ? 0 : numel) * sizeof(float)});
+}
+
+void CheckpointSnapshot::AddOptimizerView(const std::string& name, const std::vector<int64_t>& shape,
+                                          const float* adopted, int64_t numel) {
+  optimizer_.push_back(
+      TensorView{name, "F32", shape, adopted, static_cast<size_t>(numel < 0 ? 0 : numel) * sizeof(float)});
+}
+
 void CheckpointSnapshot::AddOptimizer(const TensorView& view) {
   optimizer_.push_back(Copy(view));
 }
@@ -94,6 +135,18 @@ AsyncCheckpointWriter::~AsyncCheckpointWriter() {
   thread_.join();
 }
 
+void AsyncCheckpointWriter::SetMirror(Env* env, std::string root, int keep_last) {
+  std::lock_guard<std::mutex> lock(mu_);
+  mirror_env_ = env ? env : Env::Default();
+  mirror_root_ = std::move(root);
+  mirror_keep_ = keep_last;
+}
+
+std::string AsyncCheckpointWriter::mirror() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return mirror_root_;
+}
+
 Status AsyncCheckpointWriter::Submit(std::unique_ptr<CheckpointSnapshot> s, double snapshot_s) {
   const auto t0 = std::chrono::steady_clock::now();
   if (!s) return Status::Error(root_ + ": AsyncCheckpointWriter::Submit got no snapshot (a bug in the caller)");
@@ -142,6 +195,28 @@ void AsyncCheckpointWriter::Loop() {
     }
     const auto t0 = std::chrono::steady_clock::now();
     const int64_t step = job->step;
+    std::string mirror;
+    Env* mirror_env = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      mirror = mirror_root_;
+      mirror_env = mirror_env_;
+    }
+    if (!mirror.empty()) {
+      Result<std::string> m = Status::Error("not saved");
+      try {
+        m = SaveCheckpoint(mirror_env, mirror, step, job->View(), mirror_keep_);
+      } catch (const std::exception& e) {
+        m = Status::Error(mirror + ": " + e.what());
+      }
+      if (!m.ok()) {
+        LOG_WARN("shared-memory checkpoint copy off: %s", m.status().message().c_str());
+        (void)mirror_env->RemoveAll(mirror);
+        std::lock_guard<std::mutex> lock(mu_);
+        mirror_root_.clear();
+      }
+    }
+    const double mirror_s = SecondsSince(t0);
     Result<std::string> saved = Status::Error("not saved");
     // Errors never escape the thread: an exception (out of memory, a meta
     // value JSON cannot serialise) becomes this persist's error.
@@ -169,6 +244,7 @@ void AsyncCheckpointWriter::Loop() {
       std::lock_guard<std::mutex> lock(mu_);
       SaveRecord& rec = records_[index];
       rec.persist_s = persist_s;
+      rec.mirror_s = mirror_s;
       rec.done = true;
       rec.ok = saved.ok();
       if (saved.ok()) {

@@ -38,6 +38,23 @@
 
 namespace myriad {
 
+// Host buffers that outlive the snapshots they are lent to: a snapshot's
+// adopted vectors come back here when it is destroyed (once persisted), so
+// the next snapshot reuses their pages: no page faults and no zeroing on
+// the training thread after the first save. The pool keeps that host memory
+// for the run (at most the two snapshots that may exist at once). Thread-safe.
+class SnapshotBufferPool {
+ public:
+  // A vector of n floats, contents unspecified (a returned one when any has
+  // capacity for n, else a new zeroed one).
+  std::vector<float> Take(size_t n);
+  void Give(std::vector<float>&& v);
+
+ private:
+  std::mutex mu_;
+  std::vector<std::vector<float>> free_;
+};
+
 // An owned copy of everything a checkpoint holds. The Add* methods copy the
 // tensor data now, so the source may change right after they return. Not
 // copyable (views point into the owned buffers); movable.
@@ -54,6 +71,15 @@ struct CheckpointSnapshot {
   // Any dtype: copies view.nbytes bytes from view.data.
   void AddModel(const TensorView& view);
   void AddOptimizer(const TensorView& view);
+  // Takes `data` over without a copy (the caller built it for this snapshot)
+  // and returns its first element; tensors added with AddModelView /
+  // AddOptimizerView may point into it.
+  const float* Adopt(std::vector<float>&& data);
+  // F32 tensors that point into adopted data (no copy).
+  void AddModelView(const std::string& name, const std::vector<int64_t>& shape, const float* adopted,
+                    int64_t numel);
+  void AddOptimizerView(const std::string& name, const std::vector<int64_t>& shape, const float* adopted,
+                        int64_t numel);
   // A snapshot of `data` (every tensor copied) at `step`.
   static std::unique_ptr<CheckpointSnapshot> CopyOf(int64_t step, const CheckpointData& data);
 
@@ -62,7 +88,11 @@ struct CheckpointSnapshot {
   // Bytes of tensor data held.
   int64_t bytes() const { return bytes_; }
 
+  // Adopted vectors go back to `pool` when this snapshot is destroyed.
+  void ReturnAdoptedTo(std::shared_ptr<SnapshotBufferPool> pool) { pool_ = std::move(pool); }
+
   CheckpointSnapshot() = default;
+  ~CheckpointSnapshot();
   CheckpointSnapshot(CheckpointSnapshot&&) = default;
   CheckpointSnapshot& operator=(CheckpointSnapshot&&) = default;
 
@@ -71,6 +101,8 @@ struct CheckpointSnapshot {
   // One heap buffer per tensor (8-byte aligned for any dtype); the buffers
   // never move, so the views stay valid as more tensors are added.
   std::vector<std::unique_ptr<uint64_t[]>> buffers_;
+  std::vector<std::vector<float>> adopted_;  // vectors move without moving their data
+  std::shared_ptr<SnapshotBufferPool> pool_;
   std::vector<TensorView> model_, optimizer_;
   int64_t bytes_ = 0;
 };
@@ -82,6 +114,7 @@ struct CheckpointSnapshot {
 struct SaveRecord {
   int64_t step = 0;
   double snapshot_s = 0, blocked_s = 0, persist_s = 0;
+  double mirror_s = 0;  // the part of persist_s spent on the mirror (SetMirror)
   bool done = false;
   bool ok = false;
   std::string error;
@@ -97,6 +130,14 @@ class AsyncCheckpointWriter {
   AsyncCheckpointWriter(Env* env, std::string root, int keep_last);
   // Waits for the persist in flight; an error nobody collected is logged.
   ~AsyncCheckpointWriter();
+  // Each persist first writes the snapshot to `root` through `env` as well
+  // (the shared-memory copy: fast, and done before the slower main root), keeping
+  // `keep_last` there. A mirror write that fails turns the mirror off (logged,
+  // its directory removed); the main root is written regardless. Call before
+  // the first Submit.
+  void SetMirror(Env* env, std::string root, int keep_last);
+  // The mirror root, "" when there is none (or it was turned off).
+  std::string mirror() const;
   AsyncCheckpointWriter(const AsyncCheckpointWriter&) = delete;
   AsyncCheckpointWriter& operator=(const AsyncCheckpointWriter&) = delete;
 
@@ -120,6 +161,9 @@ class AsyncCheckpointWriter {
   Env* const env_;
   const std::string root_;
   const int keep_last_;
+  Env* mirror_env_ = nullptr;
+  std::string mirror_root_;  // guarded by mu_ once the thread runs
+  int mirror_keep_ = 2;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -80,7 +80,8 @@ class AsyncWriterTest : public ::testing::Test {
     auto r = LoadCheckpoint(Env::Default(), path);
     ASSERT_TRUE(r.ok()) << r.status().message();
     EXPECT_EQ(r->step, step);
-    EXPECT_EQ(r->dir, Dir(step));
+    const bool step_dir = ParseCheckpointDirName(fs::path(path).filename().string()) >= 0;
+    EXPECT_EQ(r->dir, step_dir ? path : Dir(step));
     Source src(step);
     auto want = src.Snapshot(step);
     const CheckpointData data = want->View();
@@ -165,6 +166,71 @@ TEST_F(AsyncWriterTest, PersistedSnapshotLoadsBitIdentical) {
   EXPECT_FALSE(writer.busy());
   ExpectCheckpoint(root_, 10);
   EXPECT_EQ(Slurp(root_ + "/latest"), "step_00000010\n");
+}
+
+// The shared-memory mirror: written by the persist thread before the main
+// root, the same checkpoint bit for bit, keeping its own keep_last; a mirror
+// that fails (here its disk fills) is turned off and removed while the main
+// root is still written; an adopted vector is held without a copy.
+TEST_F(AsyncWriterTest, MirrorIsWrittenFirstAndTurnedOffWhenItFails) {
+  const std::string mirror = base_ + "/shm";
+  {
+    AsyncCheckpointWriter writer(Env::Default(), root_, 3);
+    writer.SetMirror(Env::Default(), mirror, 2);
+    for (int64_t step : {10, 20, 30}) {
+      ASSERT_TRUE(writer.Submit(Source(step).Snapshot(step), 0.0).ok());
+      ASSERT_TRUE(writer.Wait().ok());
+    }
+    for (int64_t step : {20, 30}) ExpectCheckpoint(mirror + "/" + CheckpointDirName(step), step);
+    EXPECT_FALSE(fs::exists(mirror + "/" + CheckpointDirName(10))) << "mirror keeps 2";
+    for (int64_t step : {10, 20, 30}) ExpectCheckpoint(Dir(step), step);
+    const std::vector<SaveRecord> recs = writer.records();
+    ASSERT_EQ(recs.size(), 3u);
+    for (const SaveRecord& r : recs) {
+      EXPECT_GT(r.mirror_s, 0.0);
+      EXPECT_LE(r.mirror_s, r.persist_s);
+    }
+  }
+  FaultEnv full;
+  full.SetEnospcAfterBytes(100);
+  AsyncCheckpointWriter writer(Env::Default(), root_, 3);
+  writer.SetMirror(&full, mirror, 2);
+  ASSERT_TRUE(writer.Submit(Source(40).Snapshot(40), 0.0).ok());
+  ASSERT_TRUE(writer.Wait().ok()) << "a failed mirror is not the save's error";
+  EXPECT_EQ(writer.mirror(), "");
+  EXPECT_FALSE(fs::exists(mirror));
+  ExpectCheckpoint(Dir(40), 40);
+  ASSERT_TRUE(writer.Submit(Source(50).Snapshot(50), 0.0).ok());
+  ASSERT_TRUE(writer.Wait().ok());
+  EXPECT_FALSE(fs::exists(mirror)) << "off stays off";
+  ExpectCheckpoint(Dir(50), 50);
+
+  // Adopt: the snapshot owns the vector's buffer itself (no copy).
+  CheckpointSnapshot snap;
+  std::vector<float> data = {1.f, 2.f, 3.f};
+  const float* before = data.data();
+  const float* held = snap.Adopt(std::move(data));
+  EXPECT_EQ(held, before);
+  snap.AddModelView("w", {3}, held, 3);
+  EXPECT_EQ(snap.bytes(), 12);
+  ASSERT_EQ(snap.View().model.size(), 1u);
+  EXPECT_EQ(snap.View().model[0].data, before);
+
+  // A pooled snapshot's adopted buffers come back to the pool when it is
+  // destroyed, and the next Take reuses them (same pages).
+  auto pool = std::make_shared<SnapshotBufferPool>();
+  const float* first = nullptr;
+  {
+    CheckpointSnapshot pooled;
+    pooled.ReturnAdoptedTo(pool);
+    std::vector<float> v = pool->Take(1000);
+    ASSERT_EQ(v.size(), 1000u);
+    first = pooled.Adopt(std::move(v));
+  }
+  std::vector<float> again = pool->Take(1000);
+  EXPECT_EQ(again.data(), first);
+  EXPECT_EQ(again.size(), 1000u);
+  EXPECT_NE(pool->Take(1000).data(), first) << "a buffer is lent once";
 }
 
 TEST_F(AsyncWriterTest, SourceMayChangeRightAfterAddAndSubmit) {

@@ -100,6 +100,15 @@ Status WriteStepDir(Env* env, const std::string& tmp, int64_t step, const Checkp
 
 }  // namespace
 
+CheckpointData CheckpointDataOf(const LoadedCheckpoint& ck) {
+  CheckpointData d;
+  d.meta = ck.manifest;
+  for (const char* key : {"format_version", "step", "files", "manifest_xxhash64"}) d.meta.erase(key);
+  d.model = ck.model.tensors();
+  if (ck.optimizer) d.optimizer = ck.optimizer->tensors();
+  return d;
+}
+
 std::string CheckpointDirName(int64_t step) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "step_%08lld", static_cast<long long>(step));

@@ -5,7 +5,9 @@
 //     step_00000123/
 //       manifest.json        format_version, step, model_config, train_config,
 //                            data_cursor, rng, parallel, tokenizer (optional),
-//                            files: [{name, size, xxhash64}]
+//                            files: [{name, size, xxhash64}],
+//                            manifest_xxhash64 (ManifestChecksum: every
+//                            other byte of the manifest is covered)
 //       model.safetensors    parameters and buffers under their model names
 //       optimizer.safetensors  "<param>.exp_avg", "<param>.exp_avg_sq", "step"
 //
@@ -40,7 +42,9 @@
 
 namespace myriad {
 
-inline constexpr int kCheckpointFormatVersion = 1;
+// 2: manifest.json carries manifest_xxhash64, the checksum of the rest of
+// the manifest (version 1 had none: its step and data cursor were unchecked).
+inline constexpr int kCheckpointFormatVersion = 2;
 inline constexpr const char* kCheckpointManifest = "manifest.json";
 inline constexpr const char* kCheckpointModelFile = "model.safetensors";
 inline constexpr const char* kCheckpointOptimizerFile = "optimizer.safetensors";
@@ -87,6 +91,11 @@ struct LoadedCheckpoint {
   SafetensorsFile model;
   std::optional<SafetensorsFile> optimizer;  // absent if none was saved
 };
+
+// A loaded checkpoint as data SaveCheckpoint writes again, tensors and
+// metadata unchanged (views into `ck`, which must outlive the result): how
+// a step that only the shared-memory copy holds is written to disk.
+CheckpointData CheckpointDataOf(const LoadedCheckpoint& ck);
 
 // Loads `path`, which is either a step directory or a ROOT (then `latest` is
 // followed; without a `latest` file the highest complete step is used).

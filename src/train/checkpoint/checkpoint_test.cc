@@ -7,12 +7,14 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <sstream>
 
 #include "core/checksum.h"
 #include "core/fault_env.h"
+#include "train/checkpoint/manifest.h"
 
 namespace myriad {
 namespace {
@@ -148,7 +150,8 @@ TEST_F(CheckpointTest, SaveLoadRoundTripIsBitwise) {
 
   // The manifest's file list matches the bytes on disk (checked independently).
   auto manifest = nlohmann::json::parse(Slurp(dir + "/manifest.json"));
-  EXPECT_EQ(manifest["format_version"], 1);
+  EXPECT_EQ(manifest["format_version"], 2);
+  EXPECT_EQ(manifest["manifest_xxhash64"], ManifestChecksum(manifest));
   EXPECT_EQ(manifest["step"], 10);
   ASSERT_EQ(manifest["files"].size(), 2u);
   for (const auto& f : manifest["files"]) {
@@ -262,12 +265,13 @@ TEST_F(CheckpointTest, MissingAndDamagedManifest) {
   j["format_version"] = 99;
   Spit(manifest, j.dump());
   m = LoadError(root_);
-  EXPECT_NE(m.find(manifest + ": format_version 99 is not supported; this build reads version 1"),
+  EXPECT_NE(m.find(manifest + ": format_version 99 is not supported; this build reads version 2"),
             std::string::npos)
       << m;
 
   j = nlohmann::json::parse(good);
   j["files"][0]["name"] = "../../etc/passwd";
+  j["manifest_xxhash64"] = ManifestChecksum(j);  // re-signed: the name check itself
   Spit(manifest, j.dump());
   m = LoadError(root_);
   EXPECT_NE(m.find("is not a plain file name"), std::string::npos) << m;
@@ -277,6 +281,60 @@ TEST_F(CheckpointTest, MissingAndDamagedManifest) {
   m = LoadError(root_);
   EXPECT_EQ(m.rfind(Dir(10) + "/optimizer.safetensors: listed in manifest.json but missing", 0), 0u)
       << m;
+}
+
+// Every byte of the manifest that decides a resume is covered by its own
+// checksum: an edited step, data cursor or config is refused with the
+// manifest named, and loading falls back to the checkpoint before; a
+// reformatted (re-indented, reordered) manifest still loads.
+TEST_F(CheckpointTest, EditedManifestIsRefusedAndFallsBack) {
+  Save(10);
+  Save(20);
+  const std::string manifest = Dir(20) + "/manifest.json";
+  const std::string good = Slurp(manifest);
+  const auto edit = [&](const std::function<void(nlohmann::json&)>& f) {
+    auto j = nlohmann::json::parse(good);
+    f(j);
+    Spit(manifest, j.dump(2));
+  };
+  const std::vector<std::pair<std::string, std::function<void(nlohmann::json&)>>> edits = {
+      {"step", [](nlohmann::json& j) { j["step"] = 21; }},
+      {"data cursor", [](nlohmann::json& j) { j["data_cursor"]["offset"] = 1; }},
+      {"train config", [](nlohmann::json& j) { j["train_config"] = {{"lr", 1.0}}; }},
+      {"a file size", [](nlohmann::json& j) { j["files"][0]["size"] = 1; }},
+      {"the checksum removed", [](nlohmann::json& j) { j.erase("manifest_xxhash64"); }},
+      {"the checksum changed", [](nlohmann::json& j) { j["manifest_xxhash64"] = "0123456789abcdef"; }},
+      {"a key added", [](nlohmann::json& j) { j["extra"] = true; }},
+  };
+  for (const auto& [what, f] : edits) {
+    SCOPED_TRACE(what);
+    edit(f);
+    const std::string m = LoadError(Dir(20));
+    EXPECT_EQ(m.rfind(manifest + ": ", 0), 0u) << m;
+    EXPECT_TRUE(m.find("checksum mismatch") != std::string::npos ||
+                m.find("has no manifest_xxhash64") != std::string::npos)
+        << m;
+    EXPECT_NE(m.find("use an earlier checkpoint: " + Dir(10)), std::string::npos) << m;
+    std::vector<std::string> skipped;
+    auto r = LoadNewestValidCheckpoint(env_, root_, &skipped);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    EXPECT_EQ(r->step, 10);
+    ASSERT_EQ(skipped.size(), 1u);
+    EXPECT_NE(skipped[0].find(manifest), std::string::npos) << skipped[0];
+  }
+  // A step directory renamed to another step (a consistent manifest in the
+  // wrong place) is refused too.
+  Spit(manifest, good);
+  fs::rename(Dir(20), Dir(30));
+  const std::string m = LoadError(Dir(30));
+  EXPECT_NE(m.find("says step 20 but its directory is step 30"), std::string::npos) << m;
+  fs::rename(Dir(30), Dir(20));
+  // Whitespace and key order do not matter.
+  auto j = nlohmann::json::parse(good);
+  Spit(manifest, j.dump());
+  auto r = LoadCheckpoint(env_, Dir(20));
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->step, 20);
 }
 
 TEST_F(CheckpointTest, LatestPointingAtMissingDir) {

@@ -65,6 +65,8 @@ nlohmann::ordered_json BuildManifest(const nlohmann::json& meta, int64_t step,
     list.push_back({{"name", f.name}, {"size", f.size}, {"xxhash64", f.xxhash64}});
   }
   m["files"] = std::move(list);
+  m.erase("manifest_xxhash64");
+  m["manifest_xxhash64"] = ManifestChecksum(m);
   nlohmann::ordered_json out = nlohmann::ordered_json::object();
   for (const char* key : kManifestKeyOrder) {
     if (m.contains(key)) out[key] = nlohmann::ordered_json(m[key]);
@@ -73,6 +75,12 @@ nlohmann::ordered_json BuildManifest(const nlohmann::json& meta, int64_t step,
     if (!out.contains(it.key())) out[it.key()] = nlohmann::ordered_json(*it);
   }
   return out;
+}
+
+std::string ManifestChecksum(const nlohmann::json& manifest) {
+  nlohmann::json rest = manifest;
+  if (rest.is_object()) rest.erase("manifest_xxhash64");
+  return ChecksumHex(Checksum64(rest.dump()));
 }
 
 std::string EarlierCheckpointHint(Env* env, const std::string& dir) {
@@ -113,13 +121,33 @@ Result<Manifest> ReadManifest(Env* env, const std::string& dir) {
     return Status::Error(path + ": format_version " + version->dump() +
                          " is not supported; this build reads version " +
                          std::to_string(kCheckpointFormatVersion) +
-                         " (hint: use the Myriad version that wrote the checkpoint)");
+                         (version->get<int64_t>() == 1
+                              ? " (hint: version 1 manifests carry no checksum of their own; resave the "
+                                "checkpoint with the Myriad version that wrote it, or start over with --fresh)"
+                              : " (hint: use the Myriad version that wrote the checkpoint)"));
+  }
+  auto own = m.json.find("manifest_xxhash64");
+  if (own == m.json.end() || !own->is_string()) {
+    return Status::Error(path + ": has no manifest_xxhash64 (the manifest's own checksum)" + damaged());
+  }
+  {
+    std::string expected = own->get<std::string>();
+    for (char& c : expected) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const std::string got = ManifestChecksum(m.json);
+    if (got != expected) {
+      return Status::Error(path + ": checksum mismatch (manifest_xxhash64 " + expected + ", the manifest hashes to " +
+                           got + "): it was changed after it was written" + damaged());
+    }
   }
   auto step = m.json.find("step");
   if (step == m.json.end() || !step->is_number_integer() || step->get<int64_t>() < 0) {
     return Status::Error(path + ": has no non-negative integer step" + damaged());
   }
   m.step = step->get<int64_t>();
+  if (const int64_t named = ParseCheckpointDirName(BaseName(dir)); named >= 0 && named != m.step) {
+    return Status::Error(path + ": says step " + std::to_string(m.step) + " but its directory is step " +
+                         std::to_string(named) + damaged());
+  }
   auto files = m.json.find("files");
   if (files == m.json.end() || !files->is_array()) {
     return Status::Error(path + ": has no files list" + damaged());

@@ -37,7 +37,14 @@ std::string StripTrailingSlashes(std::string path);
 // The order in which manifest keys are written and shown (others follow).
 inline constexpr const char* kManifestKeyOrder[] = {
     "format_version", "step",     "model_config", "train_config", "data_cursor",
-    "rng",            "parallel", "tokenizer",    "files"};
+    "rng",            "parallel", "tokenizer",    "files", "manifest_xxhash64"};
+
+// The manifest's own checksum: ChecksumHex of the compact dump of the
+// document without its "manifest_xxhash64" key, keys sorted (nlohmann::json
+// order), so the value does not depend on the order or spacing written.
+// Every byte that decides a resume (step, data cursor, configs, the file
+// list) is covered; ReadManifest verifies it.
+std::string ManifestChecksum(const nlohmann::json& manifest);
 
 // The manifest document as written: meta plus format_version, step, files,
 // with keys in kManifestKeyOrder for readers of the file.
@@ -45,7 +52,8 @@ nlohmann::ordered_json BuildManifest(const nlohmann::json& meta, int64_t step,
                              const std::vector<ManifestFile>& files);
 
 // Reads and validates DIR/manifest.json: present, a JSON object, a supported
-// format_version, an integer step, and a file list of plain names with sizes
+// format_version, its own checksum (manifest_xxhash64), an integer step equal
+// to the step in DIR's name (when DIR is named step_N), and a file list of plain names with sizes
 // and 16-hex-digit checksums. Errors name the manifest path and end in a hint.
 Result<Manifest> ReadManifest(Env* env, const std::string& dir);
 

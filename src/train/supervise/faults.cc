@@ -53,6 +53,7 @@ const char* FaultKindName(FaultKind k) {
     case FaultKind::kHealth: return "health";
     case FaultKind::kDiskFull: return "diskfull";
     case FaultKind::kSlow: return "slow";
+    case FaultKind::kCrashSave: return "crashsave";
   }
   return "?";
 }
@@ -91,9 +92,10 @@ Result<std::vector<Fault>> ParseFaults(const std::string& spec) {
     else if (kind == "health") f.kind = FaultKind::kHealth;
     else if (kind == "diskfull") f.kind = FaultKind::kDiskFull;
     else if (kind == "slow") f.kind = FaultKind::kSlow;
+    else if (kind == "crashsave") f.kind = FaultKind::kCrashSave;
     else
       return Status::Error(where + ": unknown kind \"" + kind +
-                           "\" (hint: kill, hang, nan, tear, corrupt, health, diskfull, slow)");
+                           "\" (hint: kill, hang, nan, tear, corrupt, health, diskfull, slow, crashsave)");
     bool has_step = false;
     if (colon != std::string::npos) {
       for (const std::string& kv : Split(item.substr(colon + 1), ',')) {
@@ -203,6 +205,16 @@ bool FaultInjector::DiskFullAt(int64_t step) {
   if (rank_ != 0) return false;
   for (const Fault& f : faults_)
     if (f.kind == FaultKind::kDiskFull && f.step == step) {
+      MarkFired(f);
+      return true;
+    }
+  return false;
+}
+
+bool FaultInjector::CrashInSaveAt(int64_t step) {
+  if (rank_ != 0) return false;
+  for (const Fault& f : faults_)
+    if (f.kind == FaultKind::kCrashSave && f.step == step) {
       MarkFired(f);
       return true;
     }

@@ -16,6 +16,9 @@
 //                           with once=1 only at the next start)
 //   diskfull:step=S         the disk "fills" while checkpoint S is written
 //                           (the save fails with ENOSPC part-way)
+//   crashsave:step=S        rank 0 dies (SIGKILL) half-way through writing
+//                           checkpoint S to disk, after its shared-memory
+//                           copy is complete
 // rank defaults to 0. Every fault gets an id (its index in the spec, or
 // id=N). A rank about to fire a one-shot fault first creates
 // $MYRIAD_FAULT_DIR/fired_<id> (and sends a "fault" event), so the
@@ -31,7 +34,7 @@
 
 namespace myriad::supervise {
 
-enum class FaultKind { kKill, kHang, kNan, kTear, kCorrupt, kHealth, kDiskFull, kSlow };
+enum class FaultKind { kKill, kHang, kNan, kTear, kCorrupt, kHealth, kDiskFull, kSlow, kCrashSave };
 const char* FaultKindName(FaultKind k);
 
 struct Fault {
@@ -68,6 +71,9 @@ class FaultInjector {
   void AfterStep(int64_t step);
   // The checkpoint of `step` should fail with ENOSPC part-way (rank 0).
   bool DiskFullAt(int64_t step);
+  // The process is to die half-way through writing checkpoint `step` to
+  // disk (rank 0; marked fired first).
+  bool CrashInSaveAt(int64_t step);
   // Whether checkpoint `step` is to be torn or corrupted (rank 0): the
   // caller then waits until it is durable and calls AfterCheckpoint.
   bool DamageAt(int64_t step) const;
