@@ -201,25 +201,19 @@ void FaultInjector::AfterStep(int64_t step) {
   }
 }
 
-bool FaultInjector::DiskFullAt(int64_t step) {
+bool FaultInjector::FireAtCheckpoint(FaultKind kind, int64_t step) {
   if (rank_ != 0) return false;
   for (const Fault& f : faults_)
-    if (f.kind == FaultKind::kDiskFull && f.step == step) {
+    if (f.kind == kind && f.step == step) {
       MarkFired(f);
       return true;
     }
   return false;
 }
 
-bool FaultInjector::CrashInSaveAt(int64_t step) {
-  if (rank_ != 0) return false;
-  for (const Fault& f : faults_)
-    if (f.kind == FaultKind::kCrashSave && f.step == step) {
-      MarkFired(f);
-      return true;
-    }
-  return false;
-}
+bool FaultInjector::DiskFullAt(int64_t step) { return FireAtCheckpoint(FaultKind::kDiskFull, step); }
+
+bool FaultInjector::CrashInSaveAt(int64_t step) { return FireAtCheckpoint(FaultKind::kCrashSave, step); }
 
 bool FaultInjector::DamageAt(int64_t step) const {
   if (rank_ != 0) return false;

@@ -83,6 +83,8 @@ class FaultInjector {
 
  private:
   void MarkFired(const Fault& f);
+  // Rank 0: a one-shot fault of `kind` planned for checkpoint `step` (marked fired).
+  bool FireAtCheckpoint(FaultKind kind, int64_t step);
   std::vector<Fault> faults_;
   int rank_ = 0;
   std::string host_, fired_dir_;
