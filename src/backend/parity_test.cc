@@ -39,7 +39,7 @@ TEST_P(Parity, EverySlotIsImplemented) {
 // Device memory: alignment, a host -> device -> device -> host round trip,
 // mem_set, and a zero-byte allocation.
 TEST_P(Parity, DeviceMemory) {
-  for (size_t bytes : {size_t{1}, size_t{63}, size_t{4096 + 5}}) {
+  for (size_t bytes : {size_t{1}, size_t{63}, size_t{4096 + 5}, (size_t{9} << 20) + 12345}) {  // the last: a threaded copy
     std::vector<unsigned char> host(bytes), back(bytes, 0);
     for (size_t i = 0; i < bytes; ++i) host[i] = (unsigned char)(i * 37 + 11);
     void* a = ops_->mem_alloc(bytes);

@@ -4,6 +4,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <omp.h>
+
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -25,8 +28,21 @@ void* HostAlloc(size_t bytes) {
   return p;
 }
 void HostFree(void* p) { std::free(p); }
+// Large copies (checkpoint snapshots, tier transfers) are split over the
+// threads: one core does not reach the memory bandwidth.
+constexpr size_t kParallelCopyBytes = size_t{8} << 20;
 void HostCopy(void* dst, const void* src, size_t bytes, CopyKind) {
-  if (bytes) std::memcpy(dst, src, bytes);
+  if (bytes < kParallelCopyBytes || omp_in_parallel() || omp_get_max_threads() == 1) {
+    if (bytes) std::memcpy(dst, src, bytes);
+    return;
+  }
+  const int64_t chunks = static_cast<int64_t>((bytes + (size_t{1} << 20) - 1) >> 20);  // 1 MiB each
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const size_t off = static_cast<size_t>(c) << 20;
+    std::memcpy(static_cast<char*>(dst) + off, static_cast<const char*>(src) + off,
+                std::min(bytes - off, size_t{1} << 20));
+  }
 }
 void HostSet(void* dst, int value, size_t bytes) {
   if (bytes) std::memset(dst, value, bytes);
