@@ -1,13 +1,16 @@
 // myriad train --config FILE [--set key=value ...] [--fresh] [--stop-after N] [--ranks-per-node N]
 #include <CLI/CLI.hpp>
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 
 #include "cli/verbs.h"
 #include "train/comm/world.h"
+#include "train/supervise/attempt_runner.h"
 #include "train/supervise/heartbeat.h"
+#include "train/supervise/lifeline.h"
 #include "train/trainer.h"
 
 namespace myriad::cli {
@@ -27,6 +30,13 @@ int RunTrain(int argc, char** argv) {
                  "same as --set parallel.ranks_per_node=N)");
   CLI11_PARSE(app, argc, argv);
   if (ranks_per_node >= 0) spec.overrides.push_back("parallel.ranks_per_node=" + std::to_string(ranks_per_node));
+  if (supervise::SupervisorPid() > 0) {
+    // Under `myriad launch`: never outlive it (lifeline.h); its stop signal
+    // counts only while training runs (RunTraining's handler), not before
+    // or after (the supervisor sends it once this rank has reported).
+    supervise::WatchSupervisor();
+    std::signal(supervise::kJobStopSignal, SIG_IGN);
+  }
   // Under mpirun every rank runs this; the layout comes from [parallel]
   // (or --set parallel.dp=2 ...), and must multiply to the rank count.
   std::unique_ptr<comm::Comm> world = comm::InitWorld(nullptr, nullptr);

@@ -24,9 +24,11 @@
 #include "core/fault_env.h"
 #include "train/comm/local_comm.h"
 #include "train/comm/trace.h"
+#include "train/supervise/attempt_runner.h"
 #include "train/supervise/faults.h"
 #include "train/supervise/health.h"
 #include "train/supervise/heartbeat.h"
+#include "train/supervise/run_lock.h"
 #include "ops/ops.h"
 #include "backend/cpu/kernel_bench.h"
 #include "model/flops.h"
@@ -39,23 +41,24 @@ namespace {
 std::atomic<int> g_stop_signal{0};
 void OnStopSignal(int sig) { g_stop_signal.store(sig); }
 
-// SIGTERM/SIGINT: finish the step, write a checkpoint, exit. Restored on scope exit.
+// SIGTERM/SIGINT, and the supervisor's stop (SIGUSR1, which mpirun forwards:
+// supervise/attempt_runner.h): finish the step, write a checkpoint, exit.
+// Restored on scope exit.
 class StopSignals {
  public:
   StopSignals() {
     struct sigaction sa {};
     sa.sa_handler = OnStopSignal;
     sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, &old_term_);
-    sigaction(SIGINT, &sa, &old_int_);
+    for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &sa, &old_[i]);
   }
   ~StopSignals() {
-    sigaction(SIGTERM, &old_term_, nullptr);
-    sigaction(SIGINT, &old_int_, nullptr);
+    for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &old_[i], nullptr);
   }
 
  private:
-  struct sigaction old_term_ {}, old_int_ {};
+  static constexpr int kSignals[3] = {SIGTERM, SIGINT, supervise::kJobStopSignal};
+  struct sigaction old_[3] {};
 };
 
 // train.snapshot_dir resolved: "" when off, or when the ranks span machines
@@ -175,6 +178,8 @@ Status RunTraining(const RunSpec& spec) {
   }
   const bool dist = world->size() > 1;
   const bool root = world->rank() == 0;
+  // One writer per run directory (supervise/run_lock.h), until this returns.
+  ASSIGN_OR_RETURN(std::unique_ptr<supervise::RunLock> run_lock, supervise::LockRunDirForTraining(world, tc.out_dir));
   if (tc.threads > 0) omp_set_num_threads(static_cast<int>(tc.threads));
   Env* env = Env::Default();
   const int B = static_cast<int>(tc.batch_size), T = static_cast<int>(tc.seq_len);
@@ -292,6 +297,9 @@ Status RunTraining(const RunSpec& spec) {
   const int rank = world->rank();
   const int world_size = world->size();
   supervise::Heartbeat& hb = supervise::Heartbeat::Global();
+  // A stop request is remembered from before the first heartbeat: a
+  // supervisor sends its stop once every rank has reported.
+  StopSignals signals;
   hb.Start(rank, world_size);
   auto fail = [&](int code, const std::string& event, nlohmann::json fields, const std::string& message) {
     if (spec.exit_code) *spec.exit_code = code;
@@ -445,7 +453,6 @@ Status RunTraining(const RunSpec& spec) {
     return Status::Ok();
   };
 
-  StopSignals signals;
   const bool quiet = spec.quiet || !root;
   const bool tty = !quiet && isatty(STDERR_FILENO);
   std::vector<int32_t> batches(static_cast<size_t>(A) * B * (T + 1));

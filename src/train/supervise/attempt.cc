@@ -151,16 +151,28 @@ bool AttemptMonitor::CheckHang(double now) {
   return true;
 }
 
+bool AttemptMonitor::AllRanksHeard() const {
+  int seen = 0;
+  for (const auto& [r, s] : ranks_) seen += s.seen;
+  return seen >= out_.ranks;
+}
+
 AttemptOutcome AttemptMonitor::Finish(JobExit exit, double now) {
   AttemptOutcome& at = out_;
   at.end_s = now;
   at.exit_code = exit.exit_code();
   const bool ok_exit = exit.ok();
-  if (ok_exit && at.rank0_completed) {
+  // After a forwarded stop every rank said it exited cleanly: the job did
+  // what it was asked, whatever the launcher's own exit says.
+  int clean_ranks = 0;
+  for (const auto& [r, s] : ranks_) clean_ranks += s.exited && s.exit_ok;
+  const bool stopped_cleanly = at.stop_forwarded && !hung_ && at.ranks > 0 && clean_ranks >= at.ranks;
+  if ((ok_exit || stopped_cleanly) && at.rank0_completed) {
     at.outcome = "completed";
-  } else if (ok_exit && at.stop_forwarded) {
+  } else if ((ok_exit || stopped_cleanly) && at.stop_forwarded) {
     at.outcome = "stopped";
     at.detail = "by signal; checkpoint written";
+    if (!ok_exit) at.detail += " (every rank exited cleanly; the launcher's exit " + std::to_string(at.exit_code) + ")";
   } else if (at.outcome.empty()) {
     if (at.exit_code == kExitNumerical) at.outcome = "numerical";
     else if (at.exit_code == kExitHealth) at.outcome = "health";

@@ -22,7 +22,10 @@ namespace myriad::supervise {
 
 // How an attempt ended: outcome is one of
 //   "completed"   exit 0 after rank 0 reported the last step;
-//   "stopped"     exit 0 before that (asked by a forwarded signal, or not);
+//   "stopped"     exit 0 before that (asked by a forwarded signal, or not),
+//                 or, after a forwarded stop, any exit of the launcher once
+//                 every rank reported a clean exit (the ranks checkpointed
+//                 and stopped; mpirun's own exit code aside);
 //   "crash"       a signal or an unknown exit code;
 //   "hang"        the monitor found no progress and ended the job;
 //   "numerical"   exit 3 or a "numerical" event (NaN/Inf, loss spike);
@@ -91,6 +94,9 @@ class AttemptMonitor {
 
   // The supervisor forwarded a stop request (SIGINT/SIGTERM) to the job.
   void NoteStopForwarded() { out_.stop_forwarded = true; }
+  // Every rank of the attempt has sent a message (so its training has set
+  // up its stop handler: the trainer installs it before it reports).
+  bool AllRanksHeard() const;
 
   // Classifies the attempt by its exit and what it heard (see AttemptOutcome),
   // names the ranks that died without an exit event on a crash, and returns

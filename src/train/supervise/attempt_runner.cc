@@ -14,6 +14,7 @@
 
 #include "core/log.h"
 #include "train/supervise/heartbeat.h"
+#include "train/supervise/lifeline.h"
 
 namespace myriad::supervise {
 
@@ -25,7 +26,8 @@ AttemptCommand BuildAttemptCommand(const CommandInputs& in) {
     for (const auto& a : in.launcher_args) c.argv.push_back(a);
     if (!in.mpi_hosts.empty()) c.argv.insert(c.argv.end(), {"--host", in.mpi_hosts});
     for (const char* v : {"MYRIAD_SUPERVISOR", "MYRIAD_ATTEMPT", "MYRIAD_FAULTS", "MYRIAD_FAULT_DIR",
-                          "MYRIAD_HEARTBEAT_S", "MYRIAD_EMULATED_HOSTS"})
+                          "MYRIAD_HEARTBEAT_S", "MYRIAD_EMULATED_HOSTS", "MYRIAD_SUPERVISOR_PID",
+                          "MYRIAD_SUPERVISOR_HOST"})
       c.argv.insert(c.argv.end(), {"-x", v});
   }
   c.argv.insert(c.argv.end(), {in.myriad_bin, "train", "--config", in.config_path});
@@ -36,7 +38,9 @@ AttemptCommand BuildAttemptCommand(const CommandInputs& in) {
            {"MYRIAD_FAULTS", in.faults_spec},
            {"MYRIAD_FAULT_DIR", in.fault_dir},
            {"MYRIAD_HEARTBEAT_S", std::to_string(in.heartbeat_s)},
-           {"MYRIAD_EMULATED_HOSTS", in.emulated_hosts}};
+           {"MYRIAD_EMULATED_HOSTS", in.emulated_hosts},
+           {"MYRIAD_SUPERVISOR_PID", in.supervisor_pid > 0 ? std::to_string(in.supervisor_pid) : ""},
+           {"MYRIAD_SUPERVISOR_HOST", in.supervisor_host}};
   return c;
 }
 
@@ -55,17 +59,23 @@ Result<AttemptOutcome> RunAttempt(const AttemptCommand& command, AttemptOutcome 
   };
   JobExit exit;
   double kill_sent = 0;
-  bool kill_escalated = false;
+  bool kill_escalated = false, stop_waiting = false;
   for (;;) {
     receive(0.05);
     while (receive(0)) {
     }
     if (job->Exited(&exit)) break;
     // Forward a stop request once: the job writes a checkpoint and exits.
-    if (rt->StopSignal() != 0 && !monitor.outcome().stop_forwarded) {
-      LOG_WARN("launch: signal %d: asking the job to checkpoint and stop", rt->StopSignal());
-      job->Signal(SIGTERM, /*whole_group=*/false);
-      monitor.NoteStopForwarded();
+    // Ranks take the stop signal once they report; until then it waits.
+    if (rt->StopSignal() != 0 && !monitor.outcome().stop_forwarded && !monitor.hung()) {
+      if (monitor.AllRanksHeard()) {
+        LOG_WARN("launch: signal %d: asking the job to checkpoint and stop", rt->StopSignal());
+        job->Signal(kJobStopSignal, /*whole_group=*/false);
+        monitor.NoteStopForwarded();
+      } else if (!stop_waiting) {
+        LOG_WARN("launch: signal %d: the job will be asked to stop once every rank has started", rt->StopSignal());
+        stop_waiting = true;
+      }
     }
     if (monitor.hung()) {
       // Escalate when the job does not go after SIGTERM.
@@ -99,9 +109,16 @@ void OnStopSignal(int sig) { g_stop_signal.store(sig); }
 class ForkedJob : public JobProcess {
  public:
   explicit ForkedJob(pid_t pid) : pid_(pid) {}
+  ~ForkedJob() override {
+    if (reaped_) return;
+    kill(-pid_, SIGKILL);
+    while (waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  }
   bool Exited(JobExit* exit) override {
     int status = 0;
     if (waitpid(pid_, &status, WNOHANG) != pid_) return false;
+    reaped_ = true;
     exit->signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
     exit->code = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
     return true;
@@ -110,6 +127,7 @@ class ForkedJob : public JobProcess {
 
  private:
   pid_t pid_;
+  bool reaped_ = false;
 };
 
 }  // namespace
@@ -141,10 +159,12 @@ ProcessRuntime::~ProcessRuntime() {
 }
 
 Result<std::unique_ptr<JobProcess>> ProcessRuntime::Start(const AttemptCommand& command) {
+  const pid_t self = getpid();
   const pid_t pid = fork();
   if (pid < 0) return Status::Error(std::string("launch: fork: ") + std::strerror(errno));
   if (pid == 0) {
     setpgid(0, 0);
+    ChildDiesWithParent(self);
     for (const auto& [k, v] : command.env) {
       if (v.empty()) unsetenv(k.c_str());
       else setenv(k.c_str(), v.c_str(), 1);

@@ -9,6 +9,9 @@
 // clock) and the supervisor on the real one (ProcessRuntime).
 #pragma once
 
+#include <signal.h>
+
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -44,10 +47,18 @@ struct CommandInputs {
   std::string supervisor_address;         // $MYRIAD_SUPERVISOR
   std::string faults_spec, fault_dir;     // $MYRIAD_FAULTS, $MYRIAD_FAULT_DIR
   double heartbeat_s = 0.5;
+  int64_t supervisor_pid = 0;             // $MYRIAD_SUPERVISOR_PID (lifeline.h, run_lock.h)
+  std::string supervisor_host;            // $MYRIAD_SUPERVISOR_HOST
 };
 // `[mpirun -np N ARGS [--host H] -x VAR...] myriad train --config C --set ...`
 // with the supervisor's variables in env (mpirun passes them on with -x).
 AttemptCommand BuildAttemptCommand(const CommandInputs& in);
+
+// How the supervisor asks a running job to checkpoint and stop: SIGUSR1,
+// which mpirun forwards to every rank (SIGTERM to mpirun is a kill: it
+// SIGTERMs the ranks, SIGKILLs them a moment later and exits 1 whatever
+// they did) and which a rank takes like SIGTERM (trainer.h).
+inline constexpr int kJobStopSignal = SIGUSR1;
 
 // A started job. Neither call blocks.
 class JobProcess {
@@ -76,14 +87,18 @@ class Runtime {
 
 // Runs one attempt to its end. `outcome` carries the attempt's index, ranks,
 // dp and hosts; times are Now() - launch_start. On a stop request the job is
-// sent SIGTERM once (it checkpoints and exits). On a hang: SIGTERM to mpirun
+// sent kJobStopSignal once (it checkpoints and exits), as soon as every rank
+// has reported (a rank takes the signal from then on; one still starting
+// ignores it). On a hang: SIGTERM to mpirun
 // (which ends every rank), SIGKILL to a lone process's group; a job still
 // there 10 s later gets SIGKILL to its group. Fails only when the job cannot
 // be started.
 Result<AttemptOutcome> RunAttempt(const AttemptCommand& command, AttemptOutcome outcome, const WatchOptions& watch,
                                   Runtime* runtime, double launch_start);
 
-// The real machine: fork/exec in a new process group, a UDP heartbeat
+// The real machine: fork/exec in a new process group (the child dies with
+// the supervisor: lifeline.h; a job still running when its JobProcess is
+// destroyed is killed with its group), a UDP heartbeat
 // listener on 127.0.0.1, the clock of `env`, and SIGINT/SIGTERM caught for
 // as long as it lives (the previous handlers come back when it is destroyed).
 // One at a time per process.

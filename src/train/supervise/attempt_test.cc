@@ -187,6 +187,24 @@ TEST(AttemptOutcome, ClassesExitsAndEvents) {
     EXPECT_EQ(n.outcome, "stopped");
     EXPECT_EQ(n.detail, "exited before the last step without being asked");
   }
+  {  // after a forwarded stop both ranks exited cleanly (checkpoint written),
+     // but mpirun says 1: stopped, not a crash; one rank without a clean exit:
+     // a crash
+    for (bool both : {true, false}) {
+      AttemptMonitor m(Seed(2, {"a", "b"}), Watch(10));
+      m.OnMessage(At(StepMsg(0, "a", 7, 0.1)), 1.0);
+      m.OnMessage(At(StepMsg(1, "b", 7, 0.1)), 1.0);
+      m.NoteStopForwarded();
+      m.OnMessage(At(EventMsg(0, "a", "exit", {{"ok", true}, {"completed", false}, {"reason", "signal"}})), 1.2);
+      if (both) m.OnMessage(At(EventMsg(1, "b", "exit", {{"ok", true}, {"reason", "signal"}})), 1.2);
+      const AttemptOutcome o = m.Finish({1, 0}, 1.3);
+      EXPECT_EQ(o.outcome, both ? "stopped" : "crash") << both;
+      if (both) {
+        EXPECT_EQ(o.detail, "by signal; checkpoint written (every rank exited cleanly; the launcher's exit 1)");
+      }
+      EXPECT_EQ(o.exit_code, 1);
+    }
+  }
   {  // a late datagram of the previous attempt is not this attempt's
     AttemptMonitor m(Seed(1, {"solo"}, /*index=*/1), Watch(10));
     m.OnMessage(At(StepMsg(0, "solo", 7, 0.1), /*attempt=*/0), 0.1);
@@ -273,19 +291,46 @@ TEST(AttemptRunner, ForwardsAStopOnceAndTheJobStops) {
   ScriptedRuntime rt;
   ScriptedJob j;
   for (int s = 1; s <= 100; ++s) j.messages.push_back({0.1 * s, StepMsg(0, "solo", s, 0.1)});
-  j.term_exit_after_s = 0.3;
-  j.term_exit = {0, 0};  // checkpoints and exits 0
+  j.stop_exit_after_s = 0.3;  // checkpoints and exits 0
+  j.term_exit_after_s = 0.3;  // SIGTERM would kill it
   rt.jobs.push_back(j);
   rt.stop_at = rt.now + 1.0;
   auto o = RunAttempt(Command(false), Seed(1, {"solo"}), Watch(2), &rt, rt.now);
   ASSERT_TRUE(o.ok());
   ASSERT_EQ(rt.signals.size(), 1u);
-  EXPECT_EQ(rt.signals[0].sig, SIGTERM);
+  EXPECT_EQ(rt.signals[0].sig, kJobStopSignal);
   EXPECT_FALSE(rt.signals[0].whole_group);
   EXPECT_TRUE(o->stop_forwarded);
   EXPECT_EQ(o->outcome, "stopped");
   EXPECT_GE(o->last_step, 10);
   EXPECT_LE(o->last_step, 14);
+}
+
+// mpirun, sent SIGTERM, SIGTERMs the ranks, SIGKILLs them a moment later and
+// exits 1: the stop goes to it as kJobStopSignal, which it forwards to every
+// rank -- and only once every rank has reported (before that a rank is still
+// starting and has no handler for it).
+TEST(AttemptRunner, AStopToMpirunWaitsForEveryRankAndIsNotSigterm) {
+  ScriptedRuntime rt;
+  ScriptedJob j;
+  j.messages.push_back({0.2, EventMsg(0, "a", "start", {{"resumed_step", 0}})});
+  j.messages.push_back({2.0, Beat(1, "b", 0, "init")});  // rank 1 reports late
+  for (int s = 1; s <= 100; ++s) {
+    j.messages.push_back({2.0 + 0.1 * s, StepMsg(0, "a", s, 0.1)});
+    j.messages.push_back({2.0 + 0.1 * s, StepMsg(1, "b", s, 0.1)});
+  }
+  j.stop_exit_after_s = 0.3;
+  j.term_exit_after_s = 0.3;  // SIGTERM: killed
+  rt.jobs.push_back(j);
+  rt.stop_at = rt.now + 1.0;  // while rank 1 is still starting
+  auto o = RunAttempt(Command(true), Seed(2, {"a", "b"}), Watch(30), &rt, rt.now);
+  ASSERT_TRUE(o.ok());
+  ASSERT_EQ(rt.signals.size(), 1u);
+  EXPECT_EQ(rt.signals[0].sig, kJobStopSignal);
+  EXPECT_FALSE(rt.signals[0].whole_group);  // to mpirun, which forwards it
+  EXPECT_GE(rt.signals[0].at - rt.start_times[0], 2.0);  // not before rank 1 was heard
+  EXPECT_LT(rt.signals[0].at - rt.start_times[0], 2.2);
+  EXPECT_EQ(o->outcome, "stopped");
 }
 
 TEST(AttemptRunner, CollectsEverythingUpToAndAfterTheExit) {
@@ -330,14 +375,23 @@ TEST(AttemptCommand, MpirunPassesTheSupervisorsVariables) {
   for (const auto& a : c.argv) line += a + " ";
   EXPECT_EQ(line,
             "mpirun -np 2 --oversubscribe --host a:1,b:1 -x MYRIAD_SUPERVISOR -x MYRIAD_ATTEMPT -x MYRIAD_FAULTS "
-            "-x MYRIAD_FAULT_DIR -x MYRIAD_HEARTBEAT_S -x MYRIAD_EMULATED_HOSTS /bin/myriad train --config c.toml "
-            "--set parallel.dp=1 -q ");
+            "-x MYRIAD_FAULT_DIR -x MYRIAD_HEARTBEAT_S -x MYRIAD_EMULATED_HOSTS -x MYRIAD_SUPERVISOR_PID "
+            "-x MYRIAD_SUPERVISOR_HOST /bin/myriad train --config c.toml --set parallel.dp=1 -q ");
   EXPECT_EQ(c.env[0], (std::pair<std::string, std::string>{"MYRIAD_SUPERVISOR", "127.0.0.1:9"}));
   EXPECT_EQ(c.env[1].second, "2");
   in.ranks = 1;
+  in.supervisor_pid = 4321;  // the ranks' lifeline and run lock (lifeline.h, run_lock.h)
+  in.supervisor_host = "vm";
   const AttemptCommand one = BuildAttemptCommand(in);
   EXPECT_FALSE(one.use_mpi);
   EXPECT_EQ(one.argv[0], "/bin/myriad");
+  auto env_of = [&](const std::string& k) {
+    for (const auto& [n, v] : one.env)
+      if (n == k) return v;
+    return std::string("<unset>");
+  };
+  EXPECT_EQ(env_of("MYRIAD_SUPERVISOR_PID"), "4321");
+  EXPECT_EQ(env_of("MYRIAD_SUPERVISOR_HOST"), "vm");
 }
 
 }  // namespace

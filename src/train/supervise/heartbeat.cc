@@ -48,6 +48,10 @@ std::string ReportedHost(int rank) {
       ++i;
     }
   }
+  return MachineName();
+}
+
+std::string MachineName() {
   char buf[256] = {0};
   if (gethostname(buf, sizeof buf - 1) == 0 && buf[0]) return buf;
   return "localhost";

@@ -83,6 +83,10 @@ class Heartbeat {
 
 // The host this process reports (see the header comment).
 std::string ReportedHost(int rank);
+// This machine's own name (gethostname; "localhost" when it has none),
+// whatever $MYRIAD_HOST or $MYRIAD_EMULATED_HOSTS say: what lock files and
+// the supervisor's lifeline (lifeline.h) compare.
+std::string MachineName();
 
 // The supervisor's side: a UDP socket on 127.0.0.1 (or `bind_host`), port 0
 // = any free port; Receive waits up to timeout_s for one message.

@@ -49,6 +49,8 @@ struct ScriptedJob {
   JobExit exit;                                             // ... this way
   double term_exit_after_s = -1;                            // after a SIGTERM to it: exits this much later (< 0: ignores it)
   JobExit term_exit{0, SIGTERM};
+  double stop_exit_after_s = -1;                            // after kJobStopSignal: exits this much later (< 0: ignores it)
+  JobExit stop_exit{0, 0};                                  // ... this way (checkpointed, exit 0)
   bool start_fails = false;
 };
 
@@ -122,6 +124,9 @@ class ScriptedRuntime : public Runtime {
       } else if (sig == SIGTERM && r.current_.term_exit_after_s >= 0) {
         r.exit_at_ = r.now + r.current_.term_exit_after_s;
         r.exit_how_ = r.current_.term_exit;
+      } else if (sig == kJobStopSignal && r.current_.stop_exit_after_s >= 0) {
+        r.exit_at_ = r.now + r.current_.stop_exit_after_s;
+        r.exit_how_ = r.current_.stop_exit;
       }
     }
 

@@ -8,6 +8,8 @@
 #include "core/log.h"
 #include "train/supervise/preflight.h"
 #include "train/supervise/report.h"
+#include "train/supervise/heartbeat.h"
+#include "train/supervise/run_lock.h"
 #include "train/trainer.h"
 
 namespace myriad::supervise {
@@ -41,6 +43,8 @@ AttemptCommand CommandFor(const LaunchOptions& opt, const LaunchSetup& setup, co
   in.faults_spec = FaultsToSpec(pending);
   in.fault_dir = setup.state_dir + "/faults";
   in.heartbeat_s = opt.heartbeat_s;
+  in.supervisor_pid = getpid();
+  in.supervisor_host = MachineName();
   return BuildAttemptCommand(in);
 }
 
@@ -76,6 +80,10 @@ Status RunLaunch(const LaunchOptions& opt, nlohmann::json* report_out) {
   ModelConfig mc;
   TrainConfig tc;
   RETURN_IF_ERROR(LoadRunConfig(opt.config_path, opt.overrides, &mc, &tc));
+  // One writer per run directory: held until the launch returns; its ranks
+  // know it is their own supervisor's ($MYRIAD_SUPERVISOR_PID).
+  auto lock = RunLock::ForLaunch(tc.out_dir);
+  if (!lock.ok()) return Status::Error("launch: " + lock.status().message());
   LaunchSetup setup;
   setup.state_dir = opt.state_dir.empty() ? tc.out_dir + "/supervisor" : opt.state_dir;
   if (Status s = env->CreateDirs(setup.state_dir); !s.ok())
@@ -126,7 +134,7 @@ Status Supervise(const LaunchOptions& opt, const LaunchSetup& setup, Runtime* rt
 
   std::vector<AttemptOutcome> attempts;
   std::set<int> fired;
-  bool completed = false, stopped = false;
+  bool completed = false, stopped = false, stopped_between = false;
   std::string final_error;
   for (int index = 0;; ++index) {
     auto layout = policy.NextLayout();
@@ -163,7 +171,7 @@ Status Supervise(const LaunchOptions& opt, const LaunchSetup& setup, Runtime* rt
     const double until = rt->Now() + d.delay_s;
     while (rt->Now() < until && rt->StopSignal() == 0) rt->Sleep(0.02);
     if (rt->StopSignal() != 0) {
-      stopped = true;
+      stopped = stopped_between = true;
       break;
     }
   }
@@ -183,15 +191,26 @@ Status Supervise(const LaunchOptions& opt, const LaunchSetup& setup, Runtime* rt
   if (report_out) *report_out = rep;
 
   Status result = Status::Ok();
-  if (stopped && !completed)
-    result = Status::Error("launch: stopped by signal (the job wrote a checkpoint; launch again to resume)");
-  else if (!completed)
+  if (stopped && !completed) {
+    // Asked to stop, and stopped: not a failure (exit 0), unless the job
+    // did not stop cleanly.
+    const AttemptOutcome* last = sum.attempts.empty() ? nullptr : &sum.attempts.back();
+    const std::string sig = "launch: stopped by signal " + std::to_string(rt->StopSignal());
+    if (stopped_between)
+      LOG_WARN("%s between attempts; launch again to resume from the newest checkpoint", sig.c_str());
+    else if (last && last->outcome == "stopped")
+      LOG_WARN("%s: the job wrote a checkpoint at step %lld; launch again to resume", sig.c_str(),
+               static_cast<long long>(last->last_step));
+    else
+      result = Status::Error(sig + ", but the job did not stop cleanly (" + (last ? last->outcome : "?") +
+                             "); launch again to resume from the newest checkpoint");
+  } else if (!completed)
     result = Status::Error("launch: " + (final_error.empty() ? std::string("job did not complete") : final_error));
   const std::string report_path = setup.state_dir + "/report.json";
   if (Status w = WriteReport(env, report_path, rep); !w.ok()) {
     // The run's state (checkpoints, hosts.json) is untouched and the report
     // was printed above: say so, with what became of the job.
-    const std::string outcome = completed ? "the job completed" : result.message();
+    const std::string outcome = completed ? "the job completed" : result.ok() ? "the job stopped" : result.message();
     return Status::Error("launch: " + w.message() + "; " + outcome + "; the report is printed above (hint: room and "
                          "permissions in " + setup.state_dir + ")");
   }

@@ -79,7 +79,9 @@ struct LaunchOptions {
 
 // Runs the job to completion (or until the restart budget is spent, or the
 // supervisor is asked to stop with SIGINT/SIGTERM, which it forwards so the
-// job writes a final checkpoint). *report gets the report either way.
+// job writes a final checkpoint). *report gets the report either way. Holds
+// train.out_dir's launch lock throughout (run_lock.h): a folder in use is an
+// error naming its holder, before anything starts.
 Status RunLaunch(const LaunchOptions& options, nlohmann::json* report);
 
 // What RunLaunch has worked out before the first attempt.
@@ -97,7 +99,9 @@ struct LaunchSetup {
 // launch_start: runtime->Now() when the launch began (the report's wall
 // time counts from it). A report that cannot be written is an error naming
 // the file, the job's outcome and that the report is printed; hosts.json and
-// an earlier report.json are left as they were.
+// an earlier report.json are left as they were. A stop request that the job
+// honoured (or that came between attempts) is not an error: the state is
+// "stopped" and the result Ok; a job that did not stop cleanly is one.
 Status Supervise(const LaunchOptions& options, const LaunchSetup& setup, Runtime* runtime, double launch_start,
                  nlohmann::json* report);
 
