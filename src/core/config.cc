@@ -1,7 +1,10 @@
 #include "core/config.h"
 
 #include <algorithm>
+#include <charconv>
+#include <cmath>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <toml++/toml.h>
 
@@ -63,6 +66,16 @@ Status ApplyOverride(toml::table& root, const std::string& kv) {
   return Status::Ok();
 }
 
+// A decimal integer (sign, digits, '_' separators) beyond int64.
+bool TooLargeForInt64(std::string s) {
+  s.erase(std::remove(s.begin(), s.end(), '_'), s.end());
+  if (!s.empty() && s[0] == '+') s.erase(0, 1);
+  if (s.empty() || s.find_first_not_of("-0123456789") != std::string::npos) return false;
+  int64_t v;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  return ec == std::errc::result_out_of_range && end == s.data() + s.size();
+}
+
 void CollectKeys(const toml::table& t, const std::string& prefix, std::vector<std::string>* out) {
   for (auto&& [k, v] : t) {
     std::string full = prefix.empty() ? std::string(k.str()) : prefix + "." + std::string(k.str());
@@ -106,11 +119,31 @@ void ConfigDoc::Fail(const std::string& message) {
   if (first_error_.empty()) first_error_ = source_ + ": " + message;
 }
 
+std::string OutOfRange(const std::string& key, int64_t v, int64_t lo, int64_t hi) {
+  return key + "=" + std::to_string(v) + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) +
+         "] (hint: docs/config.md lists each key's range)";
+}
+
 int64_t ConfigDoc::GetInt(const std::string& key, int64_t def) {
+  return GetInt(key, def, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max());
+}
+
+int64_t ConfigDoc::GetInt(const std::string& key, int64_t def, int64_t lo, int64_t hi) {
   read_keys_.insert(key);
   auto node = table_->at_path(key);
   if (!node) return def;
-  if (auto v = node.value<int64_t>(); v && node.is_integer()) return *v;
+  if (auto v = node.value<int64_t>(); v && node.is_integer()) {
+    if (*v >= lo && *v <= hi) return *v;
+    Fail(OutOfRange(key, *v, lo, hi));
+    return def;
+  }
+  // Digits that TOML could not hold (a --set value too large for 64 bits
+  // arrives as a bare string): say so rather than "not an integer".
+  if (auto s = node.value<std::string>(); s && TooLargeForInt64(*s)) {
+    Fail(key + "=" + *s + " does not fit in a 64-bit integer (range [" + std::to_string(lo) + ", " +
+         std::to_string(hi) + "])");
+    return def;
+  }
   Fail(key + " must be an integer (hint: write it without quotes or a decimal point)");
   return def;
 }
@@ -119,7 +152,12 @@ double ConfigDoc::GetFloat(const std::string& key, double def) {
   read_keys_.insert(key);
   auto node = table_->at_path(key);
   if (!node) return def;
-  if (node.is_floating_point() || node.is_integer()) return *node.value<double>();
+  if (node.is_floating_point() || node.is_integer()) {
+    const double v = *node.value<double>();
+    if (std::isfinite(v)) return v;
+    Fail(key + "=" + (std::isnan(v) ? "nan" : v > 0 ? "inf" : "-inf") + " must be a finite number");
+    return def;
+  }
   Fail(key + " must be a number");
   return def;
 }

@@ -9,6 +9,12 @@
 // the documentation of the defaults. Reads never fail on their own; the first
 // problem is kept and reported by Finish(), which also rejects keys that no
 // reader asked for (typos), naming the closest known key as a hint.
+//
+// Numbers are never taken on trust: GetFloat refuses inf and nan (no key
+// means either), and GetInt with a range refuses a value outside it, or one
+// that does not fit in 64 bits, instead of truncating or wrapping it
+// ("train.threads=100000 is out of range [0, 1024]"; docs/config.md lists
+// every key's range).
 #pragma once
 
 #include <cstdint>
@@ -38,6 +44,9 @@ class ConfigDoc {
                                                  const std::vector<std::string>& overrides = {});
 
   int64_t GetInt(const std::string& key, int64_t def);
+  // The same, and the value must lie in [lo, hi].
+  int64_t GetInt(const std::string& key, int64_t def, int64_t lo, int64_t hi);
+  // A finite number (an integer is taken as one).
   double GetFloat(const std::string& key, double def);
   bool GetBool(const std::string& key, bool def);
   std::string GetString(const std::string& key, const std::string& def);
@@ -55,6 +64,11 @@ class ConfigDoc {
   std::set<std::string> read_keys_;
   std::string first_error_;
 };
+
+// "key=v is out of range [lo, hi] (hint: ...)": the one message for a value
+// outside its documented range (config reads and the checks of configs read
+// from JSON).
+std::string OutOfRange(const std::string& key, int64_t v, int64_t lo, int64_t hi);
 
 // Edit distance, for "did you mean" hints.
 size_t EditDistance(const std::string& a, const std::string& b);

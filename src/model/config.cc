@@ -1,57 +1,109 @@
 #include "model/config.h"
 
+#include <cmath>
+#include <utility>
+
+#include "core/checked_size.h"
+
 namespace myriad {
 
-#define MODEL_INT(field) c.field = doc->GetInt("model." #field, c.field)
+namespace {
+
+// Every integer key of [model] and its range (docs/config.md, "Ranges"):
+// wide enough for any model Myriad plans or trains, narrow enough that no
+// value makes a loop run for ever or a size wrap. Sizes built from several
+// keys are checked separately (CheckSizes).
+struct IntKey {
+  const char* name;
+  int64_t ModelConfig::*field;
+  int64_t lo, hi;
+};
+constexpr int64_t kMaxWidth = int64_t{1} << 22;  // FFN and expert widths
+constexpr IntKey kIntKeys[] = {
+    {"vocab_size", &ModelConfig::vocab_size, 1, (int64_t{1} << 31) - 1},  // token ids are int32
+    {"d_model", &ModelConfig::d_model, 1, int64_t{1} << 20},
+    {"n_layers", &ModelConfig::n_layers, 1, 1024},
+    {"n_heads", &ModelConfig::n_heads, 1, 65536},
+    {"n_kv_heads", &ModelConfig::n_kv_heads, 1, 65536},
+    {"d_ff", &ModelConfig::d_ff, 0, kMaxWidth},
+    {"n_dense_layers", &ModelConfig::n_dense_layers, 0, 1024},
+    {"n_routed_experts", &ModelConfig::n_routed_experts, 0, 256},  // the router's limit
+    {"n_shared_experts", &ModelConfig::n_shared_experts, 0, 64},
+    {"top_k", &ModelConfig::top_k, 0, 64},
+    {"d_expert", &ModelConfig::d_expert, 0, kMaxWidth},
+    {"mtp_depth", &ModelConfig::mtp_depth, 0, 16},
+    {"max_seq_len", &ModelConfig::max_seq_len, 1, int64_t{1} << 24},
+    {"dsa_topk", &ModelConfig::dsa_topk, 1, int64_t{1} << 24},
+    {"dsa_index_heads", &ModelConfig::dsa_index_heads, 1, 1024},
+    {"dsa_index_dim", &ModelConfig::dsa_index_dim, 1, 4096},
+    {"dsa_index_share", &ModelConfig::dsa_index_share, 1, 1024},
+    {"dsa_warmup_steps", &ModelConfig::dsa_warmup_steps, 0, 1000000000},
+    {"dsa_index_rope_dim", &ModelConfig::dsa_index_rope_dim, 0, 4096},
+};
+
+}  // namespace
+
 #define MODEL_FLOAT(field) c.field = doc->GetFloat("model." #field, c.field)
 
 ModelConfig ModelConfig::Read(ConfigDoc* doc) {
   ModelConfig c;
-  MODEL_INT(vocab_size);
-  MODEL_INT(d_model);
-  MODEL_INT(n_layers);
-  MODEL_INT(n_heads);
-  MODEL_INT(n_kv_heads);
-  MODEL_INT(d_ff);
-  MODEL_INT(n_dense_layers);
-  MODEL_INT(n_routed_experts);
-  MODEL_INT(n_shared_experts);
-  MODEL_INT(top_k);
-  MODEL_INT(d_expert);
+  for (const IntKey& k : kIntKeys) {
+    // A TOML config without dsa_index_rope_dim gets dsa_index_dim / 2 (read before it).
+    if (k.field == &ModelConfig::dsa_index_rope_dim) c.dsa_index_rope_dim = (c.dsa_index_dim / 2) & ~int64_t{1};
+    c.*k.field = doc->GetInt(std::string("model.") + k.name, c.*k.field, k.lo, k.hi);
+  }
   c.score_func = doc->GetString("model.score_func", c.score_func);
   MODEL_FLOAT(aux_loss_weight);
   MODEL_FLOAT(bias_update_rate);
-  MODEL_INT(mtp_depth);
   MODEL_FLOAT(mtp_loss_weight);
   c.tie_embeddings = doc->GetBool("model.tie_embeddings", c.tie_embeddings);
   MODEL_FLOAT(rope_theta);
   MODEL_FLOAT(norm_eps);
-  MODEL_INT(max_seq_len);
   MODEL_FLOAT(init_std);
   c.attention = doc->GetString("model.attention", c.attention);
-  MODEL_INT(dsa_topk);
-  MODEL_INT(dsa_index_heads);
-  MODEL_INT(dsa_index_dim);
-  MODEL_INT(dsa_index_share);
-  MODEL_INT(dsa_warmup_steps);
   c.dsa_index_precision = doc->GetString("model.dsa_index_precision", c.dsa_index_precision);
-  c.dsa_index_rope_dim = doc->GetInt("model.dsa_index_rope_dim", (c.dsa_index_dim / 2) & ~int64_t{1});
   return c;
+}
+
+Status ModelConfig::CheckSizes() const {
+  // Upper bounds, in bytes, of what the model's shapes allocate; each is
+  // computed with CheckedSize, so a size that would wrap names its keys.
+  using S = CheckedSize;
+  const S V = S::Key("model.vocab_size", vocab_size), C = S::Key("model.d_model", d_model);
+  const S L = S::Key("model.n_layers", n_layers) + S::Key("model.mtp_depth", mtp_depth);
+  const S F = S::Key("model.d_ff", d_ff), E = S::Key("model.n_routed_experts", n_routed_experts);
+  const S Fe = S::Key("model.d_expert", d_expert), Sh = S::Key("model.n_shared_experts", n_shared_experts);
+  const S T = S::Key("model.max_seq_len", max_seq_len);
+  // A block: attention (q, k, v, o: at most C x C each), the dense FFN and
+  // the MoE (router, routed and shared experts) both counted, the indexer,
+  // and an MTP module's projection [C, 2C].
+  S block = S(4) * C * C + S(3) * C * F + E * C + S(3) * E * C * Fe + S(3) * Sh * C * Fe + S(2) * C * C + S(8) * C;
+  if (dsa())
+    block += (S::Key("model.dsa_index_heads", dsa_index_heads) + S(1)) * (S::Key("model.dsa_index_dim", dsa_index_dim) + S(1)) * C;
+  const S params = S(2) * V * C + L * block;
+  // Weights, gradients and two AdamW moments, fp32.
+  RETURN_IF_ERROR((S(16) * params).Check("model: the parameters' size"));
+  RETURN_IF_ERROR((S(8) * T * C).Check("model: the RoPE tables' size"));
+  // Keys and values of one sequence of max_seq_len tokens, every layer (fp32).
+  RETURN_IF_ERROR((S(8) * L * T * C).Check("model: one sequence's KV cache size"));
+  return Status::Ok();
 }
 
 Status ModelConfig::Validate() const {
   auto bad = [](const std::string& m) { return Status::Error(m); };
+  // The ranges first (a config read from JSON has not been through Read's).
+  for (const IntKey& k : kIntKeys)
+    if (this->*k.field < k.lo || this->*k.field > k.hi)
+      return bad(OutOfRange(std::string("model.") + k.name, this->*k.field, k.lo, k.hi));
+  // Floats: finite, and (written so that NaN fails too) on the right side of 0.
+  for (auto [name, v] : {std::pair{"aux_loss_weight", aux_loss_weight}, {"bias_update_rate", bias_update_rate},
+                         {"mtp_loss_weight", mtp_loss_weight}, {"rope_theta", rope_theta}, {"norm_eps", norm_eps},
+                         {"init_std", init_std}})
+    if (!std::isfinite(v)) return bad(std::string("model.") + name + "=" + std::to_string(v) + " must be a finite number");
   auto positive = [&](const char* name, int64_t v) -> Status {
     if (v <= 0) return bad(std::string("model.") + name + "=" + std::to_string(v) + " must be positive");
     return Status::Ok();
   };
-  RETURN_IF_ERROR(positive("vocab_size", vocab_size));
-  RETURN_IF_ERROR(positive("d_model", d_model));
-  RETURN_IF_ERROR(positive("n_layers", n_layers));
-  RETURN_IF_ERROR(positive("n_heads", n_heads));
-  RETURN_IF_ERROR(positive("n_kv_heads", n_kv_heads));
-  RETURN_IF_ERROR(positive("max_seq_len", max_seq_len));
-  if (vocab_size > (int64_t{1} << 31) - 1) return bad("model.vocab_size=" + std::to_string(vocab_size) + " is too large");
   if (d_model % n_heads)
     return bad("model.n_heads=" + std::to_string(n_heads) + " does not divide d_model=" + std::to_string(d_model) +
                " (hint: d_model must be a multiple of n_heads)");
@@ -60,49 +112,40 @@ Status ModelConfig::Validate() const {
   if (n_heads % n_kv_heads)
     return bad("model.n_kv_heads=" + std::to_string(n_kv_heads) + " does not divide n_heads=" + std::to_string(n_heads) +
                " (hint: each kv head serves a whole group of query heads)");
-  if (n_dense_layers < 0 || n_dense_layers > n_layers)
+  if (n_dense_layers > n_layers)
     return bad("model.n_dense_layers=" + std::to_string(n_dense_layers) + " must be in [0, n_layers=" +
                std::to_string(n_layers) + "]");
   bool any_dense = n_dense_layers > 0 || n_routed_experts == 0 || (mtp_depth > 0 && !mtp_block_is_moe());
   if (any_dense && d_ff <= 0) return bad("model.d_ff=" + std::to_string(d_ff) + " must be positive for dense layers");
-  if (n_routed_experts < 0) return bad("model.n_routed_experts must be >= 0");
   if (n_routed_experts > 0 && n_layers > n_dense_layers) {
     if (top_k <= 0 || top_k > n_routed_experts)
       return bad("model.top_k=" + std::to_string(top_k) + " must be in [1, n_routed_experts=" +
                  std::to_string(n_routed_experts) + "]");
     RETURN_IF_ERROR(positive("d_expert", d_expert));
-    if (n_routed_experts > 256) return bad("model.n_routed_experts=" + std::to_string(n_routed_experts) + " exceeds 256 (hint: the router supports up to 256 experts)");
-    if (top_k > 64) return bad("model.top_k=" + std::to_string(top_k) + " exceeds 64");
-    if (n_shared_experts < 0) return bad("model.n_shared_experts must be >= 0");
   }
   if (n_routed_experts == 0 && n_dense_layers < n_layers)
     return bad("model.n_dense_layers=" + std::to_string(n_dense_layers) + " < n_layers=" + std::to_string(n_layers) +
                " but n_routed_experts=0 (hint: set n_dense_layers = n_layers for a dense model)");
   if (score_func != "softmax" && score_func != "sigmoid")
     return bad("model.score_func=\"" + score_func + "\" is not known (hint: \"softmax\" or \"sigmoid\")");
-  if (mtp_depth < 0) return bad("model.mtp_depth must be >= 0");
-  if (aux_loss_weight < 0 || bias_update_rate < 0 || mtp_loss_weight < 0)
-    return bad("model loss weights and rates must be >= 0");
-  if (norm_eps <= 0) return bad("model.norm_eps must be positive");
-  if (rope_theta <= 1) return bad("model.rope_theta must be > 1");
-  if (init_std <= 0) return bad("model.init_std must be positive");
+  for (auto [name, v] : {std::pair{"aux_loss_weight", aux_loss_weight}, {"bias_update_rate", bias_update_rate},
+                         {"mtp_loss_weight", mtp_loss_weight}})
+    if (v < 0) return bad(std::string("model.") + name + "=" + std::to_string(v) + " must be >= 0");
+  if (!(norm_eps > 0)) return bad("model.norm_eps must be positive");
+  if (!(rope_theta > 1)) return bad("model.rope_theta must be > 1");
+  if (!(init_std > 0)) return bad("model.init_std must be positive");
   if (attention != "dense" && attention != "dsa")
     return bad("model.attention=\"" + attention + "\" is not known (hint: \"dense\" or \"dsa\")");
   if (dsa()) {
-    RETURN_IF_ERROR(positive("dsa_topk", dsa_topk));
-    RETURN_IF_ERROR(positive("dsa_index_heads", dsa_index_heads));
-    RETURN_IF_ERROR(positive("dsa_index_dim", dsa_index_dim));
-    RETURN_IF_ERROR(positive("dsa_index_share", dsa_index_share));
-    if (dsa_warmup_steps < 0) return bad("model.dsa_warmup_steps must be >= 0");
     if (dsa_index_precision != "fp32" && dsa_index_precision != "int8")
       return bad("model.dsa_index_precision=\"" + dsa_index_precision + "\" is not known (hint: \"fp32\" or \"int8\")");
-    if (dsa_index_rope_dim < 0 || dsa_index_rope_dim > dsa_index_dim || dsa_index_rope_dim % 2)
+    if (dsa_index_rope_dim > dsa_index_dim || dsa_index_rope_dim % 2)
       return bad("model.dsa_index_rope_dim=" + std::to_string(dsa_index_rope_dim) +
                  " must be even and within [0, dsa_index_dim=" + std::to_string(dsa_index_dim) + "]");
     if (dsa_index_precision == "int8" && dsa_index_dim > 256)
       return bad("model.dsa_index_dim=" + std::to_string(dsa_index_dim) + " is too large for the int8 indexer (at most 256)");
   }
-  return Status::Ok();
+  return CheckSizes();
 }
 
 nlohmann::json ModelConfig::ToJson() const {

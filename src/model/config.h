@@ -63,8 +63,14 @@ struct ModelConfig {
   // Reads [model] from `doc` (defaults above for missing keys); problems are
   // recorded in the doc and reported by doc->Finish() and Validate().
   static ModelConfig Read(ConfigDoc* doc);
-  // Consistency checks, each naming the field, the value and a hint.
+  // Every integer within its documented range, every float finite, the
+  // consistency checks, then CheckSizes; each error names the key(s), the
+  // value and a hint.
   Status Validate() const;
+  // The sizes the shapes imply (parameters with their gradients and moments,
+  // RoPE tables, one sequence's KV cache) fit in 64-bit byte counts; an
+  // overflow names the keys it grows with. Part of Validate.
+  Status CheckSizes() const;
   nlohmann::json ToJson() const;
   static Result<ModelConfig> FromJson(const nlohmann::json& j);
 };

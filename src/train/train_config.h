@@ -53,8 +53,14 @@ struct TrainConfig {
   double loss_spike_factor = 0;    // > 1: a loss above factor x its moving average is a fault (0: off)
   ParallelConfig parallel;
 
+  // Reads [train], [data] and [parallel]; every integer key within its
+  // range (docs/config.md), every float finite (ConfigDoc).
   static TrainConfig Read(ConfigDoc* doc);
   Status Validate() const;
+  // One step's sizes from this batch and the model `m` fit in 64-bit byte
+  // counts (tokens x per-token activations and logits); an overflow names
+  // the keys. LoadRunConfig calls it after both configs validate.
+  Status CheckSizes(const ModelConfig& m) const;
   // The layout in `parallel` against the model, this batch and `world_size`
   // ranks: ParallelDims::Validate with [train]'s figures (the check
   // DistTrainer::Create and pre-flight make). Errors start "parallel: ".

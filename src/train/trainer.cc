@@ -33,6 +33,7 @@
 #include "backend/cpu/kernel_bench.h"
 #include "model/flops.h"
 #include "train/dist_train.h"
+#include "train/memory_estimate.h"
 #include "train/precision.h"
 
 namespace myriad {
@@ -120,7 +121,7 @@ Status LoadRunConfig(const std::string& path, const std::vector<std::string>& ov
   if (train->seq_len <= model->mtp_depth)
     return Status::Error(path + ": train.seq_len=" + std::to_string(train->seq_len) +
                          " must exceed model.mtp_depth=" + std::to_string(model->mtp_depth));
-  return Status::Ok();
+  return train->CheckSizes(*model).With(path);
 }
 
 EvalResult EvaluateWith(DataLoader& val, int B, int T, int64_t batches,
@@ -178,6 +179,8 @@ Status RunTraining(const RunSpec& spec) {
   }
   const bool dist = world->size() > 1;
   const bool root = world->rank() == 0;
+  // Before anything is allocated: does what this config needs fit here?
+  RETURN_IF_ERROR(CheckRunMemory(mc, tc, world).With(spec.config_path));
   // One writer per run directory (supervise/run_lock.h), until this returns.
   ASSIGN_OR_RETURN(std::unique_ptr<supervise::RunLock> run_lock, supervise::LockRunDirForTraining(world, tc.out_dir));
   if (tc.threads > 0) omp_set_num_threads(static_cast<int>(tc.threads));

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -42,21 +43,6 @@ PreflightItem Skip(const std::string& check, const std::string& reason) {
 
 std::string Errno(int e) { return std::strerror(e); }
 
-int64_t CeilDiv(int64_t a, int64_t b) { return b <= 0 ? a : (a + b - 1) / b; }
-
-// MemAvailable from /proc/meminfo, in bytes; -1 when it cannot be read.
-int64_t ReadMemAvailable() {
-  std::ifstream f("/proc/meminfo");
-  std::string key;
-  int64_t kb = 0;
-  std::string unit;
-  while (f >> key >> kb) {
-    std::getline(f, unit);
-    if (key == "MemAvailable:") return kb * 1024;
-  }
-  return -1;
-}
-
 // `path` if it exists, else its nearest existing parent ("." for a relative
 // path none of whose parents exist).
 std::string NearestExisting(const std::string& path) {
@@ -70,125 +56,11 @@ std::string NearestExisting(const std::string& path) {
   return p.empty() ? "." : p.string();
 }
 
-// The micro-batch plan of a rank (see DistTrainer::Create): sequences per
-// rank per step, micro-batches, and sequences per micro-batch.
-struct BatchPlan {
-  int64_t per_rank = 1, micro = 1, per_micro = 1, in_flight = 1;
-};
-BatchPlan PlanBatches(const TrainConfig& t, const ParallelDims& d, int64_t microbatches) {
-  BatchPlan p;
-  const int64_t D = std::max<int64_t>(1, static_cast<int64_t>(d.dp) * d.ep);
-  p.per_rank = std::max<int64_t>(1, t.batch_size * t.grad_accum / D);
-  if (d.pp > 1) {
-    p.micro = microbatches > 0 ? microbatches : 2 * d.pp;
-  } else {
-    p.micro = std::max<int64_t>(1, t.grad_accum / D);
-  }
-  p.per_micro = std::max<int64_t>(1, CeilDiv(p.per_rank, p.micro));
-  p.in_flight = d.pp > 1 ? std::min<int64_t>(d.pp, p.micro) : 1;
-  return p;
-}
-
-ParallelDims DimsOf(const TrainConfig& t, int ranks) {
-  ParallelDims d = t.parallel;
-  if (d.trivial() && ranks > 1) d.dp = ranks;
-  return d;
-}
-
 std::string Plural(int64_t n, const std::string& word) {
   return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
 }
 
 }  // namespace
-
-std::string FormatBytes(int64_t bytes) {
-  static const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  if (bytes < 1024) return std::to_string(bytes) + " B";
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 5) { v /= 1024; ++u; }
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.1f %s", v, kUnits[u]);
-  return buf;
-}
-
-std::string MemoryEstimate::ToString() const {
-  return "params " + FormatBytes(params) + " + grads " + FormatBytes(grads) + " + optimizer " +
-         FormatBytes(optimizer) + " + activations " + FormatBytes(activations) + " = total " + FormatBytes(total);
-}
-
-nlohmann::json MemoryEstimate::ToJson() const {
-  return {{"params", params}, {"grads", grads}, {"optimizer", optimizer}, {"activations", activations},
-          {"total", total}};
-}
-
-MemoryEstimate EstimateRankMemory(const ModelConfig& m, const TrainConfig& t, int ranks) {
-  const ParallelDims d = DimsOf(t, ranks);
-  const int64_t tp = std::max(1, d.tp), pp = std::max(1, d.pp), ep = std::max(1, d.ep);
-  const int64_t dp = std::max(1, d.dp), cp = std::max(1, d.cp);
-  const int zero = t.parallel.zero;
-
-  // The layout of tp rank 0 when tp divides the model (the same rules as
-  // ParamLayout's own checks); otherwise the whole model, divided below.
-  ParallelDims tp_only;
-  tp_only.tp = static_cast<int>(tp);
-  ModelConfig dense = m;  // the shapes only: DSA's own rule is the layout check's
-  dense.attention = "dense";
-  LayoutBatch one_sequence;
-  one_sequence.seq_len = t.seq_len;
-  const bool tp_exact = tp == 1 || tp_only.Validate(static_cast<int>(tp), dense, one_sequence).ok();
-  ShardPlan plan;
-  if (tp_exact) plan.tp = static_cast<int>(tp);
-  const ParamLayout layout(m, plan);
-
-  const double R_dense = static_cast<double>(dp * ep * cp), R_expert = static_cast<double>(dp * cp);
-  double params = 0, grads = 0, moments = 0;
-  std::map<int, double> block_local;  // block -> floats here (before ZeRO)
-  for (const ParamInfo& p : layout.params()) {
-    double n = static_cast<double>(p.numel);
-    if (!tp_exact && p.block >= 0) n /= static_cast<double>(tp);
-    if (p.expert) n /= static_cast<double>(ep);
-    if (p.block >= 0 && p.block < m.n_layers) n /= static_cast<double>(pp);
-    block_local[p.block] += n;
-    const double R = p.expert ? R_expert : R_dense;
-    params += zero >= 3 ? n / R : n;
-    grads += zero >= 2 ? n / R : n;
-    moments += 2 * (zero >= 1 ? n / R : n);
-  }
-  if (zero >= 3 && R_dense > 1) {
-    // ZeRO-3 gathers one block's parameters whole before its forward/backward.
-    double largest = 0;
-    for (auto [block, n] : block_local)
-      if (block >= 0) largest = std::max(largest, n * (block < m.n_layers ? static_cast<double>(pp) : 1.0));
-    params += largest;
-  }
-
-  // Activations (formula in the header).
-  const BatchPlan bp = PlanBatches(t, d, t.parallel.pipeline_microbatches());
-  const double N = static_cast<double>(bp.per_micro) * static_cast<double>(t.seq_len) / static_cast<double>(cp);
-  const double C = static_cast<double>(m.d_model);
-  const double a_dense = 16 * C + 4.0 * static_cast<double>(m.d_ff) / static_cast<double>(tp);
-  const double a_moe = 16 * C + 2.0 * static_cast<double>(m.n_routed_experts) +
-                       static_cast<double>(m.top_k) * (2 * C + 4.0 * static_cast<double>(m.d_expert) / tp) +
-                       4.0 * static_cast<double>(m.n_shared_experts * m.d_expert) / static_cast<double>(tp);
-  const int64_t n_layers = std::max<int64_t>(1, m.n_layers);
-  int64_t n_moe = 0;
-  for (int64_t l = 0; l < m.n_layers; ++l) n_moe += m.is_moe_layer(l) ? 1 : 0;
-  const double a_mean =
-      (a_moe * static_cast<double>(n_moe) + a_dense * static_cast<double>(m.n_layers - n_moe)) /
-      static_cast<double>(n_layers);
-  const double L = static_cast<double>(CeilDiv(n_layers, pp) + m.mtp_depth);
-  const double head = 2.0 * static_cast<double>(m.vocab_size) * static_cast<double>(1 + m.mtp_depth);
-  const double act_floats = static_cast<double>(bp.in_flight) * N * (L * a_mean + head);
-
-  MemoryEstimate e;
-  e.params = static_cast<int64_t>(std::ceil(4 * params));
-  e.grads = static_cast<int64_t>(std::ceil(4 * grads));
-  e.optimizer = static_cast<int64_t>(std::ceil(4 * moments));
-  e.activations = static_cast<int64_t>(std::ceil(4 * act_floats));
-  e.total = e.params + e.grads + e.optimizer + e.activations;
-  return e;
-}
 
 int64_t EstimateCheckpointBytes(const ModelConfig& m) {
   const ParamLayout layout(m);
@@ -278,19 +150,15 @@ PreflightItem CheckLayout(const PreflightOptions& o, const ModelConfig& mc, cons
 PreflightItem CheckMemory(const PreflightOptions& o, const MemoryEstimate& e) {
   const int64_t ranks = std::max(1, o.ranks);
   const int64_t here = o.ranks_per_host > 0 ? std::min<int64_t>(o.ranks_per_host, ranks) : ranks;
-  const int64_t need = e.total * here;
-  const int64_t avail = o.mem_available_bytes >= 0 ? o.mem_available_bytes : ReadMemAvailable();
-  std::string per_rank = e.ToString() + " per rank";
+  const int64_t avail = o.mem_available_bytes >= 0 ? o.mem_available_bytes : MemAvailableBytes();
   if (avail < 0)
-    return Warn("memory", per_rank + "; MemAvailable unknown (/proc/meminfo unreadable): not compared");
-  const std::string times =
-      FormatBytes(e.total) + " per rank x " + Plural(here, "rank") + (here < ranks ? " on this host" : "") +
-      " = " + FormatBytes(need) + ", " + FormatBytes(avail) + " available";
-  if (need > avail)
-    return Fail("memory", "needs " + times + " (" + e.ToString() +
-                              ") (hint: raise parallel.zero, split the model with parallel.tp/pp/ep, lower "
-                              "train.batch_size and raise train.grad_accum, or put fewer ranks on a host)");
-  return Pass("memory", e.ToString() + " per rank; " + times);
+    return Warn("memory", e.ToString() + " per rank; MemAvailable unknown (/proc/meminfo unreadable): not compared");
+  const Status fits = CheckMemoryFits(e, here, avail);
+  if (!fits.ok())
+    return Fail("memory", fits.message() + (here > 1 ? "; or put fewer ranks on a host" : ""));
+  return Pass("memory", e.ToString() + " per rank; " + FormatBytes(e.total) + " per rank x " + Plural(here, "rank") +
+                            (here < ranks ? " on this host" : "") + " = " + FormatBytes(e.HostBytes(here)) + ", " +
+                            FormatBytes(avail) + " available");
 }
 
 void CheckData(const ModelConfig& mc, const TrainConfig& tc, std::vector<PreflightItem>* items) {
@@ -387,7 +255,7 @@ PreflightItem CheckSpace(const PreflightOptions& o, const TrainConfig& tc, int64
     }
     avail = static_cast<int64_t>(sv.f_bavail) * static_cast<int64_t>(sv.f_frsize);
   }
-  const int64_t need = 2 * ckpt;
+  const int64_t need = ckpt > std::numeric_limits<int64_t>::max() / 2 ? std::numeric_limits<int64_t>::max() : 2 * ckpt;
   const std::string nums = "2 checkpoints x " + FormatBytes(ckpt) + " = " + FormatBytes(need) + ", " +
                            FormatBytes(avail) + " free at " + at;
   if (need > avail)

@@ -1,0 +1,76 @@
+// ModelConfig::Validate: ranges, finite floats and sizes, for configs read
+// from TOML and from a checkpoint's JSON alike.
+#include "model/config.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace myriad {
+namespace {
+
+TEST(ModelConfigValidate, RangesApplyToConfigsFromJsonToo) {
+  ModelConfig m;
+  ASSERT_TRUE(m.Validate().ok()) << m.Validate().message();
+  nlohmann::json j = m.ToJson();
+  j["n_layers"] = 100000000;
+  auto r = ModelConfig::FromJson(j);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().message(), OutOfRange("model.n_layers", 100000000, 1, 1024));
+  j = m.ToJson();
+  j["vocab_size"] = int64_t{1} << 40;
+  EXPECT_NE(ModelConfig::FromJson(j).status().message().find("model.vocab_size=1099511627776 is out of range"),
+            std::string::npos);
+}
+
+TEST(ModelConfigValidate, NonFiniteFloatsAreRefused) {
+  ModelConfig m;
+  m.init_std = std::nan("");
+  EXPECT_NE(m.Validate().message().find("model.init_std=nan must be a finite number"), std::string::npos)
+      << m.Validate().message();
+  m = ModelConfig();
+  m.rope_theta = INFINITY;
+  EXPECT_NE(m.Validate().message().find("model.rope_theta=inf must be a finite number"), std::string::npos)
+      << m.Validate().message();
+  m = ModelConfig();
+  m.mtp_loss_weight = -1;
+  EXPECT_NE(m.Validate().message().find("model.mtp_loss_weight=-1"), std::string::npos) << m.Validate().message();
+}
+
+// 1024 layers of width 2^20 (4096 heads of 256): every key in range.
+ModelConfig Widest() {
+  ModelConfig m;
+  m.n_layers = 1024;
+  m.d_model = int64_t{1} << 20;
+  m.n_heads = 4096;
+  m.n_kv_heads = 4096;
+  return m;
+}
+
+TEST(ModelConfigValidate, SizesThatOverflowNameTheirKeys) {
+  ModelConfig m = Widest();
+  m.n_routed_experts = 256;
+  m.d_expert = int64_t{1} << 22;
+  const Status s = m.Validate();
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message(),
+            "model: the parameters' size overflows 64-bit integers (it grows with model.n_layers, "
+            "model.n_routed_experts, model.d_model, model.d_expert; hint: lower them)");
+  // A large model that fits 64 bits passes (memory is the estimate's to judge).
+  m.n_layers = 4;
+  EXPECT_TRUE(m.Validate().ok()) << m.Validate().message();
+  // The largest dense model the ranges allow: its sizes (parameters, RoPE
+  // tables, a full-length sequence's KV cache) still fit 64 bits; memory is
+  // what refuses it (train/memory_estimate.h).
+  ModelConfig dense = Widest();
+  dense.n_dense_layers = 1024;
+  dense.n_routed_experts = 0;
+  dense.mtp_depth = 16;
+  dense.d_ff = int64_t{1} << 22;
+  dense.max_seq_len = int64_t{1} << 24;
+  dense.vocab_size = (int64_t{1} << 31) - 1;
+  EXPECT_TRUE(dense.Validate().ok()) << dense.Validate().message();
+}
+
+}  // namespace
+}  // namespace myriad
