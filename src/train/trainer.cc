@@ -168,7 +168,12 @@ Status RestoreModel(const LoadedCheckpoint& ckpt, Model* model) {
 Status RunTraining(const RunSpec& spec) {
   ModelConfig mc;
   TrainConfig tc;
-  RETURN_IF_ERROR(LoadRunConfig(spec.config_path, spec.overrides, &mc, &tc));
+  // A refused config (or one that does not fit in memory) exits kExitConfig.
+  const auto refused = [&](Status s) {
+    if (spec.exit_code) *spec.exit_code = kExitConfig;
+    return s;
+  };
+  if (Status s = LoadRunConfig(spec.config_path, spec.overrides, &mc, &tc); !s.ok()) return refused(s);
   // Without mpirun a run is a world of one rank: the same step (DistTrainer),
   // which issues nothing on one rank.
   std::unique_ptr<comm::Comm> self;
@@ -180,7 +185,7 @@ Status RunTraining(const RunSpec& spec) {
   const bool dist = world->size() > 1;
   const bool root = world->rank() == 0;
   // Before anything is allocated: does what this config needs fit here?
-  RETURN_IF_ERROR(CheckRunMemory(mc, tc, world).With(spec.config_path));
+  if (Status s = CheckRunMemory(mc, tc, world); !s.ok()) return refused(s.With(spec.config_path));
   // One writer per run directory (supervise/run_lock.h), until this returns.
   ASSIGN_OR_RETURN(std::unique_ptr<supervise::RunLock> run_lock, supervise::LockRunDirForTraining(world, tc.out_dir));
   if (tc.threads > 0) omp_set_num_threads(static_cast<int>(tc.threads));

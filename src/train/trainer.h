@@ -23,6 +23,8 @@ namespace myriad {
 inline constexpr int kExitNumerical = 3;   // NaN/Inf loss or a loss spike
 inline constexpr int kExitHealth = 4;      // the device health check failed
 inline constexpr int kExitCheckpoint = 5;  // checkpoints keep failing to be written
+inline constexpr int kExitConfig = 6;      // the config is refused (or needs more memory than there is):
+                                           // restarting cannot help, so the supervisor gives up at once
 
 struct RunSpec {
   std::string config_path;

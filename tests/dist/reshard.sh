@@ -151,6 +151,14 @@ n = struct.unpack_from("<Q", buf, 0)[0]
 buf[8 + n:] = bytes(len(buf) - 8 - n)   # every moment zero
 open(f"{d}/optimizer.safetensors", "wb").write(buf)
 files["optimizer.safetensors"]["xxhash64"] = f"{xxh64(bytes(buf)):016x}"
+# The manifest's own checksum: xxh64 of its compact, key-sorted dump
+# without that key (checkpoint.h); checked against the written one first.
+def own(m):
+    rest = {k: v for k, v in m.items() if k != "manifest_xxhash64"}
+    return f"{xxh64(json.dumps(rest, sort_keys=True, separators=(',', ':'), ensure_ascii=False).encode()):016x}"
+if own(json.load(open(f"{d}/manifest.json"))) != man["manifest_xxhash64"]:
+    print("the manifest checksum here disagrees with the written one"); sys.exit(1)
+man["manifest_xxhash64"] = own(man)
 json.dump(man, open(f"{d}/manifest.json", "w"), indent=2)
 print(f"zeroed {len(buf) - 8 - n} bytes of moments")
 EOF

@@ -76,6 +76,23 @@ expect_one_line_error "steps past 64 bits" "train.steps=99999999999999999999 doe
   "${TRAIN[@]}" --set train.steps=99999999999999999999
 [ -e "$OUT/latest" ] && fail "a refused config trained: $OUT/latest exists" || pass "no refused config trained"
 
+# A refused config exits 6 (kExitConfig), and `launch` (its pre-flight off,
+# so only the trainer's memory check refuses it) gives up after the first
+# attempt instead of spending its restart budget.
+rc=0
+"${TRAIN[@]}" --set train.lr=inf 2>/dev/null || rc=$?
+[ "$rc" -eq 6 ] && pass "a refused config exits 6" || fail "a refused config exits $rc (wanted 6)"
+rc=0
+timeout 120 "$MYRIAD" launch --np 1 --no-preflight --max-restarts 5 --backoff 0.1 --config "$CFG" \
+  --set data.dir="$WORK/data" --set train.out_dir="$WORK/lrun" --set train.snapshot_dir=none \
+  --set model.vocab_size=2000000000 >"$WORK/launch.out" 2>&1 || rc=$?
+n=$(grep -cE "^  attempt [0-9]+:" "$WORK/launch.out" || true)
+if [ "$rc" -ne 0 ] && [ "$rc" -lt 128 ] && [ "$n" -eq 1 ] && grep -q "restarting cannot help" "$WORK/launch.out"; then
+  pass "launch gives up at once on a refused config (exit $rc, 1 attempt)"
+else
+  fail "launch on a refused config: exit $rc, $n attempts: $(tail -5 "$WORK/launch.out")"
+fi
+
 # The tiny config itself still trains.
 if "${TRAIN[@]}" --set train.steps=2 2>"$WORK/ok.log" && [ -e "$OUT/latest" ]; then
   pass "the tiny config trains"

@@ -164,13 +164,14 @@ Result<std::string> SaveCheckpoint(Env* env, const std::string& root_in, int64_t
   const std::string name = CheckpointDirName(step);
   const std::string final_dir = JoinPath(root, name);
   const std::string tmp = final_dir + kTmpSuffix;
-  const std::string untouched = " (hint: check free space and permissions under " + root +
-                                "; the previous checkpoint and 'latest' are untouched)";
   auto failed = [&](const Status& s) {
     Status cleanup = env->RemoveAll(tmp);
     if (!cleanup.ok()) LOG_WARN("checkpoint: cannot remove %s", cleanup.message().c_str());
-    return Status::Error(root + ": saving step " + std::to_string(step) +
-                         " failed: " + s.message() + untouched);
+    // Free space is the hint only when the disk is full.
+    const bool full = s.message().find("No space left on device") != std::string::npos;
+    return Status::Error(root + ": saving step " + std::to_string(step) + " failed: " + s.message() +
+                         " (hint: " + (full ? "free space under " : "check the file system and permissions under ") +
+                         root + "; the previous checkpoint and 'latest' are untouched)");
   };
 
   Status s = env->CreateDirs(root);

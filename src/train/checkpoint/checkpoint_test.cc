@@ -397,6 +397,10 @@ TEST_F(CheckpointTest, FailedSaveLeavesPreviousCheckpointAndLatest) {
         << r.status().message();
     EXPECT_NE(r.status().message().find("the previous checkpoint and 'latest' are untouched"),
               std::string::npos);
+    // "free space" is the hint for a full disk only, never for other errors.
+    const bool full = r.status().message().find("No space left on device") != std::string::npos;
+    EXPECT_EQ(r.status().message().find("(hint: free space under ") != std::string::npos, full)
+        << r.status().message();
     check_untouched(what);
   };
 

@@ -177,6 +177,7 @@ AttemptOutcome AttemptMonitor::Finish(JobExit exit, double now) {
     if (at.exit_code == kExitNumerical) at.outcome = "numerical";
     else if (at.exit_code == kExitHealth) at.outcome = "health";
     else if (at.exit_code == kExitCheckpoint) at.outcome = "checkpoint";
+    else if (at.exit_code == kExitConfig) at.outcome = "config";
     else if (ok_exit) at.outcome = "stopped", at.detail = "exited before the last step without being asked";
     else at.outcome = "crash";
     if (at.outcome == "crash") {

@@ -99,6 +99,11 @@ RestartDecision RestartPolicy::AfterAttempt(const AttemptOutcome& at, const Atte
     }
     d.history_changed = true;
   }
+  if (at.outcome == "config") {  // the same config fails the same way every time
+    d.kind = RestartDecision::kGiveUp;
+    d.error = "the job's config is refused, so restarting cannot help" + (at.detail.empty() ? "" : ": " + at.detail);
+    return d;
+  }
   if (restarts_ >= opt_.max_restarts) {
     d.kind = RestartDecision::kGiveUp;
     d.error = "restart budget spent (" + std::to_string(opt_.max_restarts) + " restarts); last: " + at.outcome +

@@ -50,6 +50,20 @@ TEST(RestartPolicy, BackoffDoublesWhileAttemptsDoNotGetACheckpointFurther) {
   EXPECT_EQ(p.restarts(), 8);
 }
 
+// A config the trainer refuses (exit kExitConfig) fails the same way on
+// every restart: the policy gives up at once, naming it.
+TEST(RestartPolicy, ARefusedConfigIsNotRestarted) {
+  HostHistory h;
+  RestartPolicy p(Options(20, 1, 5), {{"", 1}}, false, 1, &h);
+  const AttemptLayout l = *p.NextLayout();
+  AttemptOutcome at = Failed(0, "config", -1, 0);
+  at.detail = "rank 0: model.vocab_size=0 is out of range";
+  const RestartDecision d = p.AfterAttempt(at, l);
+  EXPECT_EQ(d.kind, RestartDecision::kGiveUp);
+  EXPECT_NE(d.error.find("restarting cannot help: rank 0: model.vocab_size=0"), std::string::npos) << d.error;
+  EXPECT_EQ(p.restarts(), 0);
+}
+
 TEST(RestartPolicy, WithoutCheckpointsNoAttemptCountsAsProgress) {
   HostHistory h;
   RestartPolicy p(Options(20, 0.5, 100, 2, /*ckpt_every=*/0), {{"", 1}}, false, 1, &h);
