@@ -37,10 +37,19 @@ Holder ReadHolder(int fd) {
   if (n <= 0) return h;
   const auto j = nlohmann::json::parse(std::string(buf, static_cast<size_t>(n)), nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return h;
-  h.pid = j.value("pid", int64_t{0});
-  h.host = j.value("host", std::string());
-  h.role = j.value("role", std::string());
-  h.supervisor = j.value("supervisor", int64_t{0});
+  // A damaged lock file reads as an unknown holder, never as an exception.
+  const auto num = [&](const char* k) {
+    const auto it = j.find(k);
+    return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : int64_t{0};
+  };
+  const auto str = [&](const char* k) {
+    const auto it = j.find(k);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  h.pid = num("pid");
+  h.host = str("host");
+  h.role = str("role");
+  h.supervisor = num("supervisor");
   return h;
 }
 

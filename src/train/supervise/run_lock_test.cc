@@ -106,6 +106,17 @@ TEST_F(RunLockTest, AStaleLockIsTakenOverWithAWarningNamingTheOldPid) {
   EXPECT_NE(Read(kLaunchLockFile).find("\"pid\":" + std::to_string(getpid())), std::string::npos);
 }
 
+// A damaged lock file (wrong types, not JSON) is taken over, never thrown on.
+TEST_F(RunLockTest, ADamagedLockFileIsTakenOver) {
+  for (const char* text : {"{\"pid\":\"12\",\"host\":7,\"role\":[1],\"supervisor\":\"x\"}", "not json", ""}) {
+    SCOPED_TRACE(text);
+    Write(kLaunchLockFile, text);
+    auto lock = RunLock::ForLaunch(dir_);
+    ASSERT_TRUE(lock.ok()) << lock.status().message();
+    EXPECT_NE(Read(kLaunchLockFile).find("\"pid\":" + std::to_string(getpid())), std::string::npos);
+  }
+}
+
 TEST_F(RunLockTest, AnUnwritableFolderIsAClearError) {
   Write("blocker", "x");
   auto lock = RunLock::ForLaunch(dir_ + "/blocker/run");
