@@ -1,5 +1,5 @@
-// IEEE binary16 conversions: from fp32 with round to nearest even, and back
-// exactly; subnormals, infinities and NaN handled (weights converted for
+// IEEE binary16 and bfloat16 conversions: from fp32 with round to nearest
+// even, and back exactly; subnormals, infinities and NaN handled (weights converted for
 // decode, the KV host tier's fp16 format, test and benchmark data).
 #pragma once
 
@@ -44,6 +44,23 @@ inline float HalfToFloat(uint16_t h) {
   bits = (h & 0x7c00) == 0x7c00 ? (mag | 0x7f800000u) : bits;
   bits |= static_cast<uint32_t>(h & 0x8000) << 16;
   std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// bfloat16: the top half of an fp32, rounded to nearest even (NaN stays a
+// quiet NaN); back exactly (gradient compression, Hugging Face weights).
+inline uint16_t FloatToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest, ties to even (overflow rounds to inf)
+  return static_cast<uint16_t>(u >> 16);
+}
+
+inline float Bf16ToFloat(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
   return f;
 }
 

@@ -46,6 +46,7 @@
 #include <string>
 #include <vector>
 
+#include "core/half.h"  // FloatToBf16, Bf16ToFloat
 #include "train/comm/comm.h"
 
 namespace myriad::comm {
@@ -72,8 +73,7 @@ void CompressChunk(Compression c, const float* x, int64_t n, int64_t block, floa
 // y[n] = decompress(in) (accumulate=false) or y += decompress(in).
 void DecompressChunk(Compression c, const uint8_t* in, int64_t n, int64_t block, float* y,
                      bool accumulate);
-uint16_t FloatToBf16(float f);
-float Bf16ToFloat(uint16_t h);
+// (bf16 conversions: core/half.h)
 
 // Which chunk [begin, end) of a count-element buffer rank r of n owns in the
 // compressed all-reduce: chunks of ceil(ceil(count/block)/n) blocks, the last
