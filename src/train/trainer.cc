@@ -264,6 +264,7 @@ Status RunTraining(const RunSpec& spec) {
   // else: otherwise a run that died in its final save would report "nothing
   // to do" with the final step on no disk.
   if (resume && resume->step > disk_step) {
+    Status recovered = Status::Ok();
     if (root) {
       LOG_WARN("step %lld is only in the shared-memory copy (%s; on disk: %s): writing it to %s",
                static_cast<long long>(resume->step), resume->dir.c_str(),
@@ -271,11 +272,18 @@ Status RunTraining(const RunSpec& spec) {
       auto saved = SaveCheckpoint(env, tc.out_dir, resume->step, CheckpointDataOf(*resume),
                                   static_cast<int>(tc.keep_last));
       if (!saved.ok())
-        return Status::Error("cannot write the shared-memory copy of step " + std::to_string(resume->step) +
-                             " to disk: " + saved.status().message());
-      LOG_INFO("recovered step %lld from shared memory: %s", static_cast<long long>(resume->step), saved->c_str());
+        recovered = Status::Error("cannot write the shared-memory copy of step " + std::to_string(resume->step) +
+                                  " to disk: " + saved.status().message());
+      else
+        LOG_INFO("recovered step %lld from shared memory: %s", static_cast<long long>(resume->step), saved->c_str());
     }
-    if (dist) world->Barrier();
+    if (dist) {  // every rank learns whether rank 0 managed (none waits on a rank that gave up)
+      int32_t failed = !recovered.ok();
+      world->AllReduce(&failed, 1, comm::DType::kI32, comm::ReduceOp::kMax);
+      if (failed && recovered.ok())
+        recovered = Status::Error("rank 0 could not write step " + std::to_string(resume->step) + " to disk");
+    }
+    RETURN_IF_ERROR(recovered);
     disk_step = resume->step;
   }
   if (resume && tc.precision == "auto") {
