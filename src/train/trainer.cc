@@ -445,17 +445,20 @@ Status RunTraining(const RunSpec& spec) {
       if (!r.done) break;  // still being written
       // Training waited for the snapshot (copy + shared-memory write) and
       // for the hand-over (which includes waiting for the previous write).
-      const double blocked = r.snapshot_s + r.blocked_s + (tc.async_checkpoint ? 0.0 : r.persist_s);
+      const double blocked =
+          r.snapshot_s + r.blocked_s + r.mirror_wait_s + (tc.async_checkpoint ? 0.0 : r.persist_s);
       hb.Event("checkpoint", {{"step", r.step}, {"ok", r.ok}, {"snapshot_s", r.snapshot_s},
-                              {"handover_s", r.blocked_s}, {"blocked_s", blocked}, {"persist_s", r.persist_s},
+                              {"handover_s", r.blocked_s}, {"shm_wait_s", r.mirror_wait_s}, {"blocked_s", blocked}, {"persist_s", r.persist_s},
                               {"shm_copy_s", r.mirror_s}, {"error", r.error}});
       if (r.ok) {
         failed_saves = 0;
         blocked_s.push_back(blocked);
         persist_s.push_back(r.persist_s);
         LOG_INFO("checkpoint step %lld written (training blocked %.3fs, written in the background in %.2fs; "
-                 "blocked = snapshot %.3fs + hand-over %.3fs; the shared-memory copy took %.2fs of the background)",
-                 static_cast<long long>(r.step), blocked, r.persist_s, r.snapshot_s, r.blocked_s, r.mirror_s);
+                 "blocked = snapshot %.3fs + hand-over %.3fs + waiting for the shared-memory copy %.3fs; that copy "
+                 "took %.2fs of the background)",
+                 static_cast<long long>(r.step), blocked, r.persist_s, r.snapshot_s, r.blocked_s, r.mirror_wait_s,
+                 r.mirror_s);
       } else {
         fault_env.Disarm();
         LOG_WARN("checkpoint step %lld failed: %s (the previous checkpoint is intact; retrying)",
@@ -558,6 +561,10 @@ Status RunTraining(const RunSpec& spec) {
       else std::fprintf(stderr, "%s\n", line);
     }
     ++steps_this_run;
+    // The step after a save: its shared-memory copy must be complete now
+    // (written while this step ran), so a crash from here on loses nothing
+    // before the save.
+    if (writer) writer->WaitMirror();
     faults.AfterStep(step);  // planned kill / hang (drills)
     RETURN_IF_ERROR(poll_writer());
     // A stop request (SIGTERM/SIGINT) or a failed write to redo: every rank

@@ -142,6 +142,14 @@ void AsyncCheckpointWriter::SetMirror(Env* env, std::string root, int keep_last)
   mirror_keep_ = keep_last;
 }
 
+void AsyncCheckpointWriter::WaitMirror() {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!mirror_pending_) return;
+  cv_.wait(lock, [&] { return !mirror_pending_; });
+  records_[job_record_].mirror_wait_s += SecondsSince(t0);
+}
+
 std::string AsyncCheckpointWriter::mirror() const {
   std::lock_guard<std::mutex> lock(mu_);
   return mirror_root_;
@@ -159,6 +167,7 @@ Status AsyncCheckpointWriter::Submit(std::unique_ptr<CheckpointSnapshot> s, doub
   job_ = std::move(s);
   job_record_ = records_.size();
   busy_ = true;
+  mirror_pending_ = !mirror_root_.empty();
   rec.blocked_s = SecondsSince(t0);
   records_.push_back(std::move(rec));
   lock.unlock();
@@ -217,6 +226,11 @@ void AsyncCheckpointWriter::Loop() {
       }
     }
     const double mirror_s = SecondsSince(t0);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      mirror_pending_ = false;
+    }
+    cv_.notify_all();
     Result<std::string> saved = Status::Error("not saved");
     // Errors never escape the thread: an exception (out of memory, a meta
     // value JSON cannot serialise) becomes this persist's error.

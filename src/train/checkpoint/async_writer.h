@@ -114,7 +114,8 @@ struct CheckpointSnapshot {
 struct SaveRecord {
   int64_t step = 0;
   double snapshot_s = 0, blocked_s = 0, persist_s = 0;
-  double mirror_s = 0;  // the part of persist_s spent on the mirror (SetMirror)
+  double mirror_s = 0;       // the part of persist_s spent on the mirror (SetMirror)
+  double mirror_wait_s = 0;  // how long WaitMirror waited for it (training blocked)
   bool done = false;
   bool ok = false;
   std::string error;
@@ -138,6 +139,12 @@ class AsyncCheckpointWriter {
   void SetMirror(Env* env, std::string root, int keep_last);
   // The mirror root, "" when there is none (or it was turned off).
   std::string mirror() const;
+  // Waits until the snapshot handed over last is on the mirror (at once when
+  // it is, or when there is no mirror); the wait is added to its record's
+  // mirror_wait_s. The trainer calls it after the step that follows a save,
+  // so the mirror write overlaps one step and a crash after that step never
+  // loses the checkpoint.
+  void WaitMirror();
   AsyncCheckpointWriter(const AsyncCheckpointWriter&) = delete;
   AsyncCheckpointWriter& operator=(const AsyncCheckpointWriter&) = delete;
 
@@ -163,6 +170,7 @@ class AsyncCheckpointWriter {
   const int keep_last_;
   Env* mirror_env_ = nullptr;
   std::string mirror_root_;  // guarded by mu_ once the thread runs
+  bool mirror_pending_ = false;  // the job handed over last is not on the mirror yet
   int mirror_keep_ = 2;
 
   mutable std::mutex mu_;

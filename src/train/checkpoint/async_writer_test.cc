@@ -233,6 +233,38 @@ TEST_F(AsyncWriterTest, MirrorIsWrittenFirstAndTurnedOffWhenItFails) {
   EXPECT_NE(pool->Take(1000).data(), first) << "a buffer is lent once";
 }
 
+// WaitMirror returns only once the last snapshot is on the mirror (a gated
+// mirror write holds it), records the wait, and returns at once after that
+// or without a mirror; the main root is written after the mirror.
+TEST_F(AsyncWriterTest, WaitMirrorReturnsOnceTheMirrorHoldsTheSnapshot) {
+  const std::string mirror = base_ + "/shm";
+  GateEnv gate;
+  AsyncCheckpointWriter writer(Env::Default(), root_, 3);
+  writer.WaitMirror();  // nothing handed over: returns
+  writer.SetMirror(&gate, mirror, 2);
+  ASSERT_TRUE(writer.Submit(Source(10).Snapshot(10), 0.0).ok());
+  gate.WaitReached();  // the mirror write is held inside its tmp directory
+  std::atomic<bool> returned{false};
+  std::thread waiter([&] {
+    writer.WaitMirror();
+    returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(returned.load()) << "WaitMirror returned before the mirror was written";
+  EXPECT_FALSE(fs::exists(Dir(10))) << "the main root is written after the mirror";
+  gate.Open();
+  waiter.join();
+  ExpectCheckpoint(mirror + "/" + CheckpointDirName(10), 10);
+  ASSERT_TRUE(writer.Wait().ok());
+  ExpectCheckpoint(Dir(10), 10);
+  const std::vector<SaveRecord> recs = writer.records();
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_GE(recs[0].mirror_wait_s, 0.09);
+  const auto t0 = std::chrono::steady_clock::now();
+  writer.WaitMirror();  // already on the mirror: at once
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 0.05);
+}
+
 TEST_F(AsyncWriterTest, SourceMayChangeRightAfterAddAndSubmit) {
   GateEnv env;  // holds the persist so the changes below happen while it runs
   AsyncCheckpointWriter writer(&env, root_, 3);
