@@ -345,9 +345,14 @@ std::unique_ptr<CheckpointSnapshot> DistTrainer::Snapshot(int64_t step, const nl
 }
 
 void DistTrainer::PrepareSnapshotBuffers() {
-  if (!is_root()) return;
-  const size_t n = static_cast<size_t>(ParamLayout(mc_).total());
-  for (int i = 0; i < 3; ++i) snap_pool_->Give(std::vector<float>(n));  // zeroed: every page touched
+  // Zeroed: every page touched. One rank: the host copies are the snapshot.
+  // More: every rank stages its own state (local size), and rank 0 gathers
+  // the whole tensors into the snapshot.
+  const auto give = [&](size_t n) {
+    for (int i = 0; i < 3; ++i) snap_pool_->Give(std::vector<float>(n));
+  };
+  if (!solo()) give(static_cast<size_t>(model_->num_params()));
+  if (is_root()) give(static_cast<size_t>(ParamLayout(mc_).total()));
 }
 
 std::unique_ptr<CheckpointSnapshot> DistTrainer::MakeSnapshot(int64_t step, const nlohmann::json& meta,

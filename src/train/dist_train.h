@@ -64,8 +64,9 @@ class DistTrainer {
   // in-memory snapshot on rank 0, so it loads under any layout; nullptr on
   // the other ranks. Writing it is the caller's (AsyncCheckpointWriter).
   std::unique_ptr<CheckpointSnapshot> Snapshot(int64_t step, const nlohmann::json& meta);
-  // Rank 0: allocates (and faults in) the host buffers of one snapshot now,
-  // so that the first save's pause is a copy only, like every later one.
+  // Allocates (and faults in) the host buffers of one save now (rank 0: the
+  // snapshot's; with more ranks also each rank's staging), so that the first
+  // save's pause is a copy only, like every later one.
   void PrepareSnapshotBuffers();
   // Every rank copies its shard (and its optimizer slices) out of the
   // checkpoint's whole tensors: resharding onto this layout.

@@ -45,7 +45,9 @@
 // scores (the kernels are flash-style), so there is no seq_len^2 term.
 //
 // Checkpoints (train/checkpoint/async_writer.h): a save copies this rank's
-// parameters and moments to the host (12 * P_local); rank 0 also holds up
+// parameters and moments to the host (12 * P_local; on one rank that copy
+// becomes the snapshot itself, so there this term is an upper bound's
+// margin, counted anyway); rank 0 also holds up
 // to two snapshots of the whole model (the one being written and the one
 // handed over: 2 * 12 * P), with more than one rank the whole tensors it
 // gathers them into (12 * P), and, unless train.snapshot_dir = "none", the

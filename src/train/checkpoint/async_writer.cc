@@ -41,10 +41,15 @@ void CheckpointSnapshot::AddModel(const TensorView& view) { model_.push_back(Cop
 std::vector<float> SnapshotBufferPool::Take(size_t n) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    for (size_t i = 0; i < free_.size(); ++i) {
-      if (free_[i].capacity() < n) continue;
-      std::vector<float> v = std::move(free_[i]);
-      free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(i));
+    // The smallest that fits, so that staging and whole-model buffers of
+    // different sizes each find their own.
+    size_t best = free_.size();
+    for (size_t i = 0; i < free_.size(); ++i)
+      if (free_[i].capacity() >= n && (best == free_.size() || free_[i].capacity() < free_[best].capacity()))
+        best = i;
+    if (best < free_.size()) {
+      std::vector<float> v = std::move(free_[best]);
+      free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(best));
       v.resize(n);  // within capacity: no allocation; new elements (if any) zeroed
       return v;
     }

@@ -45,8 +45,8 @@ namespace myriad {
 // for the run (at most the two snapshots that may exist at once). Thread-safe.
 class SnapshotBufferPool {
  public:
-  // A vector of n floats, contents unspecified (a returned one when any has
-  // capacity for n, else a new zeroed one).
+  // A vector of n floats, contents unspecified (the returned one with the
+  // smallest capacity for n, else a new zeroed one).
   std::vector<float> Take(size_t n);
   void Give(std::vector<float>&& v);
 

@@ -231,6 +231,16 @@ TEST_F(AsyncWriterTest, MirrorIsWrittenFirstAndTurnedOffWhenItFails) {
   EXPECT_EQ(again.data(), first);
   EXPECT_EQ(again.size(), 1000u);
   EXPECT_NE(pool->Take(1000).data(), first) << "a buffer is lent once";
+  // The smallest buffer that fits is lent: staging and whole-model sizes
+  // each find their own.
+  SnapshotBufferPool sizes;
+  std::vector<float> big(1000), small(100);
+  const float* big_p = big.data();
+  const float* small_p = small.data();
+  sizes.Give(std::move(big));
+  sizes.Give(std::move(small));
+  EXPECT_EQ(sizes.Take(50).data(), small_p);
+  EXPECT_EQ(sizes.Take(50).data(), big_p);
 }
 
 // WaitMirror returns only once the last snapshot is on the mirror (a gated
