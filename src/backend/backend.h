@@ -100,9 +100,14 @@ struct AdamWParams {
 
 // MoE routing of N tokens over E experts, K per token (K <= E <= 256):
 //   scores = softmax(logits) over E, or sigmoid(logits) elementwise;
+//   group-limited (n_group > 1): the E experts form n_group groups of E /
+//     n_group adjacent experts; a group's score is the sum of its two
+//     largest scores[t,e] + bias[e] (its one, for groups of one); only the
+//     experts of the topk_group best groups (ties: the lower group) compete;
 //   sel[t, 0..K) = the K experts of largest scores[t,e] + bias[e] (bias
 //     only chooses; ties go to the lower index), in descending order;
-//   weights[t,k] = scores[t, sel[t,k]] / sum_k scores[t, sel[t,k]];
+//   weights[t,k] = scale * scores[t, sel[t,k]] / sum_k scores[t, sel[t,k]]
+//     (normalize), or scale * scores[t, sel[t,k]] (!normalize);
 //   the permutation that groups the N*K (token, expert) rows by expert,
 //     tokens ascending within an expert: expert e's rows are
 //     [expert_offset[e], expert_offset[e+1]), perm[row] is the row's token
@@ -111,6 +116,9 @@ struct AdamWParams {
 struct MoeRouteParams {
   int64_t N = 0, E = 0, K = 0;
   bool sigmoid = false;
+  bool normalize = true;           // weights sum to `scale`
+  float scale = 1.f;               // routed_scaling_factor
+  int64_t n_group = 1, topk_group = 1;
   const float* logits = nullptr;   // [N, E]
   const float* bias = nullptr;     // [E] or null
   float* scores = nullptr;         // [N, E]
@@ -129,6 +137,8 @@ struct MoeRouteParams {
 struct MoeRouteBackwardParams {
   int64_t N = 0, E = 0, K = 0, T = 0;
   bool sigmoid = false;
+  bool normalize = true;             // as moe_route's
+  float scale = 1.f;
   const float* scores = nullptr;     // [N, E] moe_route's scores
   const int32_t* sel = nullptr;      // [N, K]
   const float* weights = nullptr;    // [N, K]

@@ -50,7 +50,9 @@ TEST_P(Parity, MoeRoute) {
   struct S { int64_t N, E, K; };
   for (S c : {S{1, 4, 1}, S{7, 8, 2}, S{33, 16, 6}, S{300, 64, 8}, S{5, 256, 8}})
     for (bool sigmoid : {false, true})
-      for (int variant = 0; variant < 3; ++variant) {  // 0 random, 1 with bias, 2 ties
+      for (int variant = 0; variant < 3; ++variant)  // 0 random, 1 with bias, 2 ties
+      for (int rule = 0; rule < 3; ++rule) {  // 0 ours; 1 unnormalised, scaled; 2 group-limited, scaled
+        const int64_t ng = rule == 2 ? std::min<int64_t>(8, c.E / 2) : 1, tg = std::max<int64_t>(1, ng / 2);
         Vec logits = Randn(c.N * c.E, rng, 2.f), bias;
         if (variant == 2)
           for (auto& l : logits) l = std::round(l * 2) / 2;
@@ -61,6 +63,7 @@ TEST_P(Parity, MoeRoute) {
           pos->assign(c.N * c.K, -1); perm->assign(c.N * c.K, -1); off->assign(c.E + 1, -1);
           MoeRouteParams p;
           p.N = c.N, p.E = c.E, p.K = c.K, p.sigmoid = sigmoid;
+          p.normalize = rule != 1, p.scale = rule == 0 ? 1.f : 2.5f, p.n_group = ng, p.topk_group = tg;
           p.logits = logits.data(), p.bias = bias.empty() ? nullptr : bias.data();
           p.scores = sc->data(), p.sel = sel->data(), p.weights = w->data();
           p.pos = pos->data(), p.perm = perm->data(), p.expert_offset = off->data();
@@ -72,7 +75,8 @@ TEST_P(Parity, MoeRoute) {
         run(*ops_, &sc, &sel, &w, &pos, &perm, &off);
         run(ref_, &rsc, &rsel, &rw, &rpos, &rperm, &roff);
         std::string what = "moe_route N" + std::to_string(c.N) + " E" + std::to_string(c.E) + " K" +
-                           std::to_string(c.K) + (sigmoid ? " sigmoid" : " softmax") + " v" + std::to_string(variant);
+                           std::to_string(c.K) + (sigmoid ? " sigmoid" : " softmax") + " v" + std::to_string(variant) +
+                           " rule" + std::to_string(rule);
         EXPECT_EQ(sel, rsel) << what;
         EXPECT_EQ(pos, rpos) << what;
         EXPECT_EQ(perm, rperm) << what;
@@ -80,6 +84,28 @@ TEST_P(Parity, MoeRoute) {
         ExpectClose(sc, rsc, 2e-6, 1e-7, what + " scores");
         ExpectClose(w, rw, 2e-6, 1e-7, what + " weights");
       }
+}
+
+// Group-limited routing on a hand-worked case (both implementations): 8
+// experts in 4 groups of 2, sigmoid scores all 0.5 (logits 0), the biases
+// making the biased scores 0.78 0.10 | 0.81 0.30 | 0.52 0.51 | 0.70 0.65;
+// group scores 0.88, 1.11, 1.03, 1.35 keep groups 3 and 1, so the top 2 are
+// experts 2 and 6 (without groups: 2 and 0); weights 2.5 * 0.5 / 1.0.
+TEST_P(Parity, MoeRouteGroupLimitedByHand) {
+  Vec logits(8, 0.f), bias = {0.28f, -0.4f, 0.31f, -0.2f, 0.02f, 0.01f, 0.2f, 0.15f};
+  for (const BackendOps* o : {ops_, static_cast<const BackendOps*>(&ref_)})
+    for (int64_t groups : {4, 1}) {
+      Vec sc(8), w(2);
+      std::vector<int32_t> sel(2), pos(2), perm(2);
+      std::vector<int64_t> off(9);
+      MoeRouteParams p;
+      p.N = 1, p.E = 8, p.K = 2, p.sigmoid = true, p.scale = 2.5f, p.n_group = groups, p.topk_group = groups == 4 ? 2 : 1;
+      p.logits = logits.data(), p.bias = bias.data(), p.scores = sc.data(), p.sel = sel.data(), p.weights = w.data();
+      p.pos = pos.data(), p.perm = perm.data(), p.expert_offset = off.data();
+      o->moe_route(p);
+      EXPECT_EQ(sel, (groups == 4 ? std::vector<int32_t>{2, 6} : std::vector<int32_t>{2, 0})) << groups << " groups";
+      EXPECT_EQ(w, (Vec{1.25f, 1.25f}));
+    }
 }
 
 // Router backward (with and without the balance term, both score
@@ -90,19 +116,22 @@ TEST_P(Parity, MoeRouteBackward) {
   struct S { int64_t B, T, E, K; };
   for (S c : {S{1, 1, 4, 1}, S{2, 7, 8, 2}, S{3, 11, 16, 6}, S{4, 75, 64, 8}, S{1, 5, 256, 8}})
     for (bool sigmoid : {false, true})
-      for (bool balance : {false, true}) {
+      for (bool balance : {false, true})
+      for (int rule = 0; rule < 2; ++rule) {  // 0 normalised; 1 unnormalised and scaled
         const int64_t N = c.B * c.T;
         Vec logits = Randn(N * c.E, rng, 2.f), sc(N * c.E), w(N * c.K);
         std::vector<int32_t> sel(N * c.K), pos(N * c.K), perm(N * c.K);
         std::vector<int64_t> off(c.E + 1);
         MoeRouteParams rp;
         rp.N = N, rp.E = c.E, rp.K = c.K, rp.sigmoid = sigmoid, rp.logits = logits.data();
+        rp.normalize = rule == 0, rp.scale = rule == 0 ? 1.f : 2.5f;
         rp.scores = sc.data(), rp.sel = sel.data(), rp.weights = w.data(), rp.pos = pos.data();
         rp.perm = perm.data(), rp.expert_offset = off.data();
         ref_.moe_route(rp);
         Vec dw = Randn(N * c.K, rng), coef = Randn(c.B * c.E, rng, 0.3f), dl(N * c.E, NAN), dl_r(N * c.E, NAN);
         MoeRouteBackwardParams p;
         p.N = N, p.E = c.E, p.K = c.K, p.T = c.T, p.sigmoid = sigmoid;
+        p.normalize = rp.normalize, p.scale = rp.scale;
         p.scores = sc.data(), p.sel = sel.data(), p.weights = w.data(), p.d_weights = dw.data();
         p.balance = balance ? coef.data() : nullptr;
         p.d_logits = dl.data();
@@ -110,7 +139,8 @@ TEST_P(Parity, MoeRouteBackward) {
         p.d_logits = dl_r.data();
         ref_.moe_route_bwd(p);
         std::string what = "moe_route_bwd B" + std::to_string(c.B) + " T" + std::to_string(c.T) + " E" +
-                           std::to_string(c.E) + (sigmoid ? " sigmoid" : " softmax") + (balance ? " +balance" : "");
+                           std::to_string(c.E) + (sigmoid ? " sigmoid" : " softmax") + (balance ? " +balance" : "") +
+                           (rule ? " unnormalised x2.5" : "");
         ExpectClose(dl, dl_r, 1e-5, 1e-7, what);
         std::vector<double> st(2 * c.B * c.E, NAN), st_r(2 * c.B * c.E, NAN);
         ops_->moe_balance_stats(sc.data(), sel.data(), c.B, c.T, c.E, c.K, st.data());

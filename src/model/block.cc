@@ -11,17 +11,81 @@
 namespace myriad {
 
 void RopeTables::Build(int64_t max_pos, int64_t D, double theta) {
-  const int64_t half = D / 2;
+  std::vector<double> inv_freq(D / 2);
+  for (int64_t i = 0; i < D / 2; ++i)
+    inv_freq[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+  Build(max_pos, inv_freq, 1.0);
+}
+
+void RopeTables::Build(int64_t max_pos, const std::vector<double>& inv_freq, double mscale) {
+  const int64_t half = static_cast<int64_t>(inv_freq.size());
   std::vector<float> c(max_pos * half), sn(max_pos * half);  // built on the host, then copied
   for (int64_t p = 0; p < max_pos; ++p)
     for (int64_t i = 0; i < half; ++i) {
-      double freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
-      double ang = static_cast<double>(p) * freq;
-      c[p * half + i] = static_cast<float>(std::cos(ang));
-      sn[p * half + i] = static_cast<float>(std::sin(ang));
+      double ang = static_cast<double>(p) * inv_freq[i];
+      c[p * half + i] = static_cast<float>(std::cos(ang) * mscale);
+      sn[p * half + i] = static_cast<float>(std::sin(ang) * mscale);
     }
   FromHost(&cos, c);
   FromHost(&sin, sn);
+}
+
+namespace {
+// yarn's attention scale: 0.1 * m * ln(s) + 1 for s > 1.
+double YarnMscale(double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; }
+}  // namespace
+
+std::vector<double> RopeInvFreq(const ModelConfig& cfg, int64_t D) {
+  const int64_t half = D / 2;
+  const double theta = cfg.rope_theta, f = cfg.rope_factor;
+  std::vector<double> inv(half);
+  for (int64_t i = 0; i < half; ++i) inv[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+  const double orig = static_cast<double>(cfg.rope_original_max_pos > 0 ? cfg.rope_original_max_pos : cfg.max_seq_len);
+  if (cfg.rope_scaling == "linear") {
+    for (double& v : inv) v /= f;
+  } else if (cfg.rope_scaling == "llama3") {
+    // Long wavelengths (beyond orig / low_freq_factor) slow down by the
+    // factor, short ones (below orig / high_freq_factor) stay; in between,
+    // a linear blend in orig / wavelength.
+    const double lo = cfg.rope_low_freq_factor, hi = cfg.rope_high_freq_factor;
+    const double low_wavelen = orig / lo, high_wavelen = orig / hi;
+    for (double& v : inv) {
+      const double wavelen = 2 * M_PI / v;
+      if (wavelen > low_wavelen) {
+        v /= f;
+      } else if (wavelen >= high_wavelen) {
+        const double smooth = (orig / wavelen - lo) / (hi - lo);
+        v = (1 - smooth) * v / f + smooth * v;
+      }
+    }
+  } else if (cfg.rope_scaling == "yarn") {
+    // Dims that turn fewer than beta_slow times over the original context
+    // are interpolated (divided by the factor), those that turn more than
+    // beta_fast times are kept, with a linear ramp between the two.
+    auto corr_dim = [&](double rotations) {
+      return static_cast<double>(D) * std::log(orig / (rotations * 2 * M_PI)) / (2 * std::log(theta));
+    };
+    double low = corr_dim(cfg.rope_beta_fast), high = corr_dim(cfg.rope_beta_slow);
+    if (cfg.rope_truncate) low = std::floor(low), high = std::ceil(high);
+    low = std::max(low, 0.0);
+    high = std::min(high, static_cast<double>(D - 1));
+    if (low == high) high += 0.001;
+    for (int64_t i = 0; i < half; ++i) {
+      const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+      const double extrapolate = 1 - ramp;
+      inv[i] = inv[i] / f * (1 - extrapolate) + inv[i] * extrapolate;
+    }
+  }
+  return inv;
+}
+
+double RopeAttentionFactor(const ModelConfig& cfg) {
+  if (cfg.rope_scaling != "yarn") return 1.0;
+  return cfg.rope_attention_factor > 0 ? cfg.rope_attention_factor : YarnMscale(cfg.rope_factor, 1.0);
+}
+
+void RopeTables::Build(const ModelConfig& cfg) {
+  Build(cfg.max_seq_len, RopeInvFreq(cfg, cfg.head_dim()), RopeAttentionFactor(cfg));
 }
 
 // The rotation of the first dsa_index_rope_dim dims of each head (Di apart).
@@ -34,6 +98,22 @@ void IndexerRope(const ModelConfig& cfg, float* qi, float* ki, int64_t N, const 
   ops::Rope(ki, N, 1, R, pos, t.cos.data(), t.sin.data(), inverse, Di);
 }
 
+
+namespace {
+const float* Ones(int64_t N, Buf<float>* ones) {
+  if (static_cast<int64_t>(ones->size()) < N) FromHost(ones, std::vector<float>(N, 1.f));
+  return ones->data();
+}
+}  // namespace
+
+void AddBias(const float* b, int64_t N, int64_t out, float* y, Buf<float>* ones) {
+  ops::Linear(Ones(N, ones), b, N, 1, out, y, /*accumulate=*/true);
+}
+
+void BiasBackward(const float* dy, int64_t N, int64_t out, float* db, Buf<float>* ones) {
+  // No dx: the weight argument is not read (db stands in for it).
+  ops::LinearBackward(dy, Ones(N, ones), db, N, 1, out, nullptr, false, db);
+}
 
 namespace {
 
@@ -170,7 +250,16 @@ void BlockForward(const BlockContext& ctx, const BlockWeights<float*>& w, const 
   Buf<float>& qkv = ctx.scratch->qkv;
   Fit(&qkv, N * QKV);
   ops::Linear(a_in, w.wq, N, C, QKV, qkv.data());
-  SplitQkv(qkv.data(), N, H * D, Hkv * D, a->q.data(), a->k.data(), a->v.data());
+  if (w.bq) AddBias(w.bq, N, QKV, qkv.data(), &ctx.scratch->ones);
+  if (w.q_norm) {
+    // Qwen3: each head's q and k RMS-normed (weights [D], shared by the heads).
+    Fit(&a->q_pre, N * H * D); Fit(&a->k_pre, N * Hkv * D); Fit(&a->rstd_q, N * H); Fit(&a->rstd_k, N * Hkv);
+    SplitQkv(qkv.data(), N, H * D, Hkv * D, a->q_pre.data(), a->k_pre.data(), a->v.data());
+    ops::RmsNorm(a->q_pre.data(), w.q_norm, eps, N * H, D, a->q.data(), a->rstd_q.data());
+    ops::RmsNorm(a->k_pre.data(), w.k_norm, eps, N * Hkv, D, a->k.data(), a->rstd_k.data());
+  } else {
+    SplitQkv(qkv.data(), N, H * D, Hkv * D, a->q.data(), a->k.data(), a->v.data());
+  }
   ops::Rope(a->q.data(), N, H, D, ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), false);
   ops::Rope(a->k.data(), N, Hkv, D, ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), false);
   const AttentionParams ap = MakeAttention(ctx, a);
@@ -307,7 +396,21 @@ void BlockBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
   ops::Rope(s->d_k.data(), N, Hkv, D, ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), true);
   const int64_t QKV = static_cast<int64_t>(H + 2 * Hkv) * D;
   Fit(&s->d_qkv, N * QKV);
-  JoinQkv(s->d_q.data(), s->d_k.data(), s->d_v.data(), N, H * D, Hkv * D, s->d_qkv.data());
+  if (w.q_norm) {
+    // Through the per-head norms: d_qkv's q and k parts from d_q, d_k (the
+    // pre-norm gradients go to d_att and d_a, free until below).
+    Fit(&s->d_a, std::max<int64_t>(N * C, N * Hkv * D));
+    float* dqp = s->d_att.data();
+    float* dkp = s->d_a.data();
+    ops::Zero(dqp, N * H * D);
+    ops::Zero(dkp, N * Hkv * D);
+    ops::RmsNormBackward(s->d_q.data(), a->q_pre.data(), w.q_norm, a->rstd_q.data(), N * H, D, dqp, gw.q_norm);
+    ops::RmsNormBackward(s->d_k.data(), a->k_pre.data(), w.k_norm, a->rstd_k.data(), N * Hkv, D, dkp, gw.k_norm);
+    JoinQkv(dqp, dkp, s->d_v.data(), N, H * D, Hkv * D, s->d_qkv.data());
+  } else {
+    JoinQkv(s->d_q.data(), s->d_k.data(), s->d_v.data(), N, H * D, Hkv * D, s->d_qkv.data());
+  }
+  if (w.bq) BiasBackward(s->d_qkv.data(), N, QKV, gw.bq, &s->ones);
   const float* a_in = sp ? a->a_full.data() : a->a.data();
   ops::LinearBackward(s->d_qkv.data(), a_in, w.wq, N, C, QKV, s->d_a.data(), false, gw.wq);
   const float* d_a = s->d_a.data();

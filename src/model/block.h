@@ -16,8 +16,19 @@ namespace myriad {
 // Rotary tables shared by every block: [max_seq_len, D/2].
 struct RopeTables {
   Buf<float> cos, sin;  // device copies
+  // Plain RoPE: angle pos * theta^(-2i/D), in double, rounded once.
   void Build(int64_t max_pos, int64_t D, double theta);
+  // Angle pos * inv_freq[i]; cos and sin both scaled by mscale.
+  void Build(int64_t max_pos, const std::vector<double>& inv_freq, double mscale);
+  // The model's attention RoPE: head_dim() wide, under cfg.rope_scaling.
+  void Build(const ModelConfig& cfg);
 };
+
+// RoPE's inverse frequencies for head width D under cfg.rope_scaling ("none",
+// "linear", "llama3", "yarn": the formulas of docs/open-models.md), in double.
+std::vector<double> RopeInvFreq(const ModelConfig& cfg, int64_t D);
+// The factor yarn multiplies cos and sin by (so q.k by its square); 1 otherwise.
+double RopeAttentionFactor(const ModelConfig& cfg);
 
 // DSA: RoPE on the first cfg.dsa_index_rope_dim dims of each indexer query
 // head qi [N, Hi, Di] and key ki [N, Di] (tables built for that many dims);
@@ -48,6 +59,7 @@ struct BlockActs {
   Buf<float> a, rstd1;            // attn norm out [N,C], [N] (own rows under sequence parallelism)
   Buf<float> a_full, f_full;      // sequence parallelism: gathered norm outputs [N_full, C]
   Buf<float> q, k, v;             // [N, H*D], [N, Hkv*D] (after RoPE)
+  Buf<float> q_pre, k_pre, rstd_q, rstd_k;  // qk_norm: q, k before the norm, [N*H], [N*Hkv]
   Buf<float> att, lse;            // [N, H*D], [B, H, T]
   Buf<float> x_mid;               // [N, C]
   Buf<float> f, rstd2;            // ffn norm out [N,C], [N]
@@ -69,6 +81,7 @@ struct BlockScratch {
   Buf<float> d_mid, d_f, d_att, d_q, d_k, d_v, d_qkv, d_a, d_gu, d_h, d_y, d_x, d_w, d_logits;
   Buf<float> balance;             // [B, E] balance-loss coefficients of the router backward
   Buf<float> qkv;  // forward: the fused q|k|v projection before it is split
+  Buf<float> ones;  // [N] of 1: a bias is a GEMM with it (y += 1 b^T; db = dy^T 1)
   Buf<float> part, d_full, d_own;  // sequence parallelism: partial sums, gathered grads, own-row grads
 };
 
@@ -93,6 +106,11 @@ struct BlockContext {
 void BlockForward(const BlockContext& ctx, const BlockWeights<float*>& w, const float* x_in,
                   int B, int T, BlockActs* acts, float* x_out);
 
+// y[N, out] += b[out] on every row (Linear over a column of ones, which
+// *ones holds afterwards); BiasBackward: db[out] += the column sums of dy.
+void AddBias(const float* b, int64_t N, int64_t out, float* y, Buf<float>* ones);
+void BiasBackward(const float* dy, int64_t N, int64_t out, float* db, Buf<float>* ones);
+
 // q|k|v rows [N, (H+2Hkv)D] <-> separate q [N,H*D], k, v [N,Hkv*D].
 void SplitQkv(const float* qkv, int64_t N, int64_t qd, int64_t kvd, float* q, float* k, float* v);
 void JoinQkv(const float* q, const float* k, const float* v, int64_t N, int64_t qd, int64_t kvd, float* qkv);
@@ -103,6 +121,10 @@ void JoinQkv(const float* q, const float* k, const float* v, int64_t N, int64_t 
 void BlockBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
                    const BlockWeights<float*>& gw, BlockActs* acts, const float* d_out,
                    float loss_scale, BlockScratch* s, float* d_in);
+
+// The routing rule of cfg (score function, normalisation, scaling, groups)
+// into rp; training and inference route with it.
+void SetRouting(const ModelConfig& cfg, MoeRouteParams* rp);
 
 // MoE feed-forward, used by the block: out[N,C] = MoE(f).
 void MoeForward(const BlockContext& ctx, const BlockWeights<float*>& w, const float* f, int B, int T,

@@ -39,11 +39,46 @@ constexpr IntKey kIntKeys[] = {
     {"dsa_index_share", &ModelConfig::dsa_index_share, 1, 1024},
     {"dsa_warmup_steps", &ModelConfig::dsa_warmup_steps, 0, 1000000000},
     {"dsa_index_rope_dim", &ModelConfig::dsa_index_rope_dim, 0, 4096},
+    {"d_head", &ModelConfig::d_head, 0, 65536},
+    {"rope_original_max_pos", &ModelConfig::rope_original_max_pos, 0, int64_t{1} << 24},
+    {"n_group", &ModelConfig::n_group, 1, 256},
+    {"topk_group", &ModelConfig::topk_group, 1, 256},
+};
+
+// The float keys, each finite; `positive` ones > 0.
+struct FloatKey {
+  const char* name;
+  double ModelConfig::*field;
+  bool positive;
+};
+constexpr FloatKey kFloatKeys[] = {
+    {"aux_loss_weight", &ModelConfig::aux_loss_weight, false},
+    {"bias_update_rate", &ModelConfig::bias_update_rate, false},
+    {"mtp_loss_weight", &ModelConfig::mtp_loss_weight, false},
+    {"rope_theta", &ModelConfig::rope_theta, true},
+    {"norm_eps", &ModelConfig::norm_eps, true},
+    {"init_std", &ModelConfig::init_std, true},
+    {"rope_factor", &ModelConfig::rope_factor, true},
+    {"rope_low_freq_factor", &ModelConfig::rope_low_freq_factor, true},
+    {"rope_high_freq_factor", &ModelConfig::rope_high_freq_factor, true},
+    {"rope_beta_fast", &ModelConfig::rope_beta_fast, true},
+    {"rope_beta_slow", &ModelConfig::rope_beta_slow, true},
+    {"rope_attention_factor", &ModelConfig::rope_attention_factor, false},
+    {"routed_scaling_factor", &ModelConfig::routed_scaling_factor, true},
+};
+
+// The bool keys.
+struct BoolKey {
+  const char* name;
+  bool ModelConfig::*field;
+};
+constexpr BoolKey kBoolKeys[] = {
+    {"tie_embeddings", &ModelConfig::tie_embeddings}, {"qkv_bias", &ModelConfig::qkv_bias},
+    {"qk_norm", &ModelConfig::qk_norm},               {"rope_truncate", &ModelConfig::rope_truncate},
+    {"norm_topk_prob", &ModelConfig::norm_topk_prob},
 };
 
 }  // namespace
-
-#define MODEL_FLOAT(field) c.field = doc->GetFloat("model." #field, c.field)
 
 ModelConfig ModelConfig::Read(ConfigDoc* doc) {
   ModelConfig c;
@@ -53,13 +88,9 @@ ModelConfig ModelConfig::Read(ConfigDoc* doc) {
     c.*k.field = doc->GetInt(std::string("model.") + k.name, c.*k.field, k.lo, k.hi);
   }
   c.score_func = doc->GetString("model.score_func", c.score_func);
-  MODEL_FLOAT(aux_loss_weight);
-  MODEL_FLOAT(bias_update_rate);
-  MODEL_FLOAT(mtp_loss_weight);
-  c.tie_embeddings = doc->GetBool("model.tie_embeddings", c.tie_embeddings);
-  MODEL_FLOAT(rope_theta);
-  MODEL_FLOAT(norm_eps);
-  MODEL_FLOAT(init_std);
+  for (const FloatKey& k : kFloatKeys) c.*k.field = doc->GetFloat(std::string("model.") + k.name, c.*k.field);
+  for (const BoolKey& k : kBoolKeys) c.*k.field = doc->GetBool(std::string("model.") + k.name, c.*k.field);
+  c.rope_scaling = doc->GetString("model.rope_scaling", c.rope_scaling);
   c.attention = doc->GetString("model.attention", c.attention);
   c.dsa_index_precision = doc->GetString("model.dsa_index_precision", c.dsa_index_precision);
   return c;
@@ -77,7 +108,8 @@ Status ModelConfig::CheckSizes() const {
   // A block: attention (q, k, v, o: at most C x C each), the dense FFN and
   // the MoE (router, routed and shared experts) both counted, the indexer,
   // and an MTP module's projection [C, 2C].
-  S block = S(4) * C * C + S(3) * C * F + E * C + S(3) * E * C * Fe + S(3) * Sh * C * Fe + S(2) * C * C + S(8) * C;
+  const S HD = S::Key("model.n_heads", n_heads) * S::Key("model.d_head", head_dim());
+  S block = S(4) * C * C + S(4) * HD * C + S(4) * HD + S(3) * C * F + E * C + S(3) * E * C * Fe + S(3) * Sh * C * Fe + S(2) * C * C + S(8) * C;
   if (dsa())
     block += (S::Key("model.dsa_index_heads", dsa_index_heads) + S(1)) * (S::Key("model.dsa_index_dim", dsa_index_dim) + S(1)) * C;
   const S params = S(2) * V * C + L * block;
@@ -96,19 +128,20 @@ Status ModelConfig::Validate() const {
     if (this->*k.field < k.lo || this->*k.field > k.hi)
       return bad(OutOfRange(std::string("model.") + k.name, this->*k.field, k.lo, k.hi));
   // Floats: finite, and (written so that NaN fails too) on the right side of 0.
-  for (auto [name, v] : {std::pair{"aux_loss_weight", aux_loss_weight}, {"bias_update_rate", bias_update_rate},
-                         {"mtp_loss_weight", mtp_loss_weight}, {"rope_theta", rope_theta}, {"norm_eps", norm_eps},
-                         {"init_std", init_std}})
-    if (!std::isfinite(v)) return bad(std::string("model.") + name + "=" + std::to_string(v) + " must be a finite number");
+  for (const FloatKey& k : kFloatKeys) {
+    const double v = this->*k.field;
+    if (!std::isfinite(v)) return bad(std::string("model.") + k.name + "=" + std::to_string(v) + " must be a finite number");
+    if (k.positive && !(v > 0)) return bad(std::string("model.") + k.name + "=" + std::to_string(v) + " must be positive");
+  }
   auto positive = [&](const char* name, int64_t v) -> Status {
     if (v <= 0) return bad(std::string("model.") + name + "=" + std::to_string(v) + " must be positive");
     return Status::Ok();
   };
-  if (d_model % n_heads)
+  if (d_head == 0 && d_model % n_heads)
     return bad("model.n_heads=" + std::to_string(n_heads) + " does not divide d_model=" + std::to_string(d_model) +
                " (hint: d_model must be a multiple of n_heads)");
   if (head_dim() % 2)
-    return bad("model.d_model/n_heads=" + std::to_string(head_dim()) + " is odd (hint: RoPE needs an even head dim)");
+    return bad("model.head_dim=" + std::to_string(head_dim()) + " is odd (hint: RoPE needs an even head dim)");
   if (n_heads % n_kv_heads)
     return bad("model.n_kv_heads=" + std::to_string(n_kv_heads) + " does not divide n_heads=" + std::to_string(n_heads) +
                " (hint: each kv head serves a whole group of query heads)");
@@ -131,9 +164,22 @@ Status ModelConfig::Validate() const {
   for (auto [name, v] : {std::pair{"aux_loss_weight", aux_loss_weight}, {"bias_update_rate", bias_update_rate},
                          {"mtp_loss_weight", mtp_loss_weight}})
     if (v < 0) return bad(std::string("model.") + name + "=" + std::to_string(v) + " must be >= 0");
-  if (!(norm_eps > 0)) return bad("model.norm_eps must be positive");
   if (!(rope_theta > 1)) return bad("model.rope_theta must be > 1");
-  if (!(init_std > 0)) return bad("model.init_std must be positive");
+  if (rope_scaling != "none" && rope_scaling != "linear" && rope_scaling != "llama3" && rope_scaling != "yarn")
+    return bad("model.rope_scaling=\"" + rope_scaling + "\" is not known (hint: \"none\", \"linear\", \"llama3\" or \"yarn\")");
+  if (rope_scaling == "llama3" && !(rope_high_freq_factor > rope_low_freq_factor))
+    return bad("model.rope_high_freq_factor must be greater than rope_low_freq_factor");
+  if (rope_attention_factor < 0) return bad("model.rope_attention_factor must be >= 0 (0: the yarn default)");
+  if (n_routed_experts > 0) {
+    if (n_routed_experts % n_group)
+      return bad("model.n_group=" + std::to_string(n_group) + " does not divide n_routed_experts=" +
+                 std::to_string(n_routed_experts));
+    if (topk_group > n_group)
+      return bad("model.topk_group=" + std::to_string(topk_group) + " must be in [1, n_group=" + std::to_string(n_group) + "]");
+    if (top_k > topk_group * (n_routed_experts / n_group))
+      return bad("model.top_k=" + std::to_string(top_k) + " exceeds the experts of topk_group=" +
+                 std::to_string(topk_group) + " groups (" + std::to_string(topk_group * (n_routed_experts / n_group)) + ")");
+  }
   if (attention != "dense" && attention != "dsa")
     return bad("model.attention=\"" + attention + "\" is not known (hint: \"dense\" or \"dsa\")");
   if (dsa()) {
@@ -158,6 +204,19 @@ nlohmann::json ModelConfig::ToJson() const {
           {"mtp_loss_weight", mtp_loss_weight}, {"tie_embeddings", tie_embeddings},
           {"rope_theta", rope_theta}, {"norm_eps", norm_eps}, {"max_seq_len", max_seq_len},
           {"init_std", init_std}};
+  // The open-model keys only where they differ from our defaults, so that
+  // our own configs keep their JSON (and old checkpoints match).
+  const ModelConfig def;
+  if (d_head != def.d_head) j["d_head"] = d_head;
+  for (const BoolKey& k : kBoolKeys)
+    if (k.field != &ModelConfig::tie_embeddings && this->*k.field != def.*k.field) j[k.name] = this->*k.field;
+  if (rope_scaling != def.rope_scaling)
+    j.update({{"rope_scaling", rope_scaling}, {"rope_factor", rope_factor},
+              {"rope_low_freq_factor", rope_low_freq_factor}, {"rope_high_freq_factor", rope_high_freq_factor},
+              {"rope_original_max_pos", rope_original_max_pos}, {"rope_beta_fast", rope_beta_fast},
+              {"rope_beta_slow", rope_beta_slow}, {"rope_attention_factor", rope_attention_factor}});
+  if (routed_scaling_factor != def.routed_scaling_factor) j["routed_scaling_factor"] = routed_scaling_factor;
+  if (n_group != def.n_group || topk_group != def.topk_group) j.update({{"n_group", n_group}, {"topk_group", topk_group}});
   // Only when on, so that dense configs keep their JSON (and old checkpoints match).
   if (dsa())
     j.update({{"attention", attention}, {"dsa_topk", dsa_topk}, {"dsa_index_heads", dsa_index_heads},
@@ -178,6 +237,10 @@ Result<ModelConfig> ModelConfig::FromJson(const nlohmann::json& j) {
     FROM(max_seq_len); FROM(init_std);
     FROM(attention); FROM(dsa_topk); FROM(dsa_index_heads); FROM(dsa_index_dim); FROM(dsa_index_share);
     FROM(dsa_warmup_steps); FROM(dsa_index_precision); FROM(dsa_index_rope_dim);
+    FROM(d_head); FROM(qkv_bias); FROM(qk_norm); FROM(rope_truncate); FROM(norm_topk_prob);
+    FROM(rope_scaling); FROM(rope_factor); FROM(rope_low_freq_factor); FROM(rope_high_freq_factor);
+    FROM(rope_original_max_pos); FROM(rope_beta_fast); FROM(rope_beta_slow); FROM(rope_attention_factor);
+    FROM(routed_scaling_factor); FROM(n_group); FROM(topk_group);
 #undef FROM
   } catch (const std::exception& e) {
     return Status::Error(std::string("model config: ") + e.what());

@@ -49,7 +49,32 @@ struct ModelConfig {
   // gets dsa_index_dim / 2; a checkpoint's JSON without it, 0 (as trained).
   int64_t dsa_index_rope_dim = 0;
 
-  int64_t head_dim() const { return d_model / n_heads; }
+  // Open-model features (docs/open-models.md); the defaults are our own
+  // architecture's, and ToJson writes a key only when it differs from them.
+  int64_t d_head = 0;               // head width D; 0: d_model / n_heads
+  bool qkv_bias = false;            // q/k/v projections have biases (Qwen2)
+  bool qk_norm = false;             // per-head RMSNorm of q and k before RoPE (Qwen3)
+  // RoPE frequency scaling: "none", "linear", "llama3" or "yarn", with the
+  // parameters Hugging Face's rope_scaling gives them.
+  std::string rope_scaling = "none";
+  double rope_factor = 1.0;
+  double rope_low_freq_factor = 1.0;   // llama3
+  double rope_high_freq_factor = 4.0;  // llama3
+  int64_t rope_original_max_pos = 0;   // llama3, yarn: the pre-training context (0: max_seq_len)
+  double rope_beta_fast = 32.0;        // yarn
+  double rope_beta_slow = 1.0;         // yarn
+  double rope_attention_factor = 0.0;  // yarn: scales cos and sin (0: 0.1 ln(factor) + 1)
+  bool rope_truncate = true;           // yarn: round the correction range outwards
+  // Routing: the K weights are normalised to sum 1 (else the scores
+  // themselves), then multiplied by routed_scaling_factor; group-limited
+  // selection keeps the topk_group best of n_group expert groups (a group's
+  // score: the sum of its two best biased scores) before the top-K.
+  bool norm_topk_prob = true;
+  double routed_scaling_factor = 1.0;
+  int64_t n_group = 1;
+  int64_t topk_group = 1;
+
+  int64_t head_dim() const { return d_head > 0 ? d_head : d_model / n_heads; }
   bool is_moe_layer(int64_t l) const { return n_routed_experts > 0 && l >= n_dense_layers; }
   // The MTP block is an MoE block when the main model has any MoE block.
   bool mtp_block_is_moe() const { return n_routed_experts > 0 && n_layers > n_dense_layers; }

@@ -96,6 +96,9 @@ InferenceWeights::InferenceWeights(const Model& model, WeightFormat fmt)
     L.moe = w.moe;
     L.attn_norm = w.attn_norm;
     L.ffn_norm = w.ffn_norm;
+    L.bqkv = w.bq;
+    L.q_norm = w.q_norm;
+    L.k_norm = w.k_norm;
     L.wq.Init(w.wq, H * D, C, fmt);
     L.wk.Init(w.wk, Hkv * D, C, fmt);
     L.wv.Init(w.wv, Hkv * D, C, fmt);
@@ -164,7 +167,8 @@ void Ffn(const ModelConfig& cfg, const InferenceWeights::Layer& L, const float* 
   ops::Linear(f, L.router, n, C, E, s->scores.data());
   s->sel.resize(M); s->wsel.resize(M); s->perm.resize(M); s->slot.resize(M); s->offset.resize(E + 1);
   MoeRouteParams rp;  // the training rule (ops::MoeRoute): the same experts, weights and row order
-  rp.N = n, rp.E = E, rp.K = K, rp.sigmoid = cfg.sigmoid_scores();
+  rp.N = n, rp.E = E, rp.K = K;
+  SetRouting(cfg, &rp);
   rp.logits = s->scores.data(), rp.bias = L.bias, rp.scores = s->scores.data();
   rp.sel = s->sel.data(), rp.weights = s->wsel.data(), rp.pos = s->slot.data(), rp.perm = s->perm.data();
   rp.expert_offset = s->offset.data();
@@ -280,6 +284,18 @@ void InferenceForward(const InferenceWeights& w, const int32_t* tokens, const in
     L.wq.Apply(s->a.data(), N, s->q.data());
     L.wk.Apply(s->a.data(), N, s->k.data());
     L.wv.Apply(s->a.data(), N, s->v.data());
+    if (L.bqkv) {
+      AddBias(L.bqkv, N, H * D, s->q.data(), &s->ones);
+      AddBias(L.bqkv + H * D, N, Hkv * D, s->k.data(), &s->ones);
+      AddBias(L.bqkv + (H + Hkv) * D, N, Hkv * D, s->v.data(), &s->ones);
+    }
+    if (L.q_norm) {  // per head, as training: rows of D
+      s->qn.resize(N * H * D); s->rstd_h.resize(N * H);
+      ops::Copy(s->q.data(), N * H * D, s->qn.data());
+      ops::RmsNorm(s->qn.data(), L.q_norm, eps, N * H, D, s->q.data(), s->rstd_h.data());
+      ops::Copy(s->k.data(), N * Hkv * D, s->qn.data());
+      ops::RmsNorm(s->qn.data(), L.k_norm, eps, N * Hkv, D, s->k.data(), s->rstd_h.data());
+    }
     ops::Rope(s->q.data(), N, H, D, pos, rope.cos.data(), rope.sin.data(), false);
     ops::Rope(s->k.data(), N, Hkv, D, pos, rope.cos.data(), rope.sin.data(), false);
     DsaRows rows;

@@ -54,6 +54,8 @@ class InferenceWeights {
   struct Layer {
     bool moe = false;
     const float *attn_norm = nullptr, *ffn_norm = nullptr, *router = nullptr;
+    const float* bqkv = nullptr;                          // q|k|v biases (qkv_bias), fp32
+    const float *q_norm = nullptr, *k_norm = nullptr;     // per-head norms (qk_norm)
     // w_gate, e_gate and s_gate hold gate and up projections together [2F, C].
     InferLinear wq, wk, wv, wo, w_gate, w_down, s_gate, s_down;
     std::vector<InferLinear> e_gate, e_down;
@@ -117,6 +119,7 @@ void DsaAttend(const ModelConfig& cfg, int64_t n, int64_t Tk, const float* q, co
 // Temporaries of one forward; reused across calls (grow-only).
 struct InferenceScratch {  // device buffers, but `count`
   Buf<float> x, a, q, k, v, att, f, tmp, g, h, rstd, scores, xe, ye, last, logits;
+  Buf<float> ones, qn, rstd_h;  // biases (AddBias), qk_norm's input and per-head rstd
   Buf<float> ia, qi, ki, wi;  // DSA indexer rows
   Buf<int32_t> sel, perm, slot;
   Buf<int32_t> tok, pos, rows;  // device copies of the tokens, positions and output rows

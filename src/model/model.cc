@@ -35,7 +35,7 @@ Model::Model(const ModelConfig& cfg, const ShardPlan& plan) : cfg_(cfg), layout_
   bias_dev_.resize(nb);
   for (auto& b : bias_dev_) b.zero(cfg.n_routed_experts);
   load_.assign(nb, std::vector<int64_t>(cfg.n_routed_experts, 0));
-  rope_.Build(cfg.max_seq_len, cfg.head_dim(), cfg.rope_theta);
+  rope_.Build(cfg);
   if (cfg.dsa() && cfg.dsa_index_rope_dim > 0) index_rope_.Build(cfg.max_seq_len, cfg.dsa_index_rope_dim, cfg.rope_theta);
   l0_ = plan.layer_begin;
   l1_ = plan.layer_end < 0 ? static_cast<int>(cfg.n_layers) : plan.layer_end;
@@ -51,7 +51,9 @@ void Model::InitWeights(uint64_t seed) {
     float* w = host.data();
     auto upload = [&] { ParamsFromHost(w, p.offset, p.numel); };
     if (p.shape.size() == 1) {
-      std::fill(w, w + p.numel, 1.f);
+      // Norm weights start at 1, projection biases at 0.
+      const bool bias = p.name.size() > 5 && p.name.compare(p.name.size() - 5, 5, ".bias") == 0;
+      std::fill(w, w + p.numel, bias ? 0.f : 1.f);
       upload();
       continue;
     }

@@ -28,6 +28,14 @@ bool GroupExperts(int64_t E) {
 
 }  // namespace
 
+void SetRouting(const ModelConfig& cfg, MoeRouteParams* rp) {
+  rp->sigmoid = cfg.sigmoid_scores();
+  rp->normalize = cfg.norm_topk_prob;
+  rp->scale = static_cast<float>(cfg.routed_scaling_factor);
+  rp->n_group = cfg.n_group;
+  rp->topk_group = cfg.topk_group;
+}
+
 void MoeForward(const BlockContext& ctx, const BlockWeights<float*>& w, const float* f, int B, int T,
                 MoeActs* a, float* out) {
   const ModelConfig& cfg = *ctx.cfg;
@@ -47,7 +55,8 @@ void MoeForward(const BlockContext& ctx, const BlockWeights<float*>& w, const fl
   // host to size each expert's GEMMs.
   ops::Linear(f, w.router, N, C, E, a->logits.data());
   MoeRouteParams rp;
-  rp.N = N, rp.E = E, rp.K = K, rp.sigmoid = cfg.sigmoid_scores();
+  rp.N = N, rp.E = E, rp.K = K;
+  SetRouting(cfg, &rp);
   rp.logits = a->logits.data(), rp.bias = bias, rp.scores = a->scores.data();
   rp.sel = a->sel.data(), rp.weights = a->w.data(), rp.pos = a->pos.data(), rp.perm = a->perm.data();
   rp.expert_offset = a->expert_offset.data();
@@ -174,6 +183,7 @@ void MoeBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
   const int64_t Tg = static_cast<int64_t>(T) * (cp > 1 && ctx.block < cfg.n_layers ? cp : 1);
   MoeRouteBackwardParams rb;
   rb.N = N, rb.E = E, rb.K = K, rb.T = T, rb.sigmoid = sigmoid;
+  rb.normalize = cfg.norm_topk_prob, rb.scale = static_cast<float>(cfg.routed_scaling_factor);
   rb.scores = a->scores.data(), rb.sel = a->sel.data(), rb.weights = a->w.data();
   rb.d_weights = s->d_w.data(), rb.d_logits = s->d_logits.data();
   if (alpha > 0) {

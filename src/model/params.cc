@@ -51,6 +51,16 @@ BlockWeights<int64_t> ParamLayout::AddBlock(const std::string& prefix, bool moe,
   b.wq = Add(prefix + "self_attn.q_proj.weight", {HD, C}, true, 0);
   b.wk = Add(prefix + "self_attn.k_proj.weight", {KVD, C}, true, 0);
   b.wv = Add(prefix + "self_attn.v_proj.weight", {KVD, C}, true, 0);
+  if (cfg_.qkv_bias) {
+    b.bq = Add(prefix + "self_attn.q_proj.bias", {HD}, false, 0);
+    b.bk = Add(prefix + "self_attn.k_proj.bias", {KVD}, false, 0);
+    b.bv = Add(prefix + "self_attn.v_proj.bias", {KVD}, false, 0);
+    CHECK(b.bk == b.bq + dims_.H * D && b.bv == b.bk + dims_.Hkv * D);
+  }
+  if (cfg_.qk_norm) {
+    b.q_norm = Add(prefix + "self_attn.q_norm.weight", {D}, false);
+    b.k_norm = Add(prefix + "self_attn.k_norm.weight", {D}, false);
+  }
   b.wo = Add(prefix + "self_attn.o_proj.weight", {C, HD}, true, 1);
   b.ffn_norm = Add(prefix + "post_attention_layernorm.weight", {C}, false);
   // The kernels rely on q|k|v and gate|up being adjacent (one GEMM each).
@@ -134,6 +144,8 @@ BlockWeights<float*> BindBlock(const BlockWeights<int64_t>& o, float* base) {
   b.moe = o.moe;
   b.attn_norm = at(o.attn_norm); b.wq = at(o.wq); b.wk = at(o.wk); b.wv = at(o.wv); b.wo = at(o.wo);
   b.ffn_norm = at(o.ffn_norm);
+  if (o.bq || o.bk || o.bv) { b.bq = at(o.bq); b.bk = at(o.bk); b.bv = at(o.bv); }
+  if (o.q_norm || o.k_norm) { b.q_norm = at(o.q_norm); b.k_norm = at(o.k_norm); }
   if (o.indexer) {
     b.indexer = true;
     b.iq = at(o.iq); b.ik = at(o.ik); b.iw = at(o.iw);

@@ -31,6 +31,8 @@ template <typename P>
 struct BlockWeights {
   bool moe = false;
   P attn_norm{}, wq{}, wk{}, wv{}, wo{}, ffn_norm{};
+  P bq{}, bk{}, bv{};                            // q/k/v biases, adjacent (qkv_bias; absent: 0/null)
+  P q_norm{}, k_norm{};                          // per-head RMSNorm weights [D] (qk_norm)
   P w_gate{}, w_up{}, w_down{};                  // dense FFN
   P router{};                                    // MoE [E, C]
   std::vector<P> e_gate, e_up, e_down;           // per routed expert

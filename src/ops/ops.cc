@@ -128,7 +128,9 @@ void CheckPagedAttentionTables(const PagedAttentionParams& p) {
 }
 void MoeRoute(const MoeRouteParams& p) {
   OP_CHECK("moe_route", p.N >= 0 && p.E > 0 && p.E <= 256 && p.K > 0 && p.K <= p.E && p.logits &&
-                            p.scores && p.sel && p.weights && p.pos && p.perm && p.expert_offset);
+                            p.scores && p.sel && p.weights && p.pos && p.perm && p.expert_offset &&
+                            p.n_group >= 1 && p.E % p.n_group == 0 && p.topk_group >= 1 &&
+                            p.topk_group <= p.n_group && p.K <= p.topk_group * (p.E / p.n_group));
   T().moe_route(p);
 }
 void MoeRouteBackward(const MoeRouteBackwardParams& p) {

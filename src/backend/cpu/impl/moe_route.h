@@ -26,6 +26,31 @@ inline void MoeRouteK(const MoeRouteParams& p) {
       for (int64_t e = 0; e < E; ++e) sum += (s[e] = std::exp(l[e] - mx));
       for (int64_t e = 0; e < E; ++e) s[e] /= sum;
     }
+    // Group-limited routing: only the experts of the topk_group best
+    // groups compete (a group's score: its two best biased scores).
+    bool keep[256];
+    for (int64_t e = 0; e < E; ++e) keep[e] = true;
+    if (p.n_group > 1) {
+      const int64_t G = p.n_group, per = E / G;
+      float gs[256];
+      for (int64_t g = 0; g < G; ++g) {
+        float b1 = -INFINITY, b2 = -INFINITY;
+        for (int64_t e = g * per; e < (g + 1) * per; ++e) {
+          const float v = s[e] + (p.bias ? p.bias[e] : 0.f);
+          if (v > b1) b2 = b1, b1 = v;
+          else if (v > b2) b2 = v;
+        }
+        gs[g] = per >= 2 ? b1 + b2 : b1;
+      }
+      bool kept[256] = {};
+      for (int64_t j = 0; j < p.topk_group; ++j) {
+        int64_t best_g = -1;
+        for (int64_t g = 0; g < G; ++g)
+          if (!kept[g] && (best_g < 0 || gs[g] > gs[best_g])) best_g = g;
+        kept[best_g] = true;
+      }
+      for (int64_t e = 0; e < E; ++e) keep[e] = kept[e / per];
+    }
     // Top-K by insertion into a descending list (E is small); a later
     // expert displaces only a strictly smaller value, so ties keep the
     // lower index.
@@ -33,6 +58,7 @@ inline void MoeRouteK(const MoeRouteParams& p) {
     float best[256];
     int n = 0;
     for (int64_t e = 0; e < E; ++e) {
+      if (!keep[e]) continue;
       const float v = s[e] + (p.bias ? p.bias[e] : 0.f);
       if (n < K || v > best[n - 1]) {
         int i = n < K ? n++ : static_cast<int>(K) - 1;
@@ -47,7 +73,8 @@ inline void MoeRouteK(const MoeRouteParams& p) {
     }
     float z = 0;
     for (int64_t k = 0; k < K; ++k) z += s[sel[k]];
-    for (int64_t k = 0; k < K; ++k) p.weights[t * K + k] = s[sel[k]] / z;
+    for (int64_t k = 0; k < K; ++k)
+      p.weights[t * K + k] = p.normalize ? p.scale * (s[sel[k]] / z) : p.scale * s[sel[k]];
   }
   int64_t* off = p.expert_offset;
   for (int64_t e = 0; e <= E; ++e) off[e] = 0;
@@ -74,10 +101,16 @@ inline void MoeRouteBwdK(const MoeRouteBackwardParams& p) {
     float* dl = p.d_logits + t * E;
     double ds[256];
     for (int64_t e = 0; e < E; ++e) ds[e] = 0;
-    // w_k = s_sel[k] / z: d s_sel[k] += (dw_k - sum_j w_j dw_j) / z.
-    double z = 0, wdw = 0;
-    for (int64_t k = 0; k < K; ++k) z += sc[sel[k]], wdw += static_cast<double>(wt[k]) * dw[k];
-    for (int64_t k = 0; k < K; ++k) ds[sel[k]] += (dw[k] - wdw) / z;
+    // w_k = c s_sel[k] / z: d s_sel[k] += c (dw_k - sum_j (w_j / c) dw_j) / z;
+    // without normalisation w_k = c s_sel[k]: d s_sel[k] += c dw_k.
+    const double c = p.scale;
+    if (p.normalize) {
+      double z = 0, wdw = 0;
+      for (int64_t k = 0; k < K; ++k) z += sc[sel[k]], wdw += static_cast<double>(wt[k]) / c * dw[k];
+      for (int64_t k = 0; k < K; ++k) ds[sel[k]] += c * (dw[k] - wdw) / z;
+    } else {
+      for (int64_t k = 0; k < K; ++k) ds[sel[k]] += c * dw[k];
+    }
     if (p.balance) {
       // s' = s / sum(s): d s_e += (c_e - sum_j c_j s'_j) / sum(s).
       const float* c = p.balance + (t / p.T) * E;

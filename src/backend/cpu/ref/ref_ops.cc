@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <vector>
 
 #include "backend/cpu/dsa/dsa.h"
@@ -169,17 +170,36 @@ void MoeRoute(const MoeRouteParams& p) {
     }
     if (!p.sigmoid)
       for (auto& v : s) v /= sum;
-    std::vector<int32_t> order(E);
-    for (int64_t e = 0; e < E; ++e) order[e] = (int32_t)e;
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-      double bias_a = p.bias ? p.bias[a] : 0.0, bias_b = p.bias ? p.bias[b] : 0.0;
-      return s[a] + bias_a > s[b] + bias_b;
-    });
+    // Group-limited: rank the groups by the sum of their two best biased
+    // scores (a stable sort: ties keep the lower group) and let only the
+    // experts of the first topk_group compete.
+    auto biased = [&](int64_t e) { return s[e] + (p.bias ? p.bias[e] : 0.0); };
+    std::vector<bool> allowed(E, true);
+    if (p.n_group > 1) {
+      const int64_t G = p.n_group, per = E / G;
+      std::vector<double> gscore(G);
+      for (int64_t g = 0; g < G; ++g) {
+        std::vector<double> v;
+        for (int64_t e = g * per; e < (g + 1) * per; ++e) v.push_back(biased(e));
+        std::sort(v.begin(), v.end(), std::greater<double>());
+        gscore[g] = v[0] + (per >= 2 ? v[1] : 0.0);
+      }
+      std::vector<int64_t> gorder(G);
+      for (int64_t g = 0; g < G; ++g) gorder[g] = g;
+      std::stable_sort(gorder.begin(), gorder.end(), [&](int64_t a, int64_t b) { return gscore[a] > gscore[b]; });
+      for (int64_t e = 0; e < E; ++e) allowed[e] = false;
+      for (int64_t j = 0; j < p.topk_group; ++j)
+        for (int64_t e = gorder[j] * per; e < (gorder[j] + 1) * per; ++e) allowed[e] = true;
+    }
+    std::vector<int32_t> order;
+    for (int64_t e = 0; e < E; ++e)
+      if (allowed[e]) order.push_back((int32_t)e);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return biased(a) > biased(b); });
     double z = 0;
     for (int64_t k = 0; k < K; ++k) z += s[order[k]];
     for (int64_t k = 0; k < K; ++k) {
       p.sel[t * K + k] = order[k];
-      p.weights[t * K + k] = (float)(s[order[k]] / z);
+      p.weights[t * K + k] = (float)(p.scale * (p.normalize ? s[order[k]] / z : s[order[k]]));
     }
     for (int64_t e = 0; e < E; ++e) p.scores[t * E + e] = (float)s[e];
   }
@@ -207,12 +227,14 @@ void MoeRouteBwd(const MoeRouteBackwardParams& p) {
     std::vector<double> ds(E, 0.0);
     double z = 0;
     for (int64_t k = 0; k < K; ++k) z += s[sel[k]];
-    // dw_k/ds_e = [e == sel_k]/z - s_sel_k [e in sel]/z^2
+    // normalize: dw_k/ds_e = c ([e == sel_k]/z - s_sel_k [e in sel]/z^2);
+    // else dw_k/ds_e = c [e == sel_k].
     for (int64_t k = 0; k < K; ++k)
       for (int64_t e = 0; e < E; ++e) {
         double in_sel = 0;
         for (int64_t j = 0; j < K; ++j) in_sel += sel[j] == e;
-        double J = (sel[k] == e ? 1.0 / z : 0.0) - in_sel * s[sel[k]] / (z * z);
+        double J = p.normalize ? p.scale * ((sel[k] == e ? 1.0 / z : 0.0) - in_sel * s[sel[k]] / (z * z))
+                               : p.scale * (sel[k] == e ? 1.0 : 0.0);
         ds[e] += p.d_weights[t * K + k] * J;
       }
     if (p.balance) {

@@ -1,0 +1,52 @@
+// Hugging Face model folders as Myriad models (docs/open-models.md): the
+// config.json of LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM,
+// Qwen3MoeForCausalLM and DeepseekV3ForCausalLM mapped to a ModelConfig, and
+// the folder's weights (HfWeights) loaded into a Model under the same names.
+//
+// Never a silently different model: a config key this import does not know,
+// a feature value it does not implement (an o_proj bias, sliding windows, a
+// rope type, MoE layers that are not one block after a dense prefix, ...)
+// and a tensor in the folder that the model does not use are each refused
+// with one line naming the file and the key or tensor.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+#include "model/config.h"
+#include "model/model.h"
+
+namespace myriad::hf {
+
+// The architectures the import maps, in config.json's spelling.
+const std::vector<std::string>& SupportedArchitectures();
+
+struct HfModelInfo {
+  std::string dir;
+  std::string architecture;  // config.json "architectures"[0]
+  ModelConfig config;        // ours
+  std::string torch_dtype;   // as config.json gives it ("" when absent)
+  int64_t bos_token_id = -1;
+  std::vector<int64_t> eos_token_ids;  // config.json's, else generation_config.json's
+  nlohmann::json hf_config;  // config.json as read
+};
+
+// Reads and maps DIR/config.json (and generation_config.json's eos ids).
+Result<HfModelInfo> ReadHfConfig(const std::string& dir);
+// The same from a parsed config.json; `source` names it in errors.
+Result<HfModelInfo> MapHfConfig(const nlohmann::json& config, const std::string& source);
+
+// The Hugging Face name of one of our tensor names (layout params and the
+// selection-bias buffers): the same name but for MTP modules, which DeepSeek
+// stores as extra layers (model.mtp.J.block.X -> model.layers.(L+J).X).
+std::string HfTensorName(const ModelConfig& cfg, const std::string& ours);
+
+// The folder's model: config and every weight, converted to fp32 exactly.
+Result<std::unique_ptr<Model>> LoadHfModel(const std::string& dir, HfModelInfo* info = nullptr);
+
+}  // namespace myriad::hf

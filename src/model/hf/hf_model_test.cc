@@ -1,0 +1,167 @@
+// config.json of each family mapped to our ModelConfig, and the one-line
+// refusals of what the import does not implement.
+#include "model/hf/hf_model.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "core/env.h"
+#include "core/safetensors.h"
+
+namespace myriad::hf {
+namespace {
+
+nlohmann::json Base(const std::string& arch) {
+  return {{"architectures", {arch}}, {"vocab_size", 320}, {"hidden_size", 64}, {"num_hidden_layers", 3},
+          {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"intermediate_size", 96},
+          {"max_position_embeddings", 256}, {"rms_norm_eps", 1e-6}, {"rope_theta", 50000.0},
+          {"hidden_act", "silu"}, {"tie_word_embeddings", false}, {"torch_dtype", "bfloat16"},
+          {"bos_token_id", 1}, {"eos_token_id", {2, 3}}};
+}
+
+std::string Error(const nlohmann::json& j) {
+  auto r = MapHfConfig(j, "config.json");
+  return r.ok() ? "" : r.status().message();
+}
+
+TEST(HfConfig, LlamaWithLlama3RopeScaling) {
+  auto j = Base("LlamaForCausalLM");
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                       {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}};
+  auto r = MapHfConfig(j, "config.json");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const ModelConfig& c = r->config;
+  EXPECT_EQ(c.d_model, 64);
+  EXPECT_EQ(c.n_kv_heads, 2);
+  EXPECT_EQ(c.head_dim(), 16);
+  EXPECT_EQ(c.n_dense_layers, 3);
+  EXPECT_EQ(c.n_routed_experts, 0);
+  EXPECT_EQ(c.rope_scaling, "llama3");
+  EXPECT_EQ(c.rope_factor, 8.0);
+  EXPECT_EQ(c.rope_original_max_pos, 64);
+  EXPECT_EQ(c.rope_theta, 50000.0);
+  EXPECT_FALSE(c.qkv_bias);
+  EXPECT_EQ(r->eos_token_ids, (std::vector<int64_t>{2, 3}));
+}
+
+TEST(HfConfig, QwenFamilies) {
+  auto q2 = MapHfConfig(Base("Qwen2ForCausalLM"), "config.json");
+  ASSERT_TRUE(q2.ok()) << q2.status().message();
+  EXPECT_TRUE(q2->config.qkv_bias);
+  EXPECT_FALSE(q2->config.qk_norm);
+  auto j3 = Base("Qwen3ForCausalLM");
+  j3["head_dim"] = 24;
+  auto q3 = MapHfConfig(j3, "config.json");
+  ASSERT_TRUE(q3.ok()) << q3.status().message();
+  EXPECT_TRUE(q3->config.qk_norm);
+  EXPECT_EQ(q3->config.head_dim(), 24);
+  auto jm = Base("Qwen3MoeForCausalLM");
+  jm.update({{"head_dim", 16}, {"num_experts", 8}, {"num_experts_per_tok", 2}, {"moe_intermediate_size", 32},
+             {"norm_topk_prob", true}, {"decoder_sparse_step", 1}, {"mlp_only_layers", {0}}});
+  auto qm = MapHfConfig(jm, "config.json");
+  ASSERT_TRUE(qm.ok()) << qm.status().message();
+  EXPECT_EQ(qm->config.n_dense_layers, 1);
+  EXPECT_EQ(qm->config.n_routed_experts, 8);
+  EXPECT_EQ(qm->config.top_k, 2);
+  EXPECT_EQ(qm->config.d_expert, 32);
+  EXPECT_TRUE(qm->config.norm_topk_prob);
+  EXPECT_EQ(qm->config.score_func, "softmax");
+  EXPECT_EQ(qm->config.bias_update_rate, 0.0);
+  // A dense layer after an MoE one cannot be expressed yet: refused.
+  jm["mlp_only_layers"] = {2};
+  EXPECT_NE(Error(jm).find("makes layer 2 dense after MoE layer 0"), std::string::npos) << Error(jm);
+}
+
+TEST(HfConfig, RefusalsNameTheFileAndTheKey) {
+  EXPECT_EQ(Error(Base("MistralForCausalLM")),
+            "config.json: architecture \"MistralForCausalLM\" is not supported (supported: LlamaForCausalLM, "
+            "Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM)");
+  auto j = Base("LlamaForCausalLM");
+  j["rope_scaling"] = {{"rope_type", "longrope"}, {"factor", 2.0}};
+  EXPECT_EQ(Error(j), "config.json: LlamaForCausalLM key \"rope_scaling\" rope type \"longrope\" is not supported "
+                      "(supported: default, linear, llama3, yarn)");
+  j = Base("LlamaForCausalLM");
+  j["attention_bias"] = true;
+  EXPECT_NE(Error(j).find("key \"attention_bias\" = true is not supported yet"), std::string::npos) << Error(j);
+  j = Base("LlamaForCausalLM");
+  j["embedding_multiplier"] = 12.0;
+  EXPECT_NE(Error(j).find("key \"embedding_multiplier\" is not known to Myriad's import of LlamaForCausalLM"),
+            std::string::npos)
+      << Error(j);
+  j = Base("Qwen2ForCausalLM");
+  j["use_sliding_window"] = true;
+  EXPECT_NE(Error(j).find("\"use_sliding_window\" = true is not supported yet (sliding-window attention)"),
+            std::string::npos)
+      << Error(j);
+  j = Base("LlamaForCausalLM");
+  j.erase("hidden_size");
+  EXPECT_EQ(Error(j), "config.json: LlamaForCausalLM needs the key \"hidden_size\"");
+  j = Base("DeepseekV3ForCausalLM");
+  j["kv_lora_rank"] = 32;
+  EXPECT_NE(Error(j).find("multi-head latent attention (MLA) is not supported yet"), std::string::npos) << Error(j);
+}
+
+TEST(HfConfig, MtpModulesAreDeepSeeksExtraLayers) {
+  ModelConfig c;
+  c.n_layers = 61;
+  EXPECT_EQ(HfTensorName(c, "model.mtp.0.block.self_attn.q_proj.weight"), "model.layers.61.self_attn.q_proj.weight");
+  EXPECT_EQ(HfTensorName(c, "model.mtp.0.enorm.weight"), "model.layers.61.enorm.weight");
+  EXPECT_EQ(HfTensorName(c, "model.mtp.1.norm.weight"), "model.layers.62.shared_head.norm.weight");
+  EXPECT_EQ(HfTensorName(c, "model.layers.3.mlp.gate.weight"), "model.layers.3.mlp.gate.weight");
+}
+
+// A Qwen3-MoE folder written from a model of ours under Hugging Face's
+// names loads back bit for bit; an extra or a missing tensor is refused.
+TEST(HfLoad, FolderLoadsBitwiseAndStrayTensorsAreRefused) {
+  namespace fs = std::filesystem;
+  const std::string dir = (fs::path(::testing::TempDir()) / ("myriad_hfload_" + std::to_string(getpid()))).string();
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto j = Base("Qwen3MoeForCausalLM");
+  j.update({{"head_dim", 24}, {"num_experts", 4}, {"num_experts_per_tok", 2}, {"moe_intermediate_size", 32},
+            {"norm_topk_prob", true}, {"mlp_only_layers", {0}}});
+  std::ofstream(dir + "/config.json") << j.dump(2);
+  auto info = MapHfConfig(j, "config.json");
+  ASSERT_TRUE(info.ok()) << info.status().message();
+  Model src(info->config);
+  src.InitWeights(17);
+  const std::vector<float> params = src.ParamsToHost();
+  std::vector<TensorView> views;
+  for (const auto& p : src.layout().params())
+    views.push_back({HfTensorName(info->config, p.name), "F32", p.shape, params.data() + p.offset,
+                     static_cast<size_t>(p.numel) * sizeof(float)});
+  auto write = [&](const std::vector<TensorView>& v) {
+    ASSERT_TRUE(WriteSafetensors(Env::Default(), dir + "/model.safetensors", v, {{"format", "pt"}}).ok());
+  };
+  write(views);
+  auto m = LoadHfModel(dir);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  EXPECT_EQ((*m)->ParamsToHost(), params);
+  EXPECT_NE((*m)->layout().params().size(), 0u);
+
+  const float extra[2] = {1, 2};
+  auto with_extra = views;
+  with_extra.push_back({"model.layers.0.self_attn.o_proj.bias", "F32", {2}, extra, sizeof extra});
+  write(with_extra);
+  auto e = LoadHfModel(dir);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("tensor model.layers.0.self_attn.o_proj.bias is not used by Qwen3MoeForCausalLM"),
+            std::string::npos)
+      << e.status().message();
+
+  auto missing = views;
+  missing.erase(missing.begin() + 3);
+  write(missing);
+  auto g = LoadHfModel(dir);
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.status().message().find("tensor " + views[3].name), std::string::npos) << g.status().message();
+  EXPECT_NE(g.status().message().find("is missing"), std::string::npos) << g.status().message();
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace myriad::hf
