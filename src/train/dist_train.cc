@@ -24,7 +24,9 @@ void CopySlice(const ParamInfo& p, float* whole, float* local, bool to_local) {
     else std::memcpy(whole, local, p.numel * sizeof(float));
     return;
   }
-  const int64_t Cg = p.global_shape[1], r = p.shape[0], c = p.shape[1];
+  // A 1-D tensor split by rows (a q/k/v bias) is a column: [R, 1].
+  const int64_t Cg = p.global_shape.size() > 1 ? p.global_shape[1] : 1, r = p.shape[0];
+  const int64_t c = p.shape.size() > 1 ? p.shape[1] : 1;
   const int64_t r0 = p.tp_dim == 0 ? p.tp_offset : 0, c0 = p.tp_dim == 1 ? p.tp_offset : 0;
   for (int64_t i = 0; i < r; ++i) {
     float* w = whole + (r0 + i) * Cg + c0;

@@ -69,11 +69,19 @@ train int8 4 --set parallel.dp=4 --set parallel.compression=int8 --set parallel.
 DSA=(--set 'model.attention="dsa"' --set model.dsa_topk=8 --set model.dsa_index_heads=2 --set model.dsa_index_dim=16
      --set model.dsa_index_share=2)
 dsa_ok=0
+# Open-model features (docs/open-models.md): q/k/v biases split by rows and
+# per-head q/k norms whose gradients sum over the tp ranks' heads, yarn RoPE,
+# unnormalised scaled routing.
+OPEN=(--set model.qkv_bias=true --set model.qk_norm=true --set 'model.rope_scaling="yarn"' --set model.rope_factor=2
+      --set model.norm_topk_prob=false --set model.routed_scaling_factor=2.5)
+open_ok=0
+train open_r1 1 "${OPEN[@]}" && train open_tp2dp2 4 "${OPEN[@]}" --set parallel.tp=2 --set parallel.dp=2 && open_ok=1
 train dsa_r1 1 "${DSA[@]}" && train dsa_dp2ep2 4 "${DSA[@]}" --set parallel.dp=2 --set parallel.ep=2 && dsa_ok=1
 
 echo "== losses against single rank"
 for r in "${runs[@]}"; do compare "$r"; done
 [ "$dsa_ok" = 1 ] && compare dsa_dp2ep2 dsa_r1 loss,loss_main,loss_indexer
+if [ "$open_ok" = 1 ]; then compare open_tp2dp2 open_r1; else fail "open-model features: a run failed"; fi
 
 echo "== pipeline and compression figures"
 if out=$("$PY" - "$WORK/pp2dp2/metrics.jsonl" "$WORK/hier4/metrics.jsonl" "$WORK/int8/metrics.jsonl" "$WORK/r1/metrics.jsonl" <<'EOF'
