@@ -11,7 +11,10 @@ ParamCounts CountParams(const ModelConfig& m) {
   const double V = static_cast<double>(m.vocab_size);
   p.embedding = V * C;
   p.head = (m.tie_embeddings ? 0 : V * C) + C;
-  auto attn = [&]() { return 2 * C + C * H * hd * 2 + C * Hkv * hd * 2; };
+  // Norms, q/o and k/v projections, q/k/v biases (qkv_bias), q/k norms (qk_norm).
+  auto attn = [&]() {
+    return 2 * C + C * H * hd * 2 + C * Hkv * hd * 2 + (m.qkv_bias ? (H + 2 * Hkv) * hd : 0) + (m.qk_norm ? 2 * hd : 0);
+  };
   const double indexer = m.dsa() ? C * (m.dsa_index_heads * m.dsa_index_dim + m.dsa_index_dim + m.dsa_index_heads) : 0;
   // The indexer sits on one layer of each sharing group: averaged per layer.
   p.dense_per_layer = attn() + indexer * static_cast<double>(m.dsa_indexer_layers()) / static_cast<double>(m.n_layers);

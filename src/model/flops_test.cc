@@ -76,7 +76,9 @@ TEST(Flops, ParamCountsMatchTheLayout) {
   moe.n_shared_experts = 1, moe.mtp_depth = 1;
   ModelConfig dsa = moe;
   dsa.attention = "dsa", dsa.dsa_index_heads = 2, dsa.dsa_index_dim = 4, dsa.dsa_index_share = 2;
-  for (const ModelConfig& m : {Tiny(), moe, dsa})
+  ModelConfig open = moe;  // Qwen-style: q/k/v biases, q/k norms, a head width apart from d_model / n_heads
+  open.qkv_bias = true, open.qk_norm = true, open.d_head = 6;
+  for (const ModelConfig& m : {Tiny(), moe, dsa, open})
     EXPECT_DOUBLE_EQ(CountParams(m).total, static_cast<double>(ParamLayout(m).total()));
 }
 
