@@ -10,12 +10,16 @@
 
 namespace myriad {
 
-void RopeTables::Build(int64_t max_pos, int64_t D, double theta) {
-  std::vector<double> inv_freq(D / 2);
-  for (int64_t i = 0; i < D / 2; ++i)
-    inv_freq[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
-  Build(max_pos, inv_freq, 1.0);
+namespace {
+// Plain RoPE's inverse frequencies theta^(-2i/D), i < D/2, in double.
+std::vector<double> PlainInvFreq(double theta, int64_t D) {
+  std::vector<double> inv(D / 2);
+  for (int64_t i = 0; i < D / 2; ++i) inv[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+  return inv;
 }
+}  // namespace
+
+void RopeTables::Build(int64_t max_pos, int64_t D, double theta) { Build(max_pos, PlainInvFreq(theta, D), 1.0); }
 
 void RopeTables::Build(int64_t max_pos, const std::vector<double>& inv_freq, double mscale) {
   const int64_t half = static_cast<int64_t>(inv_freq.size());
@@ -38,8 +42,7 @@ double YarnMscale(double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * 
 std::vector<double> RopeInvFreq(const ModelConfig& cfg, int64_t D) {
   const int64_t half = D / 2;
   const double theta = cfg.rope_theta, f = cfg.rope_factor;
-  std::vector<double> inv(half);
-  for (int64_t i = 0; i < half; ++i) inv[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(D));
+  std::vector<double> inv = PlainInvFreq(theta, D);
   const double orig = static_cast<double>(cfg.rope_original_max_pos > 0 ? cfg.rope_original_max_pos : cfg.max_seq_len);
   if (cfg.rope_scaling == "linear") {
     for (double& v : inv) v /= f;

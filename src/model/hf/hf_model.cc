@@ -180,6 +180,16 @@ Family FamilyOf(const std::string& arch) {
   return Family::kLlama;
 }
 
+// An "eos_token_id" value: one id or a list of them.
+std::vector<int64_t> EosIds(const nlohmann::json& e) {
+  std::vector<int64_t> ids;
+  if (e.is_number_integer()) ids.push_back(e.get<int64_t>());
+  if (e.is_array())
+    for (const auto& v : e)
+      if (v.is_number_integer()) ids.push_back(v.get<int64_t>());
+  return ids;
+}
+
 }  // namespace
 
 const std::vector<std::string>& SupportedArchitectures() {
@@ -306,13 +316,7 @@ Result<HfModelInfo> MapHfConfig(const nlohmann::json& j, const std::string& sour
   if (j.contains("torch_dtype") && j["torch_dtype"].is_string()) info.torch_dtype = j["torch_dtype"];
   else if (j.contains("dtype") && j["dtype"].is_string()) info.torch_dtype = j["dtype"];
   if (j.contains("bos_token_id") && j["bos_token_id"].is_number_integer()) info.bos_token_id = j["bos_token_id"];
-  if (j.contains("eos_token_id")) {
-    const auto& e = j["eos_token_id"];
-    if (e.is_number_integer()) info.eos_token_ids.push_back(e.get<int64_t>());
-    if (e.is_array())
-      for (const auto& v : e)
-        if (v.is_number_integer()) info.eos_token_ids.push_back(v.get<int64_t>());
-  }
+  if (j.contains("eos_token_id")) info.eos_token_ids = EosIds(j["eos_token_id"]);
   info.hf_config = j;
   return info;
 }
@@ -340,15 +344,8 @@ Result<HfModelInfo> ReadHfConfig(const std::string& dir) {
   if (std::filesystem::exists(gen)) {
     ASSIGN_OR_RETURN(nlohmann::json g, ReadJsonFile(gen));
     // generation_config.json's eos ids are the ones generation stops at.
-    if (g.is_object() && g.contains("eos_token_id")) {
-      const auto& e = g["eos_token_id"];
-      std::vector<int64_t> ids;
-      if (e.is_number_integer()) ids.push_back(e.get<int64_t>());
-      if (e.is_array())
-        for (const auto& v : e)
-          if (v.is_number_integer()) ids.push_back(v.get<int64_t>());
-      if (!ids.empty()) info.eos_token_ids = ids;
-    }
+    if (g.is_object() && g.contains("eos_token_id"))
+      if (std::vector<int64_t> ids = EosIds(g["eos_token_id"]); !ids.empty()) info.eos_token_ids = ids;
     if (g.is_object() && g.contains("bos_token_id") && g["bos_token_id"].is_number_integer() && info.bos_token_id < 0)
       info.bos_token_id = g["bos_token_id"];
   }
