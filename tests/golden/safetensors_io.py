@@ -9,7 +9,10 @@ Layout of a file:
   then         the raw little-endian tensor bytes; offsets are relative to the
                first byte after the header.
 
-Only the dtypes the golden files use are supported: F32, F64, I32, I64.
+Supported dtypes: F32, F64, I32, I64, F16 and BF16. numpy has no bfloat16, so
+BF16 tensors travel as their raw 16-bit patterns: written from
+`t.view(torch.int16)` and read back into an int16 array viewed as
+torch.bfloat16 (bit-exact both ways). F16 goes through numpy's float16.
 Tensors are written in the order given (the C++ reader must not rely on it).
 """
 import json
@@ -18,8 +21,20 @@ import struct
 import numpy as np
 import torch
 
-_TORCH_TO_ST = {torch.float32: "F32", torch.float64: "F64", torch.int32: "I32", torch.int64: "I64"}
-_ST_TO_NUMPY = {"F32": "<f4", "F64": "<f8", "I32": "<i4", "I64": "<i8"}
+_TORCH_TO_ST = {torch.float32: "F32", torch.float64: "F64", torch.int32: "I32", torch.int64: "I64",
+                torch.float16: "F16", torch.bfloat16: "BF16"}
+# BF16 is carried by numpy as int16 bit patterns (see the module docstring).
+_ST_TO_NUMPY = {"F32": "<f4", "F64": "<f8", "I32": "<i4", "I64": "<i8", "F16": "<f2", "BF16": "<i2"}
+
+
+def _tensor_bytes(t, dtype):
+    """The little-endian bytes of `t` stored as safetensors dtype `dtype`."""
+    t = t.detach().cpu().contiguous()
+    if dtype == "BF16":
+        arr = t.view(torch.int16).numpy()
+    else:
+        arr = t.numpy()
+    return np.ascontiguousarray(arr.astype(_ST_TO_NUMPY[dtype], copy=False)).tobytes()
 
 
 def write_safetensors(path, tensors, metadata=None):
@@ -34,7 +49,7 @@ def write_safetensors(path, tensors, metadata=None):
         if t.dtype not in _TORCH_TO_ST:
             raise ValueError(f"[safetensors] {name}: unsupported dtype {t.dtype}")
         dtype = _TORCH_TO_ST[t.dtype]
-        data = np.ascontiguousarray(t.detach().cpu().numpy().astype(_ST_TO_NUMPY[dtype], copy=False)).tobytes()
+        data = _tensor_bytes(t, dtype)
         header[name] = {"dtype": dtype, "shape": list(t.shape), "data_offsets": [offset, offset + len(data)]}
         blobs.append(data)
         offset += len(data)
@@ -63,6 +78,10 @@ def read_safetensors(path):
     out = {}
     for name, info in header.items():
         begin, end = info["data_offsets"]
-        arr = np.frombuffer(raw[base + begin:base + end], dtype=_ST_TO_NUMPY[info["dtype"]])
-        out[name] = torch.from_numpy(arr.copy().reshape(info["shape"]))
+        dtype = info["dtype"]
+        if dtype not in _ST_TO_NUMPY:
+            raise ValueError(f"[safetensors] {path}: {name}: unsupported dtype {dtype}")
+        arr = np.frombuffer(raw[base + begin:base + end], dtype=_ST_TO_NUMPY[dtype])
+        t = torch.from_numpy(arr.copy().reshape(info["shape"]))
+        out[name] = t.view(torch.bfloat16) if dtype == "BF16" else t
     return out, metadata
