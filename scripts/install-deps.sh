@@ -9,6 +9,8 @@ PACKAGES=(
   g++ cmake make pkg-config
   # libraries
   libopenblas-dev libopenblas0-openmp openmpi-bin libopenmpi-dev libsentencepiece-dev libtomlplusplus-dev
+  # Hugging Face tokenizers: pre-tokenizer regexes (PCRE2) and Unicode normalization (utf8proc)
+  libpcre2-dev libutf8proc-dev
   nlohmann-json3-dev libcli11-dev libxxhash-dev libgtest-dev libgmock-dev
   # serving: HTTP, the remote KV tier (client and the server the tests start), the OpenAI SDK test
   libcpp-httplib-dev libhiredis-dev redis-server nodejs

@@ -1,11 +1,21 @@
-// Tokenizer: a byte-exact BPE tokenizer on top of SentencePiece.
+// Tokenizer: text <-> token ids, for our own models and for open models.
 //
-// Contract: Decode(Encode(s)) == s for EVERY byte string s: English, Chinese,
-// emoji, code with indentation, runs of spaces, tabs, CR/LF and even invalid
-// UTF-8. SentencePiece alone does not give that (it treats input lines as
-// sentences, rewrites U+2581 to a space and replaces malformed UTF-8), so
-// Encode cuts the text into segments at the bytes SentencePiece would alter
-// and writes those bytes as byte tokens itself:
+// Three kinds of files load (Tokenizer::Load):
+//   - our own SentencePiece BPE (Tokenizer::Train, `myriad prepare`);
+//   - a Hugging Face tokenizer.json with a byte-level BPE model (GPT-2,
+//     Llama 3, Qwen2/Qwen3, DeepSeek-V3 and the like), with the semantics of
+//     Hugging Face's `tokenizers` library (data/hf_tokenizer.h);
+//   - a SentencePiece tokenizer.model from a Hugging Face folder (Llama 2
+//     style), with SentencePiece's own semantics.
+// Files of any other kind are refused with one line naming the file and what
+// is not supported, never loaded as a different tokenizer.
+//
+// Our own models. Contract: Decode(Encode(s)) == s for EVERY byte string s:
+// English, Chinese, emoji, code with indentation, runs of spaces, tabs,
+// CR/LF and even invalid UTF-8. SentencePiece alone does not give that (it
+// treats input lines as sentences, rewrites U+2581 to a space and replaces
+// malformed UTF-8), so Encode cuts the text into segments at the bytes
+// SentencePiece would alter and writes those bytes as byte tokens itself:
 //   - '\n'                       -> the byte token <0x0A>
 //   - a literal U+2581 ("▁")     -> the byte tokens <0xE2><0x96><0x81>
 //   - a NUL or malformed byte    -> its byte token <0xNN>
@@ -14,12 +24,21 @@
 // of whitespace, whitespace-only pieces allowed (indentation becomes a few
 // tokens) and byte fallback (characters outside the vocabulary become their
 // UTF-8 bytes, so nothing is ever <unk>).
-//
 // Ids: 0 = <unk>, 1 = <s> (bos), 2 = </s> (eos), then the 256 byte tokens,
 // then learned pieces. No padding id.
 //
-// Thread safety: a loaded Tokenizer is immutable; Encode/Decode may be called
-// from any number of threads at once. TokenStreamDecoder is single-threaded.
+// Byte-level BPE (tokenizer.json): Encode gives Hugging Face's ids for valid
+// UTF-8 (added tokens such as "<|im_start|>" in the text become their ids);
+// a malformed byte becomes its byte token, so Decode(Encode(s)) == s for any
+// bytes when the normalizer is null (with NFC: == NFC(s)) and no added token
+// strips spaces (lstrip/rstrip).
+//
+// Encode never adds bos/eos: adds_bos() says whether the format prepends
+// bos_id() to a sequence (Llama 3, DeepSeek-V3, Llama 2), and callers decide.
+//
+// Thread safety: a loaded Tokenizer is immutable (its internal caches are
+// synchronised); Encode/Decode may be called from any number of threads at
+// once. TokenStreamDecoder is single-threaded.
 #pragma once
 
 #include <cstdint>
@@ -30,11 +49,17 @@
 
 #include "core/status.h"
 
-namespace sentencepiece {
-class SentencePieceProcessor;
-}
-
 namespace myriad {
+
+class TokenizerBackend;
+struct TokenizerParts;
+
+// Which kind of file a Tokenizer was loaded from.
+enum class TokenizerKind {
+  kMyriad,          // our own SentencePiece model (Tokenizer::Train)
+  kSentencePiece,   // a foreign SentencePiece tokenizer.model (Hugging Face folder)
+  kHuggingFaceBpe,  // a Hugging Face tokenizer.json, byte-level BPE
+};
 
 struct TokenizerTrainOptions {
   // Characters covering this fraction of all characters get their own piece;
@@ -66,8 +91,18 @@ class Tokenizer {
   static Status TrainFromFile(const std::string& text_path, const std::string& model_prefix,
                               int vocab_size, const TokenizerTrainOptions& options = {});
 
-  // Loads a model written by Train. Errors name the path and give a hint.
-  static Result<Tokenizer> Load(const std::string& model_path);
+  // Loads `path`:
+  //   - a tokenizer.json (Hugging Face, byte-level BPE);
+  //   - any other file: a SentencePiece model. With a tokenizer_config.json
+  //     beside it, it is a Hugging Face one (SentencePiece's own semantics);
+  //     otherwise one of ours (written by Train);
+  //   - a folder (a Hugging Face model folder): its tokenizer.json, else its
+  //     tokenizer.model; when its tokenizer.json is refused and a
+  //     tokenizer.model is there, that one, with a warning in the log.
+  // A tokenizer_config.json beside a Hugging Face file supplies the bos/eos
+  // tokens and add_bos_token. Errors are one line naming the path, with a
+  // hint.
+  static Result<Tokenizer> Load(const std::string& path);
 
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
@@ -77,32 +112,50 @@ class Tokenizer {
   // Appends the tokens of `text` to `*out` (no bos/eos are added).
   void EncodeTo(std::string_view text, std::vector<int32_t>* out) const;
 
-  // Exact inverse of Encode. Control ids (bos/eos) decode to nothing, <unk>
-  // and ids outside [0, vocab_size) to U+FFFD. The result is the raw bytes
-  // of the pieces: a sequence cut in the middle of a character may end in an
-  // incomplete UTF-8 sequence (use TokenStreamDecoder for streaming text).
+  // Inverse of Encode. Ids outside [0, vocab_size), <unk> and ids no token
+  // has decode to U+FFFD. SentencePiece control ids (bos/eos) decode to
+  // nothing; a Hugging Face added token, special or not, to its text (as HF's
+  // decode without skip_special_tokens; is_special tells them apart). The
+  // result is the raw bytes of the pieces: a sequence cut in the middle of a
+  // character may end in an incomplete UTF-8 sequence (use
+  // TokenStreamDecoder for streaming text). A foreign SentencePiece model
+  // decodes as SentencePiece does (the dummy-prefix space dropped).
   std::string Decode(const std::vector<int32_t>& ids) const;
-  // The bytes one id stands for (a piece with "▁" turned into spaces, or one
-  // raw byte for a byte token). May be part of a UTF-8 character.
+  // The bytes one id stands for (a piece with "▁" turned into spaces, one raw
+  // byte for a byte token, a byte-level BPE token's bytes). May be part of a
+  // UTF-8 character.
   const std::string& DecodePiece(int32_t id) const;
-  // The piece as SentencePiece spells it ("▁def", "<0x0A>"), for debugging.
+  // The piece as the file spells it ("▁def", "<0x0A>", "Ġworld"), for debugging.
   std::string PieceName(int32_t id) const;
 
+  TokenizerKind kind() const { return kind_; }
+  // Ids run over [0, vocab_size); with Hugging Face files that is the largest
+  // id + 1, added tokens included.
   int vocab_size() const { return static_cast<int>(piece_bytes_.size()); }
+  // -1 where the format has none.
   int bos_id() const { return bos_id_; }
   int eos_id() const { return eos_id_; }
   int unk_id() const { return unk_id_; }
+  // Whether the format puts bos_id() before every sequence (Encode does not).
+  bool adds_bos() const { return adds_bos_; }
+  // A control token (bos/eos of SentencePiece) or a special added token
+  // ("<|im_end|>"): not text a model writes for people.
+  bool is_special(int32_t id) const { return id >= 0 && id < vocab_size() && special_[id]; }
+  // The single-byte token of `byte`; -1 only for a foreign SentencePiece
+  // model without byte fallback.
   int byte_id(uint8_t byte) const { return byte_ids_[byte]; }
   const std::string& path() const { return path_; }
 
  private:
-  Tokenizer();
-  void EncodeSegment(std::string_view segment, std::vector<int32_t>* out) const;
+  Tokenizer(std::string path, TokenizerParts parts);
 
-  std::unique_ptr<sentencepiece::SentencePieceProcessor> processor_;
+  std::unique_ptr<TokenizerBackend> backend_;
   std::vector<std::string> piece_bytes_;  // id -> the bytes it decodes to
+  std::vector<bool> special_;
   int32_t byte_ids_[256] = {};
   int bos_id_ = -1, eos_id_ = -1, unk_id_ = -1;
+  bool adds_bos_ = false;
+  TokenizerKind kind_ = TokenizerKind::kMyriad;
   std::string path_;
 };
 
