@@ -37,7 +37,9 @@ struct Source {
   std::string name;
 };
 
-Result<Source> PickTemplate(const ojson& value, const std::string& where, const std::string& template_name) {
+// `value` is the "chat_template" of `file`: a string, or named templates.
+Result<Source> PickTemplate(const ojson& value, const std::string& file, const std::string& template_name) {
+  const std::string where = file + "[chat_template]";
   if (value.is_string()) return Source{value.get<std::string>(), where};
   if (!value.is_array()) {
     return Status::Error(where + " must be a string or a list of {\"name\", \"template\"}, got " +
@@ -50,7 +52,7 @@ Result<Source> PickTemplate(const ojson& value, const std::string& where, const 
       return Status::Error(where + ": each entry must be {\"name\": string, \"template\": string}");
     }
     const std::string name = entry["name"].get<std::string>();
-    if (name == template_name) return Source{entry["template"].get<std::string>(), where + ":" + name};
+    if (name == template_name) return Source{entry["template"].get<std::string>(), file + "[chat_template:" + name + "]"};
     names += (names.empty() ? "" : ", ") + name;
   }
   return Status::Error(where + " has no template named '" + template_name + "' (it has: " + names + ")");
@@ -86,10 +88,10 @@ Result<ChatTemplate> ChatTemplate::FromHfDir(const std::string& dir, const std::
     if (!j.is_object() || !j.contains("chat_template")) {
       return Status::Error(json_path + ": expected an object with \"chat_template\"");
     }
-    ASSIGN_OR_RETURN(Source s, PickTemplate(j["chat_template"], json_path + "[chat_template]", template_name));
+    ASSIGN_OR_RETURN(Source s, PickTemplate(j["chat_template"], json_path, template_name));
     source = std::move(s);
   } else if (config.contains("chat_template") && !config["chat_template"].is_null()) {
-    ASSIGN_OR_RETURN(Source s, PickTemplate(config["chat_template"], config_path + "[chat_template]", template_name));
+    ASSIGN_OR_RETURN(Source s, PickTemplate(config["chat_template"], config_path, template_name));
     source = std::move(s);
   }
   if (!source) {

@@ -18,23 +18,12 @@
 
 #include "data/chat_template.h"
 #include "data/jinja_text.h"
+#include "data/test_util.h"
 
 namespace myriad {
 namespace {
 
 using ojson = nlohmann::ordered_json;
-
-std::string SourceDir() {
-  if (const char* env = std::getenv("MYRIAD_SOURCE_DIR")) return env;
-  // Run by hand: this file's own path, when the build gave an absolute one.
-  const std::string self = __FILE__;
-  const std::string tail = "/src/data/chat_template_parity_test.cc";
-  if (!self.empty() && self[0] == '/' && self.size() > tail.size() &&
-      self.compare(self.size() - tail.size(), tail.size(), tail) == 0) {
-    return self.substr(0, self.size() - tail.size());
-  }
-  return "";
-}
 
 std::string ReadAll(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -88,9 +77,9 @@ std::string Message(const Status& s) { return s.message(); }
 Suite& GetSuite() {
   static std::unique_ptr<Suite> suite = [] {
     auto s = std::make_unique<Suite>();
-    const std::string src = SourceDir();
+    const std::string src = SourceDirForTests();
     if (src.empty()) {
-      s->error = "MYRIAD_SOURCE_DIR is unset (ctest sets it; by hand: MYRIAD_SOURCE_DIR=. build/myriad_data_test)";
+      s->error = "the source folder is unknown: set MYRIAD_SOURCE_DIR (ctest sets it)";
       return s;
     }
     const ojson spec = ojson::parse(ReadAll(src + "/tests/hf/chat_cases.json"));
@@ -250,7 +239,7 @@ TEST(ChatTemplateParity, MatchesHuggingFaceJinja) {
   // setup.sh installs the pinned packages once (npm ci) and prints the
   // folder whose node_modules the script must run beside.
   const std::string setup_out = s.dir + "/setup.out";
-  const std::string setup = "bash " + SourceDir() + "/tests/hf/js/setup.sh >" + setup_out;
+  const std::string setup = "bash " + SourceDirForTests() + "/tests/hf/js/setup.sh >" + setup_out;
   ASSERT_EQ(std::system((setup + " 2>" + setup_out + ".stderr").c_str()), 0)
       << "tests/hf/js/setup.sh failed: " << ReadAll(setup_out + ".stderr");
   std::string cache = ReadAll(setup_out);
@@ -264,10 +253,14 @@ TEST(ChatTemplateParity, MatchesHuggingFaceJinja) {
 TEST(ChatTemplateParity, MatchesPythonJinja2) {
   const Suite& s = GetSuite();
   ASSERT_TRUE(s.error.empty()) << s.error;
+  // The python3 on PATH when it has jinja2, else Debian's (python3-jinja2,
+  // which scripts/install-deps.sh installs).
+  const std::string python =
+      std::system("python3 -c 'import jinja2' >/dev/null 2>&1") == 0 ? "python3" : "/usr/bin/python3";
   const std::string out = s.dir + "/python.json";
   CompareWithOracle("python",
-                    "timeout 120 python3 '" + SourceDir() + "/tests/hf/render_chat_jinja2.py' '" + s.spec_path +
-                        "' '" + out + "'",
+                    "timeout 120 " + python + " '" + SourceDirForTests() + "/tests/hf/render_chat_jinja2.py' '" +
+                        s.spec_path + "' '" + out + "'",
                     out);
 }
 

@@ -1,10 +1,5 @@
-// Lexer and parser of the Jinja subset of data/jinja.h.
-//
-// The lexer follows Python Jinja's rules in the environment transformers
-// renders chat templates with: trim_blocks (the first newline after a block
-// or comment tag is dropped), lstrip_blocks (spaces and tabs from the start
-// of a line up to a block or comment tag are dropped), "-" and "+" tag
-// modifiers, newlines normalised to "\n" and one trailing newline dropped.
+// Parser of the Jinja subset of data/jinja.h (the lexer, with the
+// whitespace rules of transformers' environment, is data/jinja_lex.h).
 //
 // Contract: throws PositionedError for a syntax error, for a construct that
 // is not supported (the message names it), and for a filter or test name

@@ -7,43 +7,11 @@
 #include <cmath>
 #include <cstdio>
 
+#include "core/utf8.h"
+
 namespace myriad::jinja {
 
 namespace {
-
-// Length of the UTF-8 sequence starting at s[i], or 0 when malformed.
-size_t SequenceLength(std::string_view s, size_t i, char32_t* cp) {
-  const auto b0 = static_cast<unsigned char>(s[i]);
-  if (b0 < 0x80) {
-    *cp = b0;
-    return 1;
-  }
-  size_t n;
-  char32_t v;
-  if ((b0 & 0xE0) == 0xC0) {
-    n = 2;
-    v = b0 & 0x1F;
-  } else if ((b0 & 0xF0) == 0xE0) {
-    n = 3;
-    v = b0 & 0x0F;
-  } else if ((b0 & 0xF8) == 0xF0) {
-    n = 4;
-    v = b0 & 0x07;
-  } else {
-    return 0;
-  }
-  if (i + n > s.size()) return 0;
-  for (size_t k = 1; k < n; ++k) {
-    const auto b = static_cast<unsigned char>(s[i + k]);
-    if ((b & 0xC0) != 0x80) return 0;
-    v = (v << 6) | (b & 0x3F);
-  }
-  // Overlong forms, surrogates and values past U+10FFFF are malformed.
-  static constexpr char32_t kMin[5] = {0, 0, 0x80, 0x800, 0x10000};
-  if (v < kMin[n] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
-  *cp = v;
-  return n;
-}
 
 locale_t Utf8Locale() {
   static locale_t loc = [] {
@@ -91,7 +59,7 @@ std::vector<char32_t> DecodeUtf8(std::string_view s) {
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) {
     char32_t cp;
-    const size_t n = SequenceLength(s, i, &cp);
+    const size_t n = Utf8SequenceLength(s, i, &cp);
     if (n == 0) {
       out.push_back(0xDC00 + static_cast<unsigned char>(s[i]));  // surrogateescape
       ++i;
@@ -134,7 +102,7 @@ int64_t CodePointCount(std::string_view s) {
   int64_t n = 0;
   for (size_t i = 0; i < s.size();) {
     char32_t cp;
-    const size_t len = SequenceLength(s, i, &cp);
+    const size_t len = Utf8SequenceLength(s, i, &cp);
     i += len == 0 ? 1 : len;
     ++n;
   }
@@ -302,25 +270,24 @@ std::string JinjaTitle(std::string_view s) {
   return out;
 }
 
-bool PyIsLower(std::string_view s) {
+namespace {
+
+// str.islower() / str.isupper(): some cased letter, and every cased letter
+// already what `to_case` makes it.
+bool AllCasedAre(std::string_view s, char32_t (*to_case)(char32_t)) {
   bool cased = false;
   for (char32_t c : DecodeUtf8(s)) {
     if (!IsCased(c)) continue;
-    if (ToLower(c) != c) return false;
+    if (to_case(c) != c) return false;
     cased = true;
   }
   return cased;
 }
 
-bool PyIsUpper(std::string_view s) {
-  bool cased = false;
-  for (char32_t c : DecodeUtf8(s)) {
-    if (!IsCased(c)) continue;
-    if (ToUpper(c) != c) return false;
-    cased = true;
-  }
-  return cased;
-}
+}  // namespace
+
+bool PyIsLower(std::string_view s) { return AllCasedAre(s, ToLower); }
+bool PyIsUpper(std::string_view s) { return AllCasedAre(s, ToUpper); }
 
 std::string PyFloatRepr(double v) {
   if (std::isnan(v)) return "nan";
