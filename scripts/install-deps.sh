@@ -16,6 +16,8 @@ PACKAGES=(
   libcpp-httplib-dev libhiredis-dev redis-server nodejs
   # golden reference and benchmark peer
   python3 python3-torch python3-numpy
+  # chat templates: Python's Jinja, a reference renderer of the parity test
+  python3-jinja2
   # default corpus: English and Chinese text (code comes from Python's stdlib)
   fortunes fortunes-zh libpython3-stdlib
 )

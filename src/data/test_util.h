@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "core/check.h"
@@ -31,5 +32,21 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// The source tree: $MYRIAD_SOURCE_DIR (ctest sets it), else, for a test
+// binary run by hand from its build folder, the source folder that folder's
+// CMakeCache.txt names; empty when neither is known.
+inline std::string SourceDirForTests() {
+  if (const char* env = std::getenv("MYRIAD_SOURCE_DIR")) return env;
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "";
+  std::ifstream cache(exe.parent_path() / "CMakeCache.txt");
+  const std::string key = "CMAKE_HOME_DIRECTORY:INTERNAL=";
+  for (std::string line; std::getline(cache, line);) {
+    if (line.compare(0, key.size(), key) == 0) return line.substr(key.size());
+  }
+  return "";
+}
 
 }  // namespace myriad
