@@ -104,7 +104,41 @@ const std::string& ChatTemplate::FormatFor(const std::string& role) const {
   return specific && !specific->empty() ? *specific : message_;
 }
 
-std::string ChatTemplate::Render(const std::vector<ChatMessage>& messages) const {
+ChatTemplate ChatTemplate::FromJinja(::myriad::ChatTemplate jinja) {
+  ChatTemplate t;
+  t.jinja_ = std::make_shared<const ::myriad::ChatTemplate>(std::move(jinja));
+  return t;
+}
+
+Result<ChatTemplate> ChatTemplate::ForModel(const std::string& step_dir, const std::string& hf_dir,
+                                            std::string* origin) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!hf_dir.empty()) {
+    bool has = fs::exists(fs::path(hf_dir) / "chat_template.jinja", ec) ||
+               fs::exists(fs::path(hf_dir) / "chat_template.json", ec);
+    if (!has) {
+      std::ifstream tc(fs::path(hf_dir) / "tokenizer_config.json");
+      if (tc) {
+        nlohmann::json j = nlohmann::json::parse(tc, nullptr, /*allow_exceptions=*/false);
+        has = j.is_object() && j.contains("chat_template");
+      }
+    }
+    if (has) {
+      ASSIGN_OR_RETURN(::myriad::ChatTemplate jt, ::myriad::ChatTemplate::FromHfDir(hf_dir));
+      if (origin) *origin = jt.source() + " (Jinja)";
+      return FromJinja(std::move(jt));
+    }
+  }
+  return ForCheckpoint(step_dir, origin);
+}
+
+Result<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messages) const {
+  if (jinja_) {
+    nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
+    for (const auto& m : messages) msgs.push_back({{"role", m.role}, {"content", m.content}});
+    return jinja_->Render(msgs, /*add_generation_prompt=*/true);
+  }
   std::string out = prefix_;
   for (const auto& m : messages) out += Substitute(FormatFor(m.role), m.role, m.content);
   out += generation_prompt_;
