@@ -115,18 +115,20 @@ Result<ChatTemplate> ChatTemplate::ForModel(const std::string& step_dir, const s
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!hf_dir.empty()) {
-    bool has = fs::exists(fs::path(hf_dir) / "chat_template.jinja", ec) ||
-               fs::exists(fs::path(hf_dir) / "chat_template.json", ec);
-    if (!has) {
+    // The files FromHfDir reads, in its order: the first present names the origin.
+    std::string found;
+    for (const char* name : {"chat_template.jinja", "chat_template.json"})
+      if (found.empty() && fs::exists(fs::path(hf_dir) / name, ec)) found = name;
+    if (found.empty()) {
       std::ifstream tc(fs::path(hf_dir) / "tokenizer_config.json");
       if (tc) {
         nlohmann::json j = nlohmann::json::parse(tc, nullptr, /*allow_exceptions=*/false);
-        has = j.is_object() && j.contains("chat_template");
+        if (j.is_object() && j.contains("chat_template")) found = "tokenizer_config.json";
       }
     }
-    if (has) {
+    if (!found.empty()) {
       ASSIGN_OR_RETURN(::myriad::ChatTemplate jt, ::myriad::ChatTemplate::FromHfDir(hf_dir));
-      if (origin) *origin = jt.source() + " (Jinja)";
+      if (origin) *origin = (fs::path(hf_dir) / found).string() + " (Jinja)";
       return FromJinja(std::move(jt));
     }
   }
