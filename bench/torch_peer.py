@@ -9,6 +9,7 @@ unless the caller set it) and torch.set_num_threads(--threads).
   /usr/bin/python3 bench/torch_peer.py train --config bench/configs/moe_small.toml \
       [--set KEY=VALUE ...] --steps 5 --warmup 2 --threads 1 [--batch 8] [--seq 256]
   /usr/bin/python3 bench/torch_peer.py train-hf --hf HF_DIR --batch 8 --seq 256 --steps 5 --warmup 2
+  /usr/bin/python3 bench/torch_peer.py decode-hf --hf HF_DIR --tokens 32 [--absorbed]
   /usr/bin/python3 bench/torch_peer.py decode --config bench/configs/gpt2_dense.toml \
       --tokens 32 --prompt-len 16 [--threads 1]
 
@@ -294,6 +295,32 @@ def cmd_train_hf(args):
     print(json.dumps(result), flush=True)
 
 
+def cmd_decode_hf(args):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "hf"))
+    import hf_reference as ref  # noqa: E402
+    torch.set_num_threads(args.threads)
+    model = ref.Model(args.hf)
+    gen = torch.Generator().manual_seed(args.seed)
+    prompt = torch.randint(0, model.spec.vocab, (args.prompt_len,), generator=gen).tolist()
+    best, prefill = float("inf"), float("inf")
+    with torch.no_grad():
+        for _ in range(2):  # warm-up, then timed
+            cache = ref.Cache()
+            t0 = time.perf_counter()
+            logits, _ = model.forward(torch.tensor([prompt]), cache=cache, absorbed=args.absorbed)
+            t1 = time.perf_counter()
+            for _ in range(args.tokens):
+                t = int(logits[0, -1].argmax())
+                logits, _ = model.forward(torch.tensor([[t]]), cache=cache, absorbed=args.absorbed)
+            t2 = time.perf_counter()
+            best, prefill = min(best, t2 - t1), min(prefill, t1 - t0)
+    result = {"bench": "decode", "peer": "pytorch", "model": os.path.basename(os.path.normpath(args.hf)),
+              "tokens": args.tokens, "prompt_len": args.prompt_len, "tokens_per_s": args.tokens / best,
+              "prefill_ms": prefill * 1e3, "absorbed": args.absorbed}
+    result.update(environment(args.threads))
+    print(json.dumps(result), flush=True)
+
+
 def cmd_decode(args):
     mcfg, _, _ = load_config(args.config, args.set, need_train=False)
     torch.set_num_threads(args.threads)
@@ -338,6 +365,13 @@ def main(argv=None):
     th.add_argument("--threads", type=int, default=1)
     th.add_argument("--batch", type=int, default=8)
     th.add_argument("--seq", type=int, default=256)
+    dh = sub.add_parser("decode-hf", help="time batch-1 greedy decode of a Hugging Face folder (hf_reference.py)")
+    dh.add_argument("--hf", required=True)
+    dh.add_argument("--tokens", type=int, default=32)
+    dh.add_argument("--prompt-len", type=int, default=16)
+    dh.add_argument("--threads", type=int, default=1)
+    dh.add_argument("--seed", type=int, default=1234)
+    dh.add_argument("--absorbed", action="store_true", help="MLA: the absorbed decode (compressed cache)")
     de = sub.add_parser("decode", help="time batch-1 greedy decode with a KV cache")
     de.add_argument("--config", required=True)
     de.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -353,7 +387,7 @@ def main(argv=None):
     else:
         if args.tokens < 1 or args.prompt_len < 1:
             raise SystemExit("[decode] --tokens and --prompt-len must be >= 1")
-        cmd_decode(args)
+        cmd_decode(args) if args.cmd == "decode" else cmd_decode_hf(args)
 
 
 if __name__ == "__main__":
