@@ -35,7 +35,9 @@ double CausalPairs(double s, double k);
 //   weights   2 per active weight (CountParams().active), but the input
 //             embedding, a lookup; the head is a GEMM even when tied, and
 //             each MTP module runs it again;
-//   attention the causal core, q.k and p.v: 4 * H * head_dim per pair. A
+//   attention the causal core, q.k and p.v: 2 * H * (qk width + v width)
+//             per pair (4 * H * head_dim without MLA; MLA's as trained,
+//             unabsorbed, without the zero padding of its v). A
 //             DSA model's main layers attend to their top-k keys
 //             (CausalPairs(s, dsa_topk)); MTP blocks attend densely;
 //   indexer   DSA: each indexer layer scores every causal key with Hi heads

@@ -118,6 +118,61 @@ TEST(OpenFeatures, ScaledGroupLimitedRouterGradientsAreTheDerivative) {
   }
 }
 
+// MLA (DeepSeek-V3's attention) on the tiny model: 4 heads, latent rank 12,
+// nope 8 + rope 4 for q.k, v of 6 (padded to 12 in training) or of 16 (q
+// and k padded instead); q through a rank-10 compression or q_proj.
+ModelConfig TinyMla(int64_t q_lora, int64_t v_head) {
+  ModelConfig c = Tiny();
+  c.kv_lora_rank = 12; c.q_lora_rank = q_lora; c.qk_nope_head_dim = 8; c.qk_rope_head_dim = 4;
+  c.v_head_dim = v_head;
+  return c;
+}
+
+std::vector<std::string> MlaTensors(const ModelConfig& c, int layer) {
+  const std::string p = "model.layers." + std::to_string(layer) + ".self_attn.";
+  std::vector<std::string> names = {p + "kv_a_proj_with_mqa.weight", p + "kv_a_layernorm.weight",
+                                    p + "kv_b_proj.weight", p + "o_proj.weight"};
+  if (c.q_lora_rank > 0) {
+    for (const char* n : {"q_a_proj.weight", "q_a_layernorm.weight", "q_b_proj.weight"}) names.push_back(p + n);
+  } else {
+    names.push_back(p + "q_proj.weight");
+  }
+  return names;
+}
+
+TEST(OpenFeatures, MlaGradientsAreTheDerivative) {
+  for (auto [q_lora, v_head] : {std::pair<int64_t, int64_t>{10, 6}, {0, 16}}) {
+    SCOPED_TRACE("q_lora_rank " + std::to_string(q_lora) + ", v_head_dim " + std::to_string(v_head));
+    ModelConfig c = TinyMla(q_lora, v_head);
+    c.rope_scaling = "yarn"; c.rope_factor = 4; c.rope_original_max_pos = 16; c.rope_mscale_all_dim = 1;
+    ASSERT_TRUE(c.Validate().ok()) << c.Validate().message();
+    std::vector<std::string> names = MlaTensors(c, 0);
+    for (const auto& n : MlaTensors(c, 1)) names.push_back(n);
+    names.push_back("model.layers.0.input_layernorm.weight");
+    CheckGradients(c, names);
+  }
+}
+
+TEST(OpenFeatures, MlaShapesItsTensors) {
+  ModelConfig c = TinyMla(10, 6);
+  Model m(c);
+  EXPECT_EQ(Find(m, "model.layers.0.self_attn.q_a_proj.weight")->shape, (std::vector<int64_t>{10, 32}));
+  EXPECT_EQ(Find(m, "model.layers.0.self_attn.q_a_layernorm.weight")->shape, (std::vector<int64_t>{10}));
+  EXPECT_EQ(Find(m, "model.layers.0.self_attn.q_b_proj.weight")->shape, (std::vector<int64_t>{48, 10}));
+  EXPECT_EQ(Find(m, "model.layers.0.self_attn.kv_a_proj_with_mqa.weight")->shape, (std::vector<int64_t>{16, 32}));
+  EXPECT_EQ(Find(m, "model.layers.0.self_attn.kv_a_layernorm.weight")->shape, (std::vector<int64_t>{12}));
+  EXPECT_EQ(Find(m, "model.layers.0.self_attn.kv_b_proj.weight")->shape, (std::vector<int64_t>{56, 12}));
+  EXPECT_EQ(Find(m, "model.layers.0.self_attn.o_proj.weight")->shape, (std::vector<int64_t>{32, 24}));
+  EXPECT_EQ(Find(m, "model.layers.0.self_attn.k_proj.weight"), nullptr);
+  EXPECT_EQ(Find(m, "model.layers.0.self_attn.q_proj.weight"), nullptr);
+  EXPECT_EQ(c.kv_cache_floats_per_token_layer(), 16);  // c_kv 12 + k_pe 4
+  // The softmax scale: 1/sqrt(8 + 4), times mscale(4, 1)^2 under yarn with mscale_all_dim 1.
+  EXPECT_FLOAT_EQ(AttentionScale(c), static_cast<float>(1 / std::sqrt(12.0)));
+  c.rope_scaling = "yarn"; c.rope_factor = 4; c.rope_mscale_all_dim = 1;
+  const double m4 = 0.1 * std::log(4.0) + 1;
+  EXPECT_FLOAT_EQ(AttentionScale(c), static_cast<float>(m4 * m4 / std::sqrt(12.0)));
+}
+
 TEST(OpenFeatures, HeadWidthApartFromModelWidthShapesTheTensors) {
   ModelConfig c = TinyOpenMoe();
   ASSERT_TRUE(c.Validate().ok()) << c.Validate().message();
