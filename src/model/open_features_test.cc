@@ -216,6 +216,43 @@ TEST(OpenFeatures, InferenceMatchesTrainingForward) {
   }
 }
 
+// MLA: the absorbed, latent-cached inference path (prefill of 5, then one
+// token at a time) against the unabsorbed training forward, with q
+// compressed or not, v narrower or wider than q.k, yarn's mscale_all_dim, and
+// the DeepSeek-style router on the MoE layer.
+TEST(OpenFeatures, MlaInferenceMatchesTrainingForward) {
+  for (auto [q_lora, v_head] : {std::pair<int64_t, int64_t>{10, 6}, {0, 16}}) {
+    SCOPED_TRACE("q_lora_rank " + std::to_string(q_lora) + ", v_head_dim " + std::to_string(v_head));
+    ModelConfig c = TinyOpenMoe();
+    c.qk_norm = false; c.d_head = 0;
+    c.kv_lora_rank = 12; c.q_lora_rank = q_lora; c.qk_nope_head_dim = 8; c.qk_rope_head_dim = 4; c.v_head_dim = v_head;
+    c.rope_scaling = "yarn"; c.rope_factor = 4; c.rope_original_max_pos = 16; c.rope_mscale_all_dim = 0.7;
+    ASSERT_TRUE(c.Validate().ok()) << c.Validate().message();
+    Model model(c);
+    model.InitWeights(3);
+    Perturb(&model, 8);
+    const int T = 20, V = static_cast<int>(c.vocab_size);
+    const auto tokens = Tokens(T + 1, V, 6);
+    model.Step(tokens.data(), 1, T, false);
+    const std::vector<float> full = model.logits();
+    InferenceSession s(model, c.max_seq_len, WeightFormat::kF32);
+    const float* logits = s.Forward(tokens.data(), 5);
+    double worst = 0;
+    for (int t = 5; t <= T; ++t) {
+      double num = 0, den = 0;
+      for (int v = 0; v < V; ++v) {
+        num = std::max(num, std::fabs(static_cast<double>(logits[v]) - full[(t - 1) * V + v]));
+        den = std::max(den, std::fabs(static_cast<double>(full[(t - 1) * V + v])));
+      }
+      worst = std::max(worst, num / den);
+      if (t < T) logits = s.Forward(&tokens[t], 1);
+    }
+    EXPECT_LE(worst, 1e-5);
+    EXPECT_GT(worst, 0);  // two different computations (absorbed vs not), not one
+    RecordProperty("max_rel_err_q_lora_" + std::to_string(q_lora), std::to_string(worst));
+  }
+}
+
 // The scalings' closed forms, dim by dim (D = 16, theta = 10000, i < 8:
 // inv_freq_i = theta^(-i/8)).
 TEST(OpenFeatures, RopeScalingsFollowTheirFormulas) {
