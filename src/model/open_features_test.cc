@@ -94,6 +94,29 @@ void CheckGradients(const ModelConfig& cfg, const std::vector<std::string>& name
   }
 }
 
+// The largest relative error (max |diff| / max |logit| per position) of the
+// KV-cached session's logits (a prefill of 5 tokens, then one at a time)
+// against the training forward over T tokens.
+double SessionVsTrainingForward(Model& model, int T) {
+  const int V = static_cast<int>(model.config().vocab_size);
+  const auto tokens = Tokens(T + 1, V, 6);
+  model.Step(tokens.data(), 1, T, false);
+  const std::vector<float> full = model.logits();
+  InferenceSession s(model, model.config().max_seq_len, WeightFormat::kF32);
+  const float* logits = s.Forward(tokens.data(), 5);
+  double worst = 0;
+  for (int t = 5; t <= T; ++t) {
+    double num = 0, den = 0;
+    for (int v = 0; v < V; ++v) {
+      num = std::max(num, std::fabs(static_cast<double>(logits[v]) - full[(t - 1) * V + v]));
+      den = std::max(den, std::fabs(static_cast<double>(full[(t - 1) * V + v])));
+    }
+    worst = std::max(worst, num / den);
+    if (t < T) logits = s.Forward(&tokens[t], 1);
+  }
+  return worst;
+}
+
 TEST(OpenFeatures, QkvBiasGradientsAreTheDerivative) {
   ModelConfig c = Tiny();
   c.qkv_bias = true;
@@ -198,21 +221,7 @@ TEST(OpenFeatures, InferenceMatchesTrainingForward) {
     Rng rng(2);
     for (auto& b : model.biases())
       for (auto& x : b) x = 0.05f * rng.Normal();
-    const int T = 20, V = static_cast<int>(c.vocab_size);
-    const auto tokens = Tokens(T + 1, V, 6);
-    model.Step(tokens.data(), 1, T, false);
-    const std::vector<float> full = model.logits();
-    InferenceSession s(model, c.max_seq_len, WeightFormat::kF32);
-    const float* logits = s.Forward(tokens.data(), 5);
-    for (int t = 5; t <= T; ++t) {
-      double num = 0, den = 0;
-      for (int v = 0; v < V; ++v) {
-        num = std::max(num, std::fabs(static_cast<double>(logits[v]) - full[(t - 1) * V + v]));
-        den = std::max(den, std::fabs(static_cast<double>(full[(t - 1) * V + v])));
-      }
-      EXPECT_LE(num / den, 1e-4) << "position " << t - 1;
-      if (t < T) logits = s.Forward(&tokens[t], 1);
-    }
+    EXPECT_LE(SessionVsTrainingForward(model, 20), 1e-4);
   }
 }
 
@@ -231,22 +240,7 @@ TEST(OpenFeatures, MlaInferenceMatchesTrainingForward) {
     Model model(c);
     model.InitWeights(3);
     Perturb(&model, 8);
-    const int T = 20, V = static_cast<int>(c.vocab_size);
-    const auto tokens = Tokens(T + 1, V, 6);
-    model.Step(tokens.data(), 1, T, false);
-    const std::vector<float> full = model.logits();
-    InferenceSession s(model, c.max_seq_len, WeightFormat::kF32);
-    const float* logits = s.Forward(tokens.data(), 5);
-    double worst = 0;
-    for (int t = 5; t <= T; ++t) {
-      double num = 0, den = 0;
-      for (int v = 0; v < V; ++v) {
-        num = std::max(num, std::fabs(static_cast<double>(logits[v]) - full[(t - 1) * V + v]));
-        den = std::max(den, std::fabs(static_cast<double>(full[(t - 1) * V + v])));
-      }
-      worst = std::max(worst, num / den);
-      if (t < T) logits = s.Forward(&tokens[t], 1);
-    }
+    const double worst = SessionVsTrainingForward(model, 20);
     EXPECT_LE(worst, 1e-5);
     EXPECT_GT(worst, 0);  // two different computations (absorbed vs not), not one
     RecordProperty("max_rel_err_q_lora_" + std::to_string(q_lora), std::to_string(worst));
