@@ -176,6 +176,15 @@ TEST(OpenFeatures, MlaGradientsAreTheDerivative) {
   }
 }
 
+// DeepSeek-V3's MTP input: module 1 reads the final norm's output, so the
+// final norm's weight gets gradient from the MTP loss through it.
+TEST(OpenFeatures, MtpAfterFinalNormGradientsAreTheDerivative) {
+  ModelConfig c = TinyMla(10, 6);
+  c.mtp_depth = 1; c.mtp_loss_weight = 1; c.mtp_after_final_norm = true;
+  CheckGradients(c, {"model.norm.weight", "model.mtp.0.eh_proj.weight", "model.mtp.0.hnorm.weight",
+                     "model.layers.1.self_attn.kv_b_proj.weight", "model.embed_tokens.weight"});
+}
+
 TEST(OpenFeatures, MlaShapesItsTensors) {
   ModelConfig c = TinyMla(10, 6);
   Model m(c);
