@@ -70,6 +70,25 @@ TokenFlops ForwardFlopsPerToken(const ModelConfig& m, int64_t seq_len) {
   return f;
 }
 
+double KvValuesPerTokenLayer(const ModelConfig& m, int64_t tp) {
+  const double per_rank_heads = m.mla() ? static_cast<double>(m.kv_cache_heads())
+                                        : static_cast<double>(m.kv_cache_heads()) / static_cast<double>(tp);
+  return per_rank_heads * static_cast<double>(m.kv_cache_dim()) * (m.kv_cache_v_is_k() ? 1 : 2);
+}
+
+double KvBytesPerToken(const ModelConfig& m, double bytes_per_value) {
+  return (static_cast<double>(m.n_layers) * KvValuesPerTokenLayer(m) +
+          static_cast<double>(m.dsa_indexer_layers() * m.dsa_index_dim)) * bytes_per_value;
+}
+
+ModelConfig GqaAtEqualWidth(const ModelConfig& m) {
+  ModelConfig g = m;
+  if (!m.mla()) return g;
+  g.q_lora_rank = g.kv_lora_rank = g.qk_nope_head_dim = g.qk_rope_head_dim = g.v_head_dim = 0;
+  g.d_head = 0;
+  return g;
+}
+
 double TrainFlopsPerToken(const ModelConfig& m, int64_t seq_len) {
   return 3 * ForwardFlopsPerToken(m, seq_len).total();
 }

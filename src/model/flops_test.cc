@@ -98,6 +98,16 @@ TEST(Flops, MlaByHand) {
   ASSERT_TRUE(m.Validate().ok()) << m.Validate().message();
   EXPECT_DOUBLE_EQ(CountParams(m).dense_per_layer, 80 + 10 + 240 + 128 + 12 + 336 + 96 + 16);
   EXPECT_DOUBLE_EQ(ForwardFlopsPerToken(m, 4).attention, 360);
+  // The KV cache: a latent row of 12 + 4 per layer, whole on every tp rank;
+  // GQA at equal width: k and v of 1 kv head of 8 / 2 = 4 per layer.
+  EXPECT_DOUBLE_EQ(KvValuesPerTokenLayer(m), 16);
+  EXPECT_DOUBLE_EQ(KvValuesPerTokenLayer(m, 2), 16);
+  EXPECT_DOUBLE_EQ(KvBytesPerToken(m), 2 * 16 * 4);
+  EXPECT_DOUBLE_EQ(KvBytesPerToken(GqaAtEqualWidth(m), 2), 2 * 2 * 4 * 2);
+  ModelConfig gqa = GqaAtEqualWidth(m);
+  EXPECT_FALSE(gqa.mla());
+  gqa.n_kv_heads = 2;
+  EXPECT_DOUBLE_EQ(KvValuesPerTokenLayer(gqa, 2), 2 * 1 * 4);  // tp splits the kv heads
 }
 
 }  // namespace
