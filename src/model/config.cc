@@ -159,7 +159,7 @@ Status ModelConfig::Validate() const {
                " (hint: d_model must be a multiple of n_heads)");
   if (head_dim() % 2)
     return bad("model.head_dim=" + std::to_string(head_dim()) + " is odd (hint: RoPE needs an even head dim)");
-  if (n_heads % n_kv_heads)
+  if (!mla() && n_heads % n_kv_heads)  // (MLA has no kv heads)
     return bad("model.n_kv_heads=" + std::to_string(n_kv_heads) + " does not divide n_heads=" + std::to_string(n_heads) +
                " (hint: each kv head serves a whole group of query heads)");
   if (n_dense_layers > n_layers)
