@@ -1,6 +1,7 @@
 // Myriad's side of bench/decode.py: batch-1 greedy decode with a KV cache on
 // random weights, printing one JSON line with tokens/s, weight bytes read per
-// token and the DRAM read bandwidth measured in this process.
+// token, KV cache bytes per token (beside GQA's at equal width) and the DRAM
+// read bandwidth measured in this process.
 //
 //   bench_decode --config FILE [--set k=v ...] [--tokens N] [--prompt-len P] [--weights fp32|fp16|int8]
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "bench/bench_args.h"
 #include "backend/cpu/kernel_bench.h"
 #include "core/rng.h"
+#include "model/flops.h"
 #include "model/inference.h"
 #include "model/sampler.h"
 #include "ops/ops.h"
@@ -61,6 +63,9 @@ int main(int argc, char** argv) {
   const double bytes = static_cast<double>(session.WeightBytesPerToken());
   nlohmann::json out = {{"tokens_per_s", tps}, {"weights", WeightFormatName(fmt)},
                         {"weight_bytes_per_token", bytes}, {"read_bw_gbs", bw},
+                        // The session's KV cache (fp32), and GQA's at equal width for an MLA model.
+                        {"kv_bytes_per_token", KvBytesPerToken(mc)},
+                        {"gqa_kv_bytes_per_token", KvBytesPerToken(GqaAtEqualWidth(mc))},
                         {"roofline_fraction", bytes * tps / (bw * 1e9)},
                         {"backend", ops::Active()->name()}, {"threads", ops::Active()->num_threads()}};
   std::printf("%s\n", out.dump().c_str());
