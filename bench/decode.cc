@@ -1,11 +1,12 @@
 // Myriad's side of bench/decode.py: batch-1 greedy decode with a KV cache on
 // random weights, printing one JSON line with tokens/s, weight bytes read per
-// token and the DRAM read bandwidth measured in this process.
+// token, KV cache bytes per token (beside GQA's at equal width) and the DRAM
+// read bandwidth measured in this process.
 //
 //   bench_decode --config FILE [--set k=v ...] [--tokens N] [--prompt-len P] [--weights fp32|fp16|int8]
 //   bench_decode --hf HF_DIR [...]   (an imported model with its own weights)
-// Also reports the KV cache bytes per token (the serving pool's block size,
-// serve::BlockFloats, per token).
+// Also reports the KV cache bytes per token (KvBytesPerToken), and GQA's at
+// equal width for an MLA model.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,10 +19,10 @@
 #include "backend/cpu/kernel_bench.h"
 #include "core/rng.h"
 #include "model/hf/hf_model.h"
+#include "model/flops.h"
 #include "model/inference.h"
 #include "model/sampler.h"
 #include "ops/ops.h"
-#include "serve/kvcache/tier.h"
 #include "train/trainer.h"
 
 using namespace myriad;
@@ -75,7 +76,9 @@ int main(int argc, char** argv) {
   const double bytes = static_cast<double>(session.WeightBytesPerToken());
   nlohmann::json out = {{"tokens_per_s", tps}, {"weights", WeightFormatName(fmt)},
                         {"weight_bytes_per_token", bytes}, {"read_bw_gbs", bw},
-                        {"kv_bytes_per_token", serve::BlockFloats(mc) * 4 / serve::kBlockTokens},
+                        // The session's KV cache (fp32), and GQA's at equal width for an MLA model.
+                        {"kv_bytes_per_token", KvBytesPerToken(mc)},
+                        {"gqa_kv_bytes_per_token", KvBytesPerToken(GqaAtEqualWidth(mc))},
                         {"roofline_fraction", bytes * tps / (bw * 1e9)},
                         {"backend", ops::Active()->name()}, {"threads", ops::Active()->num_threads()}};
   std::printf("%s\n", out.dump().c_str());

@@ -6,7 +6,6 @@
 
 #include "core/check.h"
 #include "ops/ops.h"
-#include "ops/ops.h"
 
 namespace myriad {
 
@@ -88,7 +87,37 @@ double RopeAttentionFactor(const ModelConfig& cfg) {
 }
 
 void RopeTables::Build(const ModelConfig& cfg) {
-  Build(cfg.max_seq_len, RopeInvFreq(cfg, cfg.head_dim()), RopeAttentionFactor(cfg));
+  Build(cfg.max_seq_len, RopeInvFreq(cfg, cfg.rope_dim()), RopeAttentionFactor(cfg));
+}
+
+float AttentionScale(const ModelConfig& cfg) {
+  double s = 1.0 / std::sqrt(static_cast<double>(cfg.qk_head_dim()));
+  if (cfg.mla() && cfg.rope_scaling != "none" && cfg.rope_mscale_all_dim > 0) {
+    const double m = YarnMscale(cfg.rope_factor, cfg.rope_mscale_all_dim);
+    s *= m * m;
+  }
+  return static_cast<float>(s);
+}
+
+void MlaProject(const ModelConfig& cfg, const BlockWeights<float*>& w, const float* a, int64_t N,
+                const int32_t* pos, const RopeTables& rope, MlaRows* r, float* q) {
+  const int64_t C = cfg.d_model, H = cfg.n_heads, Dn = cfg.qk_nope_head_dim, Dr = cfg.qk_rope_head_dim;
+  const int64_t Dqk = Dn + Dr, R = cfg.kv_lora_rank, Qr = cfg.q_lora_rank;
+  if (Qr > 0) {
+    Fit(&r->cq_pre, N * Qr); Fit(&r->cq, N * Qr); Fit(&r->rstd_cq, N);
+    ops::Linear(a, w.q_a, N, C, Qr, r->cq_pre.data());
+    ops::RmsNorm(r->cq_pre.data(), w.q_a_norm, kMlaNormEps, N, Qr, r->cq.data(), r->rstd_cq.data());
+    ops::Linear(r->cq.data(), w.q_b, N, Qr, H * Dqk, q);
+  } else {
+    ops::Linear(a, w.wq, N, C, H * Dqk, q);
+  }
+  Fit(&r->lat, N * (R + Dr)); Fit(&r->c_pre, N * R); Fit(&r->c, N * R); Fit(&r->rstd_c, N);
+  ops::Linear(a, w.kv_a, N, C, R + Dr, r->lat.data());
+  // c_kv's norm reads its rows out of the latent rows (the norm wants them contiguous).
+  ops::CopyRows(r->lat.data(), R + Dr, r->c_pre.data(), R, N, R);
+  ops::RmsNorm(r->c_pre.data(), w.kv_a_norm, kMlaNormEps, N, R, r->c.data(), r->rstd_c.data());
+  ops::Rope(q + Dn, N, static_cast<int>(H), static_cast<int>(Dr), pos, rope.cos.data(), rope.sin.data(), false, Dqk);
+  ops::Rope(r->lat.data() + R, N, 1, static_cast<int>(Dr), pos, rope.cos.data(), rope.sin.data(), false, R + Dr);
 }
 
 // The rotation of the first dsa_index_rope_dim dims of each head (Di apart).
@@ -209,6 +238,117 @@ void DsaSelect(const BlockContext& ctx, const BlockWeights<float*>& w, const flo
 
 }  // namespace
 
+namespace {
+
+// MLA in training, unabsorbed: each head's k = [k_nope | k_pe] and v come
+// from kv_b c_kv, k_pe shared by the heads. The flash attention op takes one
+// head width, so q, k and v are padded with zeros to Da = max(nope + rope,
+// v): zero columns change neither the scores nor the v part of the output.
+int64_t MlaPadWidth(const ModelConfig& cfg) { return std::max(cfg.qk_head_dim(), cfg.v_head_dim); }
+
+AttentionParams MlaAttentionParams(const BlockContext& ctx, BlockActs* a) {
+  const int H = static_cast<int>(ctx.cfg->n_heads), Da = static_cast<int>(MlaPadWidth(*ctx.cfg));
+  AttentionParams p;
+  p.B = a->B; p.Tq = a->T; p.Tk = a->T; p.H = H; p.Hkv = H; p.D = Da;
+  p.scale = AttentionScale(*ctx.cfg);
+  p.causal = true;
+  p.q_batch_stride = p.kv_batch_stride = p.out_batch_stride = static_cast<int64_t>(a->T) * H * Da;
+  p.q = a->q.data(); p.k = a->k.data(); p.v = a->v.data();
+  p.out = a->att_pad.data(); p.lse = a->lse.data();
+  return p;
+}
+
+// a->att [N, H*v] = MLA attention of the normed input a_in [N, C].
+void MlaForward(const BlockContext& ctx, const BlockWeights<float*>& w, const float* a_in, BlockActs* a) {
+  const ModelConfig& cfg = *ctx.cfg;
+  const int64_t N = static_cast<int64_t>(a->B) * a->T, H = cfg.n_heads, NH = N * H;
+  const int64_t Dn = cfg.qk_nope_head_dim, Dr = cfg.qk_rope_head_dim, Dv = cfg.v_head_dim;
+  const int64_t Dqk = Dn + Dr, R = cfg.kv_lora_rank, Da = MlaPadWidth(cfg);
+  Fit(&a->q, NH * Da); Fit(&a->k, NH * Da); Fit(&a->v, NH * Da); Fit(&a->att_pad, NH * Da);
+  Fit(&a->kv_up, NH * (Dn + Dv)); Fit(&a->att, NH * Dv);
+  Buf<float>& qc = ctx.scratch->qkv;  // q before padding (when padded)
+  float* q = a->q.data();
+  if (Da > Dqk) {
+    Fit(&qc, NH * Dqk);
+    q = qc.data();
+  }
+  MlaProject(cfg, w, a_in, N, ctx.pos, *ctx.rope, &a->mla, q);
+  if (Da > Dqk) {
+    ops::Zero(a->q.data(), NH * Da);
+    ops::Zero(a->k.data(), NH * Da);
+    ops::CopyRows(q, Dqk, a->q.data(), Da, NH, Dqk);
+  }
+  if (Da > Dv) ops::Zero(a->v.data(), NH * Da);
+  ops::Linear(a->mla.c.data(), w.kv_b, N, R, H * (Dn + Dv), a->kv_up.data());
+  ops::CopyRows(a->kv_up.data(), Dn + Dv, a->k.data(), Da, NH, Dn);
+  for (int64_t h = 0; h < H; ++h)
+    ops::CopyRows(a->mla.lat.data() + R, R + Dr, a->k.data() + h * Da + Dn, H * Da, N, Dr);
+  ops::CopyRows(a->kv_up.data() + Dn, Dn + Dv, a->v.data(), Da, NH, Dv);
+  ops::Attention(MlaAttentionParams(ctx, a));
+  ops::CopyRows(a->att_pad.data(), Da, a->att.data(), Dv, NH, Dv);
+}
+
+// d_a [N, C] (writes) from d_att [N, H*v]; accumulates the MLA weights' grads.
+void MlaBackward(const BlockContext& ctx, const BlockWeights<float*>& w, const BlockWeights<float*>& gw,
+                 BlockActs* a, const float* a_in, const float* d_att, BlockScratch* s, float* d_a) {
+  const ModelConfig& cfg = *ctx.cfg;
+  const int64_t N = static_cast<int64_t>(a->B) * a->T, H = cfg.n_heads, NH = N * H, C = cfg.d_model;
+  const int64_t Dn = cfg.qk_nope_head_dim, Dr = cfg.qk_rope_head_dim, Dv = cfg.v_head_dim;
+  const int64_t Dqk = Dn + Dr, R = cfg.kv_lora_rank, Qr = cfg.q_lora_rank, Da = MlaPadWidth(cfg);
+  const MlaRows& m = a->mla;
+  Fit(&s->d_pad, NH * Da); Fit(&s->d_q, NH * Da); Fit(&s->d_k, NH * Da); Fit(&s->d_v, NH * Da);
+  if (Da > Dv) ops::Zero(s->d_pad.data(), NH * Da);
+  ops::CopyRows(d_att, Dv, s->d_pad.data(), Da, NH, Dv);
+  AttentionBackwardParams bp;
+  bp.fwd = MlaAttentionParams(ctx, a);
+  bp.dout = s->d_pad.data();
+  bp.dq = s->d_q.data(); bp.dk = s->d_k.data(); bp.dv = s->d_v.data();
+  ops::AttentionBackward(bp);
+  // q: drop the padding, rotate the rope part's gradient back.
+  float* dq = s->d_q.data();
+  if (Da > Dqk) {
+    Fit(&s->d_qkv, NH * Dqk);
+    ops::CopyRows(s->d_q.data(), Da, s->d_qkv.data(), Dqk, NH, Dqk);
+    dq = s->d_qkv.data();
+  }
+  ops::Rope(dq + Dn, N, static_cast<int>(H), static_cast<int>(Dr), ctx.pos, ctx.rope->cos.data(),
+            ctx.rope->sin.data(), true, Dqk);
+  // kv_b's output: each head's [k_nope | v] gradient.
+  Fit(&s->d_kv_up, NH * (Dn + Dv));
+  ops::CopyRows(s->d_k.data(), Da, s->d_kv_up.data(), Dn + Dv, NH, Dn);
+  ops::CopyRows(s->d_v.data(), Da, s->d_kv_up.data() + Dn, Dn + Dv, NH, Dv);
+  // k_pe is shared: its gradient is the sum over the heads, rotated back.
+  Fit(&s->d_kpe, 2 * N * Dr);
+  float* d_kpe = s->d_kpe.data();
+  float* d_head = d_kpe + N * Dr;
+  ops::CopyRows(s->d_k.data() + Dn, H * Da, d_kpe, Dr, N, Dr);
+  for (int64_t h = 1; h < H; ++h) {
+    ops::CopyRows(s->d_k.data() + h * Da + Dn, H * Da, d_head, Dr, N, Dr);
+    ops::AddScaled(d_kpe, d_head, 1.f, N * Dr, d_kpe);
+  }
+  ops::Rope(d_kpe, N, 1, static_cast<int>(Dr), ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), true);
+  // c_kv = norm(c_pre): through kv_b and the norm into the latent row's gradient.
+  Fit(&s->d_lat, N * (R + Dr)); Fit(&s->d_low, 2 * N * std::max(R, Qr));
+  float* d_c = s->d_low.data();
+  float* d_pre = d_c + N * std::max(R, Qr);
+  ops::LinearBackward(s->d_kv_up.data(), m.c.data(), w.kv_b, N, R, H * (Dn + Dv), d_c, false, gw.kv_b);
+  ops::Zero(d_pre, N * R);
+  ops::RmsNormBackward(d_c, m.c_pre.data(), w.kv_a_norm, m.rstd_c.data(), N, R, d_pre, gw.kv_a_norm);
+  ops::CopyRows(d_pre, R, s->d_lat.data(), R + Dr, N, R);
+  ops::CopyRows(d_kpe, Dr, s->d_lat.data() + R, R + Dr, N, Dr);
+  ops::LinearBackward(s->d_lat.data(), a_in, w.kv_a, N, C, R + Dr, d_a, false, gw.kv_a);
+  if (Qr > 0) {
+    ops::LinearBackward(dq, m.cq.data(), w.q_b, N, Qr, H * Dqk, d_c, false, gw.q_b);
+    ops::Zero(d_pre, N * Qr);
+    ops::RmsNormBackward(d_c, m.cq_pre.data(), w.q_a_norm, m.rstd_cq.data(), N, Qr, d_pre, gw.q_a_norm);
+    ops::LinearBackward(d_pre, a_in, w.q_a, N, C, Qr, d_a, true, gw.q_a);
+  } else {
+    ops::LinearBackward(dq, a_in, w.wq, N, C, H * Dqk, d_a, true, gw.wq);
+  }
+}
+
+}  // namespace
+
 void SplitQkv(const float* qkv, int64_t N, int64_t qd, int64_t kvd, float* q, float* k, float* v) {
   const int64_t row = qd + 2 * kvd;
   ops::CopyRows(qkv, row, q, qd, N, qd);
@@ -237,8 +377,9 @@ void BlockForward(const BlockContext& ctx, const BlockWeights<float*>& w, const 
   const int64_t Ns = sp ? ctx.hooks->OwnRows(N).size() : N;
   a->B = B; a->T = T; a->x_in = x_in;
   Fit(&a->a, Ns * C); Fit(&a->rstd1, Ns);
-  Fit(&a->q, N * H * D); Fit(&a->k, N * Hkv * D); Fit(&a->v, N * Hkv * D);
-  Fit(&a->att, N * H * D); Fit(&a->lse, static_cast<size_t>(B) * H * T);
+  if (!w.mla) { Fit(&a->q, N * H * D); Fit(&a->k, N * Hkv * D); Fit(&a->v, N * Hkv * D); Fit(&a->att, N * H * D); }
+  Fit(&a->lse, static_cast<size_t>(B) * H * T);
+  const int64_t att_width = w.mla ? H * cfg.v_head_dim : static_cast<int64_t>(H) * D;  // o_proj's input
   Fit(&a->x_mid, Ns * C); Fit(&a->f, Ns * C); Fit(&a->rstd2, Ns); Fit(&a->ffn_out, Ns * C);
   Buf<float>& part = ctx.scratch->part;
   if (sp) { Fit(&a->a_full, N * C); Fit(&a->f_full, N * C); Fit(&part, N * C); }
@@ -247,44 +388,48 @@ void BlockForward(const BlockContext& ctx, const BlockWeights<float*>& w, const 
   ops::RmsNorm(x_in, w.attn_norm, eps, Ns, C, a->a.data(), a->rstd1.data());
   if (sp) ctx.hooks->GatherRows(a->a.data(), a->a_full.data(), N, C);
   const float* a_in = sp ? a->a_full.data() : a->a.data();
-  // q_proj, k_proj and v_proj are adjacent in the parameter buffer: one GEMM.
-  CHECK(w.wk == w.wq + static_cast<int64_t>(H) * D * C && w.wv == w.wk + static_cast<int64_t>(Hkv) * D * C);
-  const int64_t QKV = static_cast<int64_t>(H + 2 * Hkv) * D;
-  Buf<float>& qkv = ctx.scratch->qkv;
-  Fit(&qkv, N * QKV);
-  ops::Linear(a_in, w.wq, N, C, QKV, qkv.data());
-  if (w.bq) AddBias(w.bq, N, QKV, qkv.data(), &ctx.scratch->ones);
-  if (w.q_norm) {
-    // Qwen3: each head's q and k RMS-normed (weights [D], shared by the heads).
-    Fit(&a->q_pre, N * H * D); Fit(&a->k_pre, N * Hkv * D); Fit(&a->rstd_q, N * H); Fit(&a->rstd_k, N * Hkv);
-    SplitQkv(qkv.data(), N, H * D, Hkv * D, a->q_pre.data(), a->k_pre.data(), a->v.data());
-    ops::RmsNorm(a->q_pre.data(), w.q_norm, eps, N * H, D, a->q.data(), a->rstd_q.data());
-    ops::RmsNorm(a->k_pre.data(), w.k_norm, eps, N * Hkv, D, a->k.data(), a->rstd_k.data());
+  if (w.mla) {
+    MlaForward(ctx, w, a_in, a);
   } else {
-    SplitQkv(qkv.data(), N, H * D, Hkv * D, a->q.data(), a->k.data(), a->v.data());
-  }
-  ops::Rope(a->q.data(), N, H, D, ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), false);
-  ops::Rope(a->k.data(), N, Hkv, D, ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), false);
-  const AttentionParams ap = MakeAttention(ctx, a);
-  if (ctx.dsa_group) {
-    // DSA: the group's first layer selects; every layer of the group attends
-    // to those keys (dense when every key is selected).
-    if (w.indexer) DsaSelect(ctx, w, a_in, a);
-    BlockActs* g = ctx.dsa_group;
-    a->idx_used = g->idx.data();
-    a->K = g->K;
-    a->sparse = g->sparse;
-    if (a->sparse) ops::SparseAttention(MakeSparse(ap, a->idx_used, a->K));
-    else ops::Attention(ap);
-  } else if (!ctx.hooks || !ctx.hooks->AttentionForward(ctx.block, ap)) {
-    ops::Attention(ap);
+    // q_proj, k_proj and v_proj are adjacent in the parameter buffer: one GEMM.
+    CHECK(w.wk == w.wq + static_cast<int64_t>(H) * D * C && w.wv == w.wk + static_cast<int64_t>(Hkv) * D * C);
+    const int64_t QKV = static_cast<int64_t>(H + 2 * Hkv) * D;
+    Buf<float>& qkv = ctx.scratch->qkv;
+    Fit(&qkv, N * QKV);
+    ops::Linear(a_in, w.wq, N, C, QKV, qkv.data());
+    if (w.bq) AddBias(w.bq, N, QKV, qkv.data(), &ctx.scratch->ones);
+    if (w.q_norm) {
+      // Qwen3: each head's q and k RMS-normed (weights [D], shared by the heads).
+      Fit(&a->q_pre, N * H * D); Fit(&a->k_pre, N * Hkv * D); Fit(&a->rstd_q, N * H); Fit(&a->rstd_k, N * Hkv);
+      SplitQkv(qkv.data(), N, H * D, Hkv * D, a->q_pre.data(), a->k_pre.data(), a->v.data());
+      ops::RmsNorm(a->q_pre.data(), w.q_norm, eps, N * H, D, a->q.data(), a->rstd_q.data());
+      ops::RmsNorm(a->k_pre.data(), w.k_norm, eps, N * Hkv, D, a->k.data(), a->rstd_k.data());
+    } else {
+      SplitQkv(qkv.data(), N, H * D, Hkv * D, a->q.data(), a->k.data(), a->v.data());
+    }
+    ops::Rope(a->q.data(), N, H, D, ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), false);
+    ops::Rope(a->k.data(), N, Hkv, D, ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), false);
+    const AttentionParams ap = MakeAttention(ctx, a);
+    if (ctx.dsa_group) {
+      // DSA: the group's first layer selects; every layer of the group attends
+      // to those keys (dense when every key is selected).
+      if (w.indexer) DsaSelect(ctx, w, a_in, a);
+      BlockActs* g = ctx.dsa_group;
+      a->idx_used = g->idx.data();
+      a->K = g->K;
+      a->sparse = g->sparse;
+      if (a->sparse) ops::SparseAttention(MakeSparse(ap, a->idx_used, a->K));
+      else ops::Attention(ap);
+    } else if (!ctx.hooks || !ctx.hooks->AttentionForward(ctx.block, ap)) {
+      ops::Attention(ap);
+    }
   }
   // x_mid = x_in + att @ Wo^T (summed over tp ranks' heads).
   if (!sp) {
     ops::Copy(x_in, N * C, a->x_mid.data());
-    ops::Linear(a->att.data(), w.wo, N, H * D, C, a->x_mid.data(), /*accumulate=*/true);
+    ops::Linear(a->att.data(), w.wo, N, att_width, C, a->x_mid.data(), /*accumulate=*/true);
   } else {
-    ops::Linear(a->att.data(), w.wo, N, H * D, C, part.data());
+    ops::Linear(a->att.data(), w.wo, N, att_width, C, part.data());
     ctx.hooks->ReduceScatterRows(part.data(), a->x_mid.data(), N, C);
     ops::AddScaled(a->x_mid.data(), x_in, 1.f, Ns * C, a->x_mid.data());
   }
@@ -349,73 +494,78 @@ void BlockBackward(const BlockContext& ctx, const BlockWeights<float*>& w,
   ops::RmsNormBackward(d_f, a->x_mid.data(), w.ffn_norm, a->rstd2.data(), Ns, C, s->d_mid.data(), gw.ffn_norm);
 
   // Attention.
-  Fit(&s->d_att, N * H * D); Fit(&s->d_q, N * H * D); Fit(&s->d_k, N * Hkv * D);
-  Fit(&s->d_v, N * Hkv * D); Fit(&s->d_a, N * C);
+  const int64_t att_width = w.mla ? H * cfg.v_head_dim : static_cast<int64_t>(H) * D;  // o_proj's input
+  Fit(&s->d_att, N * std::max<int64_t>(att_width, H * D)); Fit(&s->d_a, N * C);
+  if (!w.mla) { Fit(&s->d_q, N * H * D); Fit(&s->d_k, N * Hkv * D); Fit(&s->d_v, N * Hkv * D); }
   const float* dM = s->d_mid.data();
   if (sp) {
     ctx.hooks->GatherRows(s->d_mid.data(), s->d_full.data(), N, C);
     dM = s->d_full.data();
   }
-  ops::LinearBackward(dM, a->att.data(), w.wo, N, H * D, C, s->d_att.data(), false, gw.wo);
-  AttentionBackwardParams bp;
-  bp.fwd = MakeAttention(ctx, a);
-  bp.dout = s->d_att.data();
-  bp.dq = s->d_q.data(); bp.dk = s->d_k.data(); bp.dv = s->d_v.data();
-  if (ctx.dsa_group && a->sparse) {
-    SparseAttentionBackwardParams sb;
-    sb.fwd = MakeSparse(bp.fwd, a->idx_used, a->K);
-    sb.dout = bp.dout;
-    sb.dq = bp.dq; sb.dk = bp.dk; sb.dv = bp.dv;
-    ops::SparseAttentionBackward(sb);
-  } else if (ctx.dsa_group || !ctx.hooks || !ctx.hooks->AttentionBackward(ctx.block, bp)) {
-    ops::AttentionBackward(bp);
-  }
-  if (ctx.dsa_group && w.indexer) {
-    // The indexer learns this layer's attention distribution (KL); its
-    // gradient reaches only its own weights (the input is detached).
-    const int64_t Hi = cfg.dsa_index_heads, Di = cfg.dsa_index_dim, IA = Hi * Di + Di + Hi;
-    IndexerLossParams lp;
-    lp.indexer = MakeIndexer(cfg, a, a->K);
-    lp.attn = MakeSparse(bp.fwd, a->idx.data(), a->K);
-    Buf<float>& dia = s->d_qkv;  // free until below
-    Fit(&dia, 2 * N * IA);
-    float* dqi = dia.data() + N * IA;
-    float* dki = dqi + N * Hi * Di;
-    float* dwi = dki + N * Di;
-    lp.dqi = dqi; lp.dki = dki; lp.dwi = dwi;
-    lp.grad_scale = loss_scale;
-    a->indexer_loss = ops::IndexerLoss(lp);
-    // Gradients of the rotated qi, ki back to before the rotation.
-    if (cfg.dsa_index_rope_dim > 0) IndexerRope(cfg, dqi, dki, N, ctx.pos, *ctx.index_rope, true);
-    const float ws = 1.f / std::sqrt(static_cast<float>(Hi * Di));
-    float* rows = dia.data();
-    ops::CopyRows(dqi, Hi * Di, rows, IA, N, Hi * Di);
-    ops::CopyRows(dki, Di, rows + Hi * Di, IA, N, Di);
-    ops::CopyRows(dwi, Hi, rows + Hi * Di + Di, IA, N, Hi, ws);
-    const float* a_in_i = sp ? a->a_full.data() : a->a.data();
-    ops::LinearBackward(rows, a_in_i, w.iq, N, C, IA, nullptr, false, gw.iq);
-  }
-  ops::Rope(s->d_q.data(), N, H, D, ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), true);
-  ops::Rope(s->d_k.data(), N, Hkv, D, ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), true);
-  const int64_t QKV = static_cast<int64_t>(H + 2 * Hkv) * D;
-  Fit(&s->d_qkv, N * QKV);
-  if (w.q_norm) {
-    // Through the per-head norms: d_qkv's q and k parts from d_q, d_k (the
-    // pre-norm gradients go to d_att and d_a, free until below).
-    Fit(&s->d_a, std::max<int64_t>(N * C, N * Hkv * D));
-    float* dqp = s->d_att.data();
-    float* dkp = s->d_a.data();
-    ops::Zero(dqp, N * H * D);
-    ops::Zero(dkp, N * Hkv * D);
-    ops::RmsNormBackward(s->d_q.data(), a->q_pre.data(), w.q_norm, a->rstd_q.data(), N * H, D, dqp, gw.q_norm);
-    ops::RmsNormBackward(s->d_k.data(), a->k_pre.data(), w.k_norm, a->rstd_k.data(), N * Hkv, D, dkp, gw.k_norm);
-    JoinQkv(dqp, dkp, s->d_v.data(), N, H * D, Hkv * D, s->d_qkv.data());
+  ops::LinearBackward(dM, a->att.data(), w.wo, N, att_width, C, s->d_att.data(), false, gw.wo);
+  if (w.mla) {
+    MlaBackward(ctx, w, gw, a, sp ? a->a_full.data() : a->a.data(), s->d_att.data(), s, s->d_a.data());
   } else {
-    JoinQkv(s->d_q.data(), s->d_k.data(), s->d_v.data(), N, H * D, Hkv * D, s->d_qkv.data());
+    AttentionBackwardParams bp;
+    bp.fwd = MakeAttention(ctx, a);
+    bp.dout = s->d_att.data();
+    bp.dq = s->d_q.data(); bp.dk = s->d_k.data(); bp.dv = s->d_v.data();
+    if (ctx.dsa_group && a->sparse) {
+      SparseAttentionBackwardParams sb;
+      sb.fwd = MakeSparse(bp.fwd, a->idx_used, a->K);
+      sb.dout = bp.dout;
+      sb.dq = bp.dq; sb.dk = bp.dk; sb.dv = bp.dv;
+      ops::SparseAttentionBackward(sb);
+    } else if (ctx.dsa_group || !ctx.hooks || !ctx.hooks->AttentionBackward(ctx.block, bp)) {
+      ops::AttentionBackward(bp);
+    }
+    if (ctx.dsa_group && w.indexer) {
+      // The indexer learns this layer's attention distribution (KL); its
+      // gradient reaches only its own weights (the input is detached).
+      const int64_t Hi = cfg.dsa_index_heads, Di = cfg.dsa_index_dim, IA = Hi * Di + Di + Hi;
+      IndexerLossParams lp;
+      lp.indexer = MakeIndexer(cfg, a, a->K);
+      lp.attn = MakeSparse(bp.fwd, a->idx.data(), a->K);
+      Buf<float>& dia = s->d_qkv;  // free until below
+      Fit(&dia, 2 * N * IA);
+      float* dqi = dia.data() + N * IA;
+      float* dki = dqi + N * Hi * Di;
+      float* dwi = dki + N * Di;
+      lp.dqi = dqi; lp.dki = dki; lp.dwi = dwi;
+      lp.grad_scale = loss_scale;
+      a->indexer_loss = ops::IndexerLoss(lp);
+      // Gradients of the rotated qi, ki back to before the rotation.
+      if (cfg.dsa_index_rope_dim > 0) IndexerRope(cfg, dqi, dki, N, ctx.pos, *ctx.index_rope, true);
+      const float ws = 1.f / std::sqrt(static_cast<float>(Hi * Di));
+      float* rows = dia.data();
+      ops::CopyRows(dqi, Hi * Di, rows, IA, N, Hi * Di);
+      ops::CopyRows(dki, Di, rows + Hi * Di, IA, N, Di);
+      ops::CopyRows(dwi, Hi, rows + Hi * Di + Di, IA, N, Hi, ws);
+      const float* a_in_i = sp ? a->a_full.data() : a->a.data();
+      ops::LinearBackward(rows, a_in_i, w.iq, N, C, IA, nullptr, false, gw.iq);
+    }
+    ops::Rope(s->d_q.data(), N, H, D, ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), true);
+    ops::Rope(s->d_k.data(), N, Hkv, D, ctx.pos, ctx.rope->cos.data(), ctx.rope->sin.data(), true);
+    const int64_t QKV = static_cast<int64_t>(H + 2 * Hkv) * D;
+    Fit(&s->d_qkv, N * QKV);
+    if (w.q_norm) {
+      // Through the per-head norms: d_qkv's q and k parts from d_q, d_k (the
+      // pre-norm gradients go to d_att and d_a, free until below).
+      Fit(&s->d_a, std::max<int64_t>(N * C, N * Hkv * D));
+      float* dqp = s->d_att.data();
+      float* dkp = s->d_a.data();
+      ops::Zero(dqp, N * H * D);
+      ops::Zero(dkp, N * Hkv * D);
+      ops::RmsNormBackward(s->d_q.data(), a->q_pre.data(), w.q_norm, a->rstd_q.data(), N * H, D, dqp, gw.q_norm);
+      ops::RmsNormBackward(s->d_k.data(), a->k_pre.data(), w.k_norm, a->rstd_k.data(), N * Hkv, D, dkp, gw.k_norm);
+      JoinQkv(dqp, dkp, s->d_v.data(), N, H * D, Hkv * D, s->d_qkv.data());
+    } else {
+      JoinQkv(s->d_q.data(), s->d_k.data(), s->d_v.data(), N, H * D, Hkv * D, s->d_qkv.data());
+    }
+    if (w.bq) BiasBackward(s->d_qkv.data(), N, QKV, gw.bq, &s->ones);
+    const float* a_in = sp ? a->a_full.data() : a->a.data();
+    ops::LinearBackward(s->d_qkv.data(), a_in, w.wq, N, C, QKV, s->d_a.data(), false, gw.wq);
   }
-  if (w.bq) BiasBackward(s->d_qkv.data(), N, QKV, gw.bq, &s->ones);
-  const float* a_in = sp ? a->a_full.data() : a->a.data();
-  ops::LinearBackward(s->d_qkv.data(), a_in, w.wq, N, C, QKV, s->d_a.data(), false, gw.wq);
   const float* d_a = s->d_a.data();
   if (sp) {
     ctx.hooks->ReduceScatterRows(s->d_a.data(), s->d_own.data(), N, C);

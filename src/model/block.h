@@ -20,7 +20,7 @@ struct RopeTables {
   void Build(int64_t max_pos, int64_t D, double theta);
   // Angle pos * inv_freq[i]; cos and sin both scaled by mscale.
   void Build(int64_t max_pos, const std::vector<double>& inv_freq, double mscale);
-  // The model's attention RoPE: head_dim() wide, under cfg.rope_scaling.
+  // The model's attention RoPE: rope_dim() wide, under cfg.rope_scaling.
   void Build(const ModelConfig& cfg);
 };
 
@@ -29,6 +29,10 @@ struct RopeTables {
 std::vector<double> RopeInvFreq(const ModelConfig& cfg, int64_t D);
 // The factor yarn multiplies cos and sin by (so q.k by its square); 1 otherwise.
 double RopeAttentionFactor(const ModelConfig& cfg);
+// The softmax scale of the attention scores: 1/sqrt(head_dim); MLA:
+// 1/sqrt(qk_nope + qk_rope), times (0.1 rope_mscale_all_dim ln(rope_factor)
+// + 1)^2 under a rope scaling with rope_mscale_all_dim > 0.
+float AttentionScale(const ModelConfig& cfg);
 
 // DSA: RoPE on the first cfg.dsa_index_rope_dim dims of each indexer query
 // head qi [N, Hi, Di] and key ki [N, Di] (tables built for that many dims);
@@ -53,6 +57,14 @@ struct MoeActs {
   double aux_loss = 0;                    // alpha-weighted balance loss
 };
 
+// MLA's projections of N tokens (MlaProject): the compressed q before and
+// after its norm [N, q_lora] with its rstd [N] (q_lora_rank > 0); the latent
+// row kv_a x [N, r + rope] with k_pe (its last rope dims) rotated; its first
+// r dims c_pre [N, r] and c_kv = kv_a_norm(c_pre) [N, r] with its rstd [N].
+struct MlaRows {
+  Buf<float> cq_pre, cq, rstd_cq, lat, c_pre, c, rstd_c;
+};
+
 struct BlockActs {
   int B = 0, T = 0;
   const float* x_in = nullptr;            // [N, C], owned by the caller
@@ -60,6 +72,11 @@ struct BlockActs {
   Buf<float> a_full, f_full;      // sequence parallelism: gathered norm outputs [N_full, C]
   Buf<float> q, k, v;             // [N, H*D], [N, Hkv*D] (after RoPE)
   Buf<float> q_pre, k_pre, rstd_q, rstd_k;  // qk_norm: q, k before the norm, [N*H], [N*Hkv]
+  // MLA: the projections (MlaRows), kv_b c [N, H*(nope + v)] and the padded
+  // attention output [N, H, Da]: q, k and v above hold the padded q, k, v
+  // of width Da = max(nope + rope, v), att the v part [N, H*v] o_proj reads.
+  MlaRows mla;
+  Buf<float> kv_up, att_pad;
   Buf<float> att, lse;            // [N, H*D], [B, H, T]
   Buf<float> x_mid;               // [N, C]
   Buf<float> f, rstd2;            // ffn norm out [N,C], [N]
@@ -83,6 +100,7 @@ struct BlockScratch {
   Buf<float> qkv;  // forward: the fused q|k|v projection before it is split
   Buf<float> ones;  // [N] of 1: a bias is a GEMM with it (y += 1 b^T; db = dy^T 1)
   Buf<float> part, d_full, d_own;  // sequence parallelism: partial sums, gathered grads, own-row grads
+  Buf<float> d_pad, d_kv_up, d_kpe, d_lat, d_low;  // MLA's backward
 };
 
 struct BlockContext {
@@ -114,6 +132,16 @@ void BiasBackward(const float* dy, int64_t N, int64_t out, float* db, Buf<float>
 // q|k|v rows [N, (H+2Hkv)D] <-> separate q [N,H*D], k, v [N,Hkv*D].
 void SplitQkv(const float* qkv, int64_t N, int64_t qd, int64_t kvd, float* q, float* k, float* v);
 void JoinQkv(const float* q, const float* k, const float* v, int64_t N, int64_t qd, int64_t kvd, float* qkv);
+
+// MLA's projections of the normed input a [N, C] at positions pos: writes
+// q [N, H*(nope + rope)] = q_proj a, or q_b(q_a_norm(q_a a)), with each
+// head's rope part rotated, and the rows of *r. The training block and
+// inference both call it, so they compute the same rows (fp32 weights).
+void MlaProject(const ModelConfig& cfg, const BlockWeights<float*>& w, const float* a, int64_t N,
+                const int32_t* pos, const RopeTables& rope, MlaRows* r, float* q);
+// The epsilon of MLA's q_a_layernorm and kv_a_layernorm: 1e-6 whatever
+// norm_eps is (Hugging Face builds them without an eps argument).
+constexpr float kMlaNormEps = 1e-6f;
 
 // Given d x_out, writes d x_in [N,C] and accumulates weight grads into `gw`.
 // loss_scale multiplies the balance-loss gradient (the same factor the caller

@@ -43,6 +43,11 @@ constexpr IntKey kIntKeys[] = {
     {"rope_original_max_pos", &ModelConfig::rope_original_max_pos, 0, int64_t{1} << 24},
     {"n_group", &ModelConfig::n_group, 1, 256},
     {"topk_group", &ModelConfig::topk_group, 1, 256},
+    {"q_lora_rank", &ModelConfig::q_lora_rank, 0, 65536},
+    {"kv_lora_rank", &ModelConfig::kv_lora_rank, 0, 65536},
+    {"qk_nope_head_dim", &ModelConfig::qk_nope_head_dim, 0, 4096},
+    {"qk_rope_head_dim", &ModelConfig::qk_rope_head_dim, 0, 4096},
+    {"v_head_dim", &ModelConfig::v_head_dim, 0, 4096},
 };
 
 // The float keys, each finite; `positive` ones > 0.
@@ -65,6 +70,7 @@ constexpr FloatKey kFloatKeys[] = {
     {"rope_beta_slow", &ModelConfig::rope_beta_slow, true},
     {"rope_attention_factor", &ModelConfig::rope_attention_factor, false},
     {"routed_scaling_factor", &ModelConfig::routed_scaling_factor, true},
+    {"rope_mscale_all_dim", &ModelConfig::rope_mscale_all_dim, false},
 };
 
 // The bool keys.
@@ -75,7 +81,7 @@ struct BoolKey {
 constexpr BoolKey kBoolKeys[] = {
     {"tie_embeddings", &ModelConfig::tie_embeddings}, {"qkv_bias", &ModelConfig::qkv_bias},
     {"qk_norm", &ModelConfig::qk_norm},               {"rope_truncate", &ModelConfig::rope_truncate},
-    {"norm_topk_prob", &ModelConfig::norm_topk_prob},
+    {"norm_topk_prob", &ModelConfig::norm_topk_prob}, {"mtp_after_final_norm", &ModelConfig::mtp_after_final_norm},
 };
 
 }  // namespace
@@ -111,6 +117,12 @@ Status ModelConfig::CheckSizes() const {
   // and an MTP module's projection [C, 2C].
   const S HD = S::Key("model.n_heads", n_heads) * S::Key("model.d_head", head_dim());
   S block = S(4) * C * C + S(4) * HD * C + S(4) * HD + S(3) * C * F + E * C + S(3) * E * C * Fe + S(3) * Sh * C * Fe + S(2) * C * C + S(8) * C;
+  if (mla()) {
+    const S Hs = S::Key("model.n_heads", n_heads), R = S::Key("model.kv_lora_rank", kv_lora_rank);
+    const S Qr = S::Key("model.q_lora_rank", q_lora_rank), Dr = S::Key("model.qk_rope_head_dim", qk_rope_head_dim);
+    const S Dqk = S::Key("model.qk_nope_head_dim", qk_nope_head_dim) + Dr, Dv = S::Key("model.v_head_dim", v_head_dim);
+    block += Qr * C + (Qr + C) * Hs * Dqk + (R + Dr) * C + R * Hs * (Dqk + Dv) + C * Hs * Dv + Qr + R;
+  }
   if (dsa())
     block += (S::Key("model.dsa_index_heads", dsa_index_heads) + S(1)) * (S::Key("model.dsa_index_dim", dsa_index_dim) + S(1)) * C;
   const S params = S(2) * V * C + L * block;
@@ -119,6 +131,11 @@ Status ModelConfig::CheckSizes() const {
   RETURN_IF_ERROR((S(8) * T * C).Check("model: the RoPE tables' size"));
   // Keys and values of one sequence of max_seq_len tokens, every layer (fp32).
   RETURN_IF_ERROR((S(8) * L * T * C).Check("model: one sequence's KV cache size"));
+  if (mla())  // the latent cache, and the attention rows training pads to one width
+    RETURN_IF_ERROR((S(12) * L * T * S::Key("model.n_heads", n_heads) *
+                     (S::Key("model.kv_lora_rank", kv_lora_rank) + S::Key("model.qk_rope_head_dim", qk_rope_head_dim) +
+                      S::Key("model.qk_nope_head_dim", qk_nope_head_dim) + S::Key("model.v_head_dim", v_head_dim)))
+                        .Check("model: one sequence's MLA attention rows"));
   return Status::Ok();
 }
 
@@ -143,7 +160,7 @@ Status ModelConfig::Validate() const {
                " (hint: d_model must be a multiple of n_heads)");
   if (head_dim() % 2)
     return bad("model.head_dim=" + std::to_string(head_dim()) + " is odd (hint: RoPE needs an even head dim)");
-  if (n_heads % n_kv_heads)
+  if (!mla() && n_heads % n_kv_heads)  // (MLA has no kv heads)
     return bad("model.n_kv_heads=" + std::to_string(n_kv_heads) + " does not divide n_heads=" + std::to_string(n_heads) +
                " (hint: each kv head serves a whole group of query heads)");
   if (n_dense_layers > n_layers)
@@ -188,6 +205,20 @@ Status ModelConfig::Validate() const {
       return bad("model.top_k=" + std::to_string(top_k) + " exceeds the experts of topk_group=" +
                  std::to_string(topk_group) + " groups (" + std::to_string(topk_group * (n_routed_experts / n_group)) + ")");
   }
+  if (mla()) {
+    auto mla_bad = [&](const std::string& m) { return bad("model.kv_lora_rank=" + std::to_string(kv_lora_rank) + " (MLA): " + m); };
+    if (qk_rope_head_dim <= 0 || qk_rope_head_dim % 2)
+      return mla_bad("qk_rope_head_dim=" + std::to_string(qk_rope_head_dim) + " must be positive and even (hint: RoPE rotates pairs)");
+    if (qk_nope_head_dim <= 0) return mla_bad("qk_nope_head_dim=" + std::to_string(qk_nope_head_dim) + " must be positive");
+    if (v_head_dim <= 0) return mla_bad("v_head_dim=" + std::to_string(v_head_dim) + " must be positive");
+    if (qkv_bias || qk_norm || d_head != 0)
+      return mla_bad("qkv_bias, qk_norm and d_head belong to q/k/v attention (hint: unset them; MLA has its own widths)");
+    if (dsa()) return mla_bad("attention=\"dsa\" is not supported with MLA (hint: attention=\"dense\")");
+  } else if (q_lora_rank || qk_nope_head_dim || qk_rope_head_dim || v_head_dim) {
+    return bad("model.q_lora_rank, qk_nope_head_dim, qk_rope_head_dim and v_head_dim are MLA's (hint: set kv_lora_rank > 0 "
+               "for multi-head latent attention, or leave them 0)");
+  }
+  if (rope_mscale_all_dim < 0) return bad("model.rope_mscale_all_dim must be >= 0");
   if (attention != "dense" && attention != "dsa")
     return bad("model.attention=\"" + attention + "\" is not known (hint: \"dense\" or \"dsa\")");
   if (dsa()) {
@@ -226,6 +257,10 @@ nlohmann::json ModelConfig::ToJson() const {
   if (!dense_layers.empty()) j["dense_layers"] = dense_layers;
   if (routed_scaling_factor != def.routed_scaling_factor) j["routed_scaling_factor"] = routed_scaling_factor;
   if (n_group != def.n_group || topk_group != def.topk_group) j.update({{"n_group", n_group}, {"topk_group", topk_group}});
+  if (mla())
+    j.update({{"q_lora_rank", q_lora_rank}, {"kv_lora_rank", kv_lora_rank}, {"qk_nope_head_dim", qk_nope_head_dim},
+              {"qk_rope_head_dim", qk_rope_head_dim}, {"v_head_dim", v_head_dim}});
+  if (rope_mscale_all_dim != def.rope_mscale_all_dim) j["rope_mscale_all_dim"] = rope_mscale_all_dim;
   // Only when on, so that dense configs keep their JSON (and old checkpoints match).
   if (dsa())
     j.update({{"attention", attention}, {"dsa_topk", dsa_topk}, {"dsa_index_heads", dsa_index_heads},
@@ -250,6 +285,8 @@ Result<ModelConfig> ModelConfig::FromJson(const nlohmann::json& j) {
     FROM(rope_scaling); FROM(rope_factor); FROM(rope_low_freq_factor); FROM(rope_high_freq_factor);
     FROM(rope_original_max_pos); FROM(rope_beta_fast); FROM(rope_beta_slow); FROM(rope_attention_factor);
     FROM(routed_scaling_factor); FROM(n_group); FROM(topk_group); FROM(dense_layers);
+    FROM(q_lora_rank); FROM(kv_lora_rank); FROM(qk_nope_head_dim); FROM(qk_rope_head_dim); FROM(v_head_dim);
+    FROM(rope_mscale_all_dim); FROM(mtp_after_final_norm);
 #undef FROM
   } catch (const std::exception& e) {
     return Status::Error(std::string("model config: ") + e.what());

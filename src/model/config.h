@@ -75,12 +75,48 @@ struct ModelConfig {
   double routed_scaling_factor = 1.0;
   int64_t n_group = 1;
   int64_t topk_group = 1;
+  // Multi-head latent attention (DeepSeek-V2/V3; docs/open-models.md), on
+  // when kv_lora_rank > 0: q = q_b(norm(q_a x)) (or q_proj x when
+  // q_lora_rank is 0), per head [qk_nope_head_dim | qk_rope_head_dim]; one
+  // latent row kv_a x = [c_kv (kv_lora_rank) | k_pe (qk_rope_head_dim)],
+  // c_kv normed and up-projected by kv_b to each head's [k_nope | v
+  // (v_head_dim)]; k_pe is one RoPE'd key part shared by all heads.
+  // n_kv_heads and d_head are not used.
+  int64_t q_lora_rank = 0;
+  int64_t kv_lora_rank = 0;
+  int64_t qk_nope_head_dim = 0;
+  int64_t qk_rope_head_dim = 0;
+  int64_t v_head_dim = 0;
+  // MLA under a rope scaling: the softmax scale is multiplied by
+  // (0.1 rope_mscale_all_dim ln(rope_factor) + 1)^2 (0: by 1).
+  double rope_mscale_all_dim = 0.0;
+  // MTP module 1 reads the main model's last hidden state after the final
+  // norm (DeepSeek-V3's checkpoints), not before it (ours).
+  bool mtp_after_final_norm = false;
 
   // Dense layers after the first MoE layer (Qwen3-MoE's mlp_only_layers and
   // decoder_sparse_step): ascending, each in [n_dense_layers, n_layers).
   std::vector<int64_t> dense_layers;
 
   int64_t head_dim() const { return d_head > 0 ? d_head : d_model / n_heads; }
+  bool mla() const { return kv_lora_rank > 0; }
+  // Width of one head's q and k (their dot product), and of its v.
+  int64_t qk_head_dim() const { return mla() ? qk_nope_head_dim + qk_rope_head_dim : head_dim(); }
+  int64_t v_dim() const { return mla() ? v_head_dim : head_dim(); }
+  // Dims of each head that RoPE rotates (the last ones of q and k under MLA).
+  int64_t rope_dim() const { return mla() ? qk_rope_head_dim : head_dim(); }
+  // The KV cache of one token and layer, the one definition every cache
+  // follows (InferenceSession, the serving pool, every KV tier): keys as
+  // kv_cache_heads() rows of kv_cache_dim() floats, values as many unless
+  // kv_cache_v_is_k(). GQA: n_kv_heads heads of head_dim() each for k and
+  // for v. MLA: one latent row [c_kv | k_pe] that decode attends with the
+  // up-projections absorbed, as key and as value (only c_kv is read of it).
+  int64_t kv_cache_heads() const { return mla() ? 1 : n_kv_heads; }
+  int64_t kv_cache_dim() const { return mla() ? kv_lora_rank + qk_rope_head_dim : head_dim(); }
+  bool kv_cache_v_is_k() const { return mla(); }
+  int64_t kv_cache_floats_per_token_layer() const {
+    return kv_cache_heads() * kv_cache_dim() * (kv_cache_v_is_k() ? 1 : 2);
+  }
   bool is_moe_layer(int64_t l) const {
     return n_routed_experts > 0 && l >= n_dense_layers &&
            !std::binary_search(dense_layers.begin(), dense_layers.end(), l);

@@ -12,7 +12,15 @@ ParamCounts CountParams(const ModelConfig& m) {
   p.embedding = V * C;
   p.head = (m.tie_embeddings ? 0 : V * C) + C;
   // Norms, q/o and k/v projections, q/k/v biases (qkv_bias), q/k norms (qk_norm).
+  // MLA: q_proj, or q_a, its norm and q_b; kv_a, its norm, kv_b; o_proj.
   auto attn = [&]() {
+    if (m.mla()) {
+      const double Dqk = static_cast<double>(m.qk_head_dim()), Dv = static_cast<double>(m.v_head_dim);
+      const double R = static_cast<double>(m.kv_lora_rank), Qr = static_cast<double>(m.q_lora_rank);
+      const double Dr = static_cast<double>(m.qk_rope_head_dim), Dn = static_cast<double>(m.qk_nope_head_dim);
+      const double q = Qr > 0 ? Qr * C + Qr + Qr * H * Dqk : C * H * Dqk;
+      return 2 * C + q + (R + Dr) * C + R + R * H * (Dn + Dv) + H * Dv * C;
+    }
     return 2 * C + C * H * hd * 2 + C * Hkv * hd * 2 + (m.qkv_bias ? (H + 2 * Hkv) * hd : 0) + (m.qk_norm ? 2 * hd : 0);
   };
   const double indexer = m.dsa() ? C * (m.dsa_index_heads * m.dsa_index_dim + m.dsa_index_dim + m.dsa_index_heads) : 0;
@@ -53,13 +61,32 @@ TokenFlops ForwardFlopsPerToken(const ModelConfig& m, int64_t seq_len) {
                    static_cast<double>(m.mtp_depth) * head_gemm);
   const double s = static_cast<double>(seq_len);
   const double k = m.dsa() ? static_cast<double>(m.dsa_topk) : s;
-  const double per_head_pair = 4 * static_cast<double>(m.n_heads * m.head_dim());
+  const double per_head_pair = 2 * static_cast<double>(m.n_heads * (m.qk_head_dim() + m.v_dim()));
   f.attention = per_head_pair * (CausalPairs(s, k) * static_cast<double>(m.n_layers) +
                                  CausalPairs(s, s) * static_cast<double>(m.mtp_depth)) / s;
   if (m.dsa())
     f.indexer = 2 * static_cast<double>(m.dsa_index_heads * (m.dsa_index_dim + 1)) * CausalPairs(s, s) / s *
                 static_cast<double>(m.dsa_indexer_layers());
   return f;
+}
+
+double KvValuesPerTokenLayer(const ModelConfig& m, int64_t tp) {
+  const double per_rank_heads = m.mla() ? static_cast<double>(m.kv_cache_heads())
+                                        : static_cast<double>(m.kv_cache_heads()) / static_cast<double>(tp);
+  return per_rank_heads * static_cast<double>(m.kv_cache_dim()) * (m.kv_cache_v_is_k() ? 1 : 2);
+}
+
+double KvBytesPerToken(const ModelConfig& m, double bytes_per_value) {
+  return (static_cast<double>(m.n_layers) * KvValuesPerTokenLayer(m) +
+          static_cast<double>(m.dsa_indexer_layers() * m.dsa_index_dim)) * bytes_per_value;
+}
+
+ModelConfig GqaAtEqualWidth(const ModelConfig& m) {
+  ModelConfig g = m;
+  if (!m.mla()) return g;
+  g.q_lora_rank = g.kv_lora_rank = g.qk_nope_head_dim = g.qk_rope_head_dim = g.v_head_dim = 0;
+  g.d_head = 0;
+  return g;
 }
 
 double TrainFlopsPerToken(const ModelConfig& m, int64_t seq_len) {

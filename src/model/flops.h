@@ -35,7 +35,9 @@ double CausalPairs(double s, double k);
 //   weights   2 per active weight (CountParams().active), but the input
 //             embedding, a lookup; the head is a GEMM even when tied, and
 //             each MTP module runs it again;
-//   attention the causal core, q.k and p.v: 4 * H * head_dim per pair. A
+//   attention the causal core, q.k and p.v: 2 * H * (qk width + v width)
+//             per pair (4 * H * head_dim without MLA; MLA's as trained,
+//             unabsorbed, without the zero padding of its v). A
 //             DSA model's main layers attend to their top-k keys
 //             (CausalPairs(s, dsa_topk)); MTP blocks attend densely;
 //   indexer   DSA: each indexer layer scores every causal key with Hi heads
@@ -45,6 +47,18 @@ struct TokenFlops {
   double total() const { return weights + attention + indexer; }
 };
 TokenFlops ForwardFlopsPerToken(const ModelConfig& m, int64_t seq_len);
+
+// The KV cache per token (model/config.h, kv_cache_*): values per layer on
+// one of tp ranks (GQA's kv heads split tp ways; MLA's latent row [c_kv |
+// k_pe] is whole on every rank), and bytes per token over the main layers
+// (what InferenceSession and the serving pool hold; MTP modules are not
+// served) plus DSA's indexer keys, at bytes_per_value (4: the fp32 pool).
+double KvValuesPerTokenLayer(const ModelConfig& m, int64_t tp = 1);
+double KvBytesPerToken(const ModelConfig& m, double bytes_per_value = 4);
+// The model with MLA replaced by GQA attention of equal width: n_heads heads
+// of d_model / n_heads, n_kv_heads kv heads (what MLA's cache is judged
+// against); the model itself when it has no MLA.
+ModelConfig GqaAtEqualWidth(const ModelConfig& m);
 
 // Model FLOPs of one trained token: forward + backward (twice the forward),
 // without recomputation: 3 * ForwardFlopsPerToken(m, seq_len).total().

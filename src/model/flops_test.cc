@@ -78,10 +78,38 @@ TEST(Flops, ParamCountsMatchTheLayout) {
   dsa.attention = "dsa", dsa.dsa_index_heads = 2, dsa.dsa_index_dim = 4, dsa.dsa_index_share = 2;
   ModelConfig open = moe;  // Qwen-style: q/k/v biases, q/k norms, a head width apart from d_model / n_heads
   open.qkv_bias = true, open.qk_norm = true, open.d_head = 6;
+  ModelConfig mla = moe;  // DeepSeek-style latent attention, with and without q compression
+  mla.kv_lora_rank = 12, mla.q_lora_rank = 10, mla.qk_nope_head_dim = 8, mla.qk_rope_head_dim = 4, mla.v_head_dim = 6;
+  ModelConfig mla_q = mla;
+  mla_q.q_lora_rank = 0;
   ModelConfig sparse = moe;  // dense layers between MoE ones (Qwen3-MoE's mlp_only_layers)
   sparse.n_layers = 5, sparse.dense_layers = {2, 4};
-  for (const ModelConfig& m : {Tiny(), moe, dsa, open, sparse})
+  for (const ModelConfig& m : {Tiny(), moe, dsa, open, mla, mla_q, sparse})
     EXPECT_DOUBLE_EQ(CountParams(m).total, static_cast<double>(ParamLayout(m).total()));
+}
+
+// MLA's attention core by hand (the tiny model: C = 8, 2 heads): q.k over
+// nope + rope = 12 and p.v over v = 6, per head and causal pair 2 * (12 + 6)
+// = 36; 2 heads, 2 layers, s = 4 (10 causal pairs): 36 * 2 * 10/4 * 2 = 360.
+// Its weights per layer: q_a 10*8 + its norm 10 + q_b 24*10, kv_a 16*8 + its
+// norm 12 + kv_b 28*12, o_proj 8*12, the two block norms 16.
+TEST(Flops, MlaByHand) {
+  ModelConfig m = Tiny();
+  m.kv_lora_rank = 12, m.q_lora_rank = 10, m.qk_nope_head_dim = 8, m.qk_rope_head_dim = 4, m.v_head_dim = 6;
+  m.n_layers = 2, m.n_dense_layers = 2;
+  ASSERT_TRUE(m.Validate().ok()) << m.Validate().message();
+  EXPECT_DOUBLE_EQ(CountParams(m).dense_per_layer, 80 + 10 + 240 + 128 + 12 + 336 + 96 + 16);
+  EXPECT_DOUBLE_EQ(ForwardFlopsPerToken(m, 4).attention, 360);
+  // The KV cache: a latent row of 12 + 4 per layer, whole on every tp rank;
+  // GQA at equal width: k and v of 1 kv head of 8 / 2 = 4 per layer.
+  EXPECT_DOUBLE_EQ(KvValuesPerTokenLayer(m), 16);
+  EXPECT_DOUBLE_EQ(KvValuesPerTokenLayer(m, 2), 16);
+  EXPECT_DOUBLE_EQ(KvBytesPerToken(m), 2 * 16 * 4);
+  EXPECT_DOUBLE_EQ(KvBytesPerToken(GqaAtEqualWidth(m), 2), 2 * 2 * 4 * 2);
+  ModelConfig gqa = GqaAtEqualWidth(m);
+  EXPECT_FALSE(gqa.mla());
+  gqa.n_kv_heads = 2;
+  EXPECT_DOUBLE_EQ(KvValuesPerTokenLayer(gqa, 2), 2 * 1 * 4);  // tp splits the kv heads
 }
 
 }  // namespace

@@ -7,7 +7,6 @@
 #include "core/check.h"
 #include "core/half.h"
 #include "ops/ops.h"
-#include "ops/ops.h"
 
 namespace myriad {
 
@@ -99,10 +98,16 @@ InferenceWeights::InferenceWeights(const Model& model, WeightFormat fmt)
     L.bqkv = w.bq;
     L.q_norm = w.q_norm;
     L.k_norm = w.k_norm;
-    L.wq.Init(w.wq, H * D, C, fmt);
-    L.wk.Init(w.wk, Hkv * D, C, fmt);
-    L.wv.Init(w.wv, Hkv * D, C, fmt);
-    L.wo.Init(w.wo, C, H * D, fmt);
+    if (w.mla) {
+      L.mla = true;
+      L.mla_w = w;
+      L.wo.Init(w.wo, C, H * cfg_.v_head_dim, fmt);
+    } else {
+      L.wq.Init(w.wq, H * D, C, fmt);
+      L.wk.Init(w.wk, Hkv * D, C, fmt);
+      L.wv.Init(w.wv, Hkv * D, C, fmt);
+      L.wo.Init(w.wo, C, H * D, fmt);
+    }
     if (w.indexer) {
       // iq, ik and iw are adjacent in the parameter buffer (one GEMM in training too).
       CHECK(w.ik == w.iq + cfg_.dsa_index_heads * cfg_.dsa_index_dim * C &&
@@ -133,8 +138,14 @@ InferenceWeights::InferenceWeights(const Model& model, WeightFormat fmt)
 
 int64_t InferenceWeights::WeightBytesPerToken() const {
   int64_t b = head_.bytes();
+  const ModelConfig& c = cfg_;
+  // MLA's projections, read in fp32 (the o_proj is wo's).
+  const int64_t mla_floats =
+      (c.q_lora_rank > 0 ? c.q_lora_rank * c.d_model + c.n_heads * c.qk_head_dim() * c.q_lora_rank
+                         : c.n_heads * c.qk_head_dim() * c.d_model) +
+      (c.kv_lora_rank + c.qk_rope_head_dim) * c.d_model + c.n_heads * (c.qk_nope_head_dim + c.v_head_dim) * c.kv_lora_rank;
   for (const auto& L : layers_) {
-    b += L.wq.bytes() + L.wk.bytes() + L.wv.bytes() + L.wo.bytes();
+    b += L.wq.bytes() + L.wk.bytes() + L.wv.bytes() + L.wo.bytes() + (L.mla ? 4 * mla_floats : 0);
     if (!L.moe) {
       b += L.w_gate.bytes() + L.w_down.bytes();
     } else {
@@ -213,6 +224,30 @@ void IndexerRows(const ModelConfig& cfg, const float* w, const float* a, int64_t
   rows->qi = s->qi.data(); rows->ki = s->ki.data(); rows->wi = s->wi.data();
 }
 
+// MLA's absorbed query of N tokens: per head h, qa[:, h] = [q_nope_h W_UK_h
+// (kv_lora_rank) | q_pe_h (qk_rope_head_dim)], with W_UK_h [nope, r] the
+// k_nope rows of head h in kv_b [H*(nope + v), r]; scores against the latent
+// rows [c_kv | k_pe] are then q_nope.k_nope + q_pe.k_pe (docs/open-models.md).
+void MlaAbsorbQuery(const ModelConfig& cfg, const float* kv_b, const float* q, int64_t N, float* qa) {
+  const int64_t H = cfg.n_heads, Dn = cfg.qk_nope_head_dim, Dr = cfg.qk_rope_head_dim, Dv = cfg.v_head_dim;
+  const int64_t Dqk = Dn + Dr, R = cfg.kv_lora_rank, W = R + Dr;
+  for (int64_t h = 0; h < H; ++h)
+    ops::Gemm(Trans::kNo, Trans::kNo, N, R, Dn, 1.f, q + h * Dqk, H * Dqk, kv_b + h * (Dn + Dv) * R, R, 0.f,
+              qa + h * W, H * W);
+  ops::CopyRows(q + Dn, Dqk, qa + R, W, N * H, Dr);
+}
+
+// att [N, H*v] from the attention over latent rows att_lat [N, H, r + rope]:
+// per head its softmax-weighted c_kv (the first r dims) times W_UV_h^T, the
+// v rows of head h in kv_b.
+void MlaValueUp(const ModelConfig& cfg, const float* kv_b, const float* att_lat, int64_t N, float* att) {
+  const int64_t H = cfg.n_heads, Dn = cfg.qk_nope_head_dim, Dr = cfg.qk_rope_head_dim, Dv = cfg.v_head_dim;
+  const int64_t R = cfg.kv_lora_rank, W = R + Dr;
+  for (int64_t h = 0; h < H; ++h)
+    ops::Gemm(Trans::kNo, Trans::kYes, N, Dv, R, 1.f, att_lat + h * W, H * W, kv_b + (h * (Dn + Dv) + Dn) * R, R, 0.f,
+              att + h * Dv, H * Dv);
+}
+
 }  // namespace
 
 IndexerParams SequenceIndexer(const ModelConfig& cfg, int64_t n, int64_t Tk, const float* qi, const float* ki,
@@ -281,26 +316,39 @@ void InferenceForward(const InferenceWeights& w, const int32_t* tokens, const in
   for (int l = 0; l < static_cast<int>(w.layers().size()); ++l) {
     const auto& L = w.layers()[l];
     ops::RmsNorm(s->x.data(), L.attn_norm, eps, N, C, s->a.data(), s->rstd.data());
-    L.wq.Apply(s->a.data(), N, s->q.data());
-    L.wk.Apply(s->a.data(), N, s->k.data());
-    L.wv.Apply(s->a.data(), N, s->v.data());
-    if (L.bqkv) {
-      AddBias(L.bqkv, N, H * D, s->q.data(), &s->ones);
-      AddBias(L.bqkv + H * D, N, Hkv * D, s->k.data(), &s->ones);
-      AddBias(L.bqkv + (H + Hkv) * D, N, Hkv * D, s->v.data(), &s->ones);
+    if (L.mla) {
+      // The absorbed form: the cache holds each token's latent row only.
+      const int64_t R = cfg.kv_lora_rank, Dr = cfg.qk_rope_head_dim, Wl = R + Dr;
+      s->q.resize(N * H * cfg.qk_head_dim()); s->qa.resize(N * H * Wl); s->lat.resize(N * Wl);
+      s->att_lat.resize(N * H * Wl); s->att.resize(N * H * cfg.v_head_dim);
+      MlaProject(cfg, L.mla_w, s->a.data(), N, pos, rope, &s->mla, s->q.data());
+      MlaAbsorbQuery(cfg, L.mla_w.kv_b, s->q.data(), N, s->qa.data());
+      ops::CopyRows(s->mla.c.data(), R, s->lat.data(), Wl, N, R);
+      ops::CopyRows(s->mla.lat.data() + R, Wl, s->lat.data() + R, Wl, N, Dr);
+      attn->Attend(l, s->qa.data(), s->lat.data(), s->lat.data(), s->att_lat.data(), nullptr);
+      MlaValueUp(cfg, L.mla_w.kv_b, s->att_lat.data(), N, s->att.data());
+    } else {
+      L.wq.Apply(s->a.data(), N, s->q.data());
+      L.wk.Apply(s->a.data(), N, s->k.data());
+      L.wv.Apply(s->a.data(), N, s->v.data());
+      if (L.bqkv) {
+        AddBias(L.bqkv, N, H * D, s->q.data(), &s->ones);
+        AddBias(L.bqkv + H * D, N, Hkv * D, s->k.data(), &s->ones);
+        AddBias(L.bqkv + (H + Hkv) * D, N, Hkv * D, s->v.data(), &s->ones);
+      }
+      if (L.q_norm) {  // per head, as training: rows of D
+        s->qn.resize(N * H * D); s->rstd_h.resize(N * H);
+        ops::Copy(s->q.data(), N * H * D, s->qn.data());
+        ops::RmsNorm(s->qn.data(), L.q_norm, eps, N * H, D, s->q.data(), s->rstd_h.data());
+        ops::Copy(s->k.data(), N * Hkv * D, s->qn.data());
+        ops::RmsNorm(s->qn.data(), L.k_norm, eps, N * Hkv, D, s->k.data(), s->rstd_h.data());
+      }
+      ops::Rope(s->q.data(), N, H, D, pos, rope.cos.data(), rope.sin.data(), false);
+      ops::Rope(s->k.data(), N, Hkv, D, pos, rope.cos.data(), rope.sin.data(), false);
+      DsaRows rows;
+      if (L.indexer) IndexerRows(cfg, L.indexer, s->a.data(), N, pos, w.model().index_rope(), s, &rows);
+      attn->Attend(l, s->q.data(), s->k.data(), s->v.data(), s->att.data(), L.indexer ? &rows : nullptr);
     }
-    if (L.q_norm) {  // per head, as training: rows of D
-      s->qn.resize(N * H * D); s->rstd_h.resize(N * H);
-      ops::Copy(s->q.data(), N * H * D, s->qn.data());
-      ops::RmsNorm(s->qn.data(), L.q_norm, eps, N * H, D, s->q.data(), s->rstd_h.data());
-      ops::Copy(s->k.data(), N * Hkv * D, s->qn.data());
-      ops::RmsNorm(s->qn.data(), L.k_norm, eps, N * Hkv, D, s->k.data(), s->rstd_h.data());
-    }
-    ops::Rope(s->q.data(), N, H, D, pos, rope.cos.data(), rope.sin.data(), false);
-    ops::Rope(s->k.data(), N, Hkv, D, pos, rope.cos.data(), rope.sin.data(), false);
-    DsaRows rows;
-    if (L.indexer) IndexerRows(cfg, L.indexer, s->a.data(), N, pos, w.model().index_rope(), s, &rows);
-    attn->Attend(l, s->q.data(), s->k.data(), s->v.data(), s->att.data(), L.indexer ? &rows : nullptr);
     L.wo.Apply(s->att.data(), N, s->tmp.data());
     ops::AddScaled(s->x.data(), s->tmp.data(), 1.f, N * C, s->x.data());
     ops::RmsNorm(s->x.data(), L.ffn_norm, eps, N, C, s->f.data(), s->rstd.data());
@@ -329,9 +377,9 @@ void InferenceForward(const InferenceWeights& w, const int32_t* tokens, const in
 class InferenceSession::ContiguousCache : public KvAttention {
  public:
   ContiguousCache(const ModelConfig& cfg, int64_t max_len) : cfg_(cfg), max_len_(max_len) {
-    const int64_t kvd = cfg.n_kv_heads * cfg.head_dim();
+    const int64_t kvd = cfg.kv_cache_heads() * cfg.kv_cache_dim();
     k_.resize(cfg.n_layers);
-    v_.resize(cfg.n_layers);
+    v_.resize(cfg.kv_cache_v_is_k() ? 0 : cfg.n_layers);
     ki_.resize(cfg.dsa_indexer_layers());
     for (auto& b : k_) b.zero(max_len * kvd);
     for (auto& b : v_) b.zero(max_len * kvd);
@@ -339,9 +387,10 @@ class InferenceSession::ContiguousCache : public KvAttention {
   }
   void Attend(int layer, const float* q, const float* k, const float* v, float* att,
               const DsaRows* dsa) override {
-    const int64_t D = cfg_.head_dim(), H = cfg_.n_heads, Hkv = cfg_.n_kv_heads, kvd = Hkv * D;
+    const int64_t D = cfg_.kv_cache_dim(), H = cfg_.n_heads, Hkv = cfg_.kv_cache_heads(), kvd = Hkv * D;
     ops::Copy(k, n * kvd, k_[layer].data() + start * kvd);
-    ops::Copy(v, n * kvd, v_[layer].data() + start * kvd);
+    if (!cfg_.kv_cache_v_is_k()) ops::Copy(v, n * kvd, v_[layer].data() + start * kvd);
+    const float* v_cache = cfg_.kv_cache_v_is_k() ? k_[layer].data() : v_[layer].data();
     if (cfg_.dsa()) {
       const int64_t Di = cfg_.dsa_index_dim;
       Buf<float>& ki = ki_[layer / cfg_.dsa_index_share];
@@ -353,10 +402,10 @@ class InferenceSession::ContiguousCache : public KvAttention {
     AttentionParams p;
     p.B = 1; p.Tq = static_cast<int>(n); p.Tk = static_cast<int>(start + n);
     p.H = static_cast<int>(H); p.Hkv = static_cast<int>(Hkv); p.D = static_cast<int>(D);
-    p.scale = 1.f / std::sqrt(static_cast<float>(D));
+    p.scale = AttentionScale(cfg_);
     p.causal = true;
     p.q_batch_stride = n * H * D; p.kv_batch_stride = max_len_ * kvd; p.out_batch_stride = n * H * D;
-    p.q = q; p.k = k_[layer].data(); p.v = v_[layer].data(); p.out = att; p.lse = nullptr;
+    p.q = q; p.k = k_[layer].data(); p.v = v_cache; p.out = att; p.lse = nullptr;
     ops::Attention(p);
   }
   int64_t start = 0, n = 0;  // the new tokens of the current forward

@@ -63,6 +63,10 @@ class InferenceWeights {
     // DSA: this layer selects for its sharing group; iq|ik|iw adjacent,
     // [Hi*Di + Di + Hi, C], fp32 in every format (small).
     const float* indexer = nullptr;
+    // MLA: the attention weights (MlaProject's; kv_b, absorbed into the
+    // query and the output), fp32 in every format; wo as the format says.
+    bool mla = false;
+    BlockWeights<float*> mla_w;
   };
   const std::vector<Layer>& layers() const { return layers_; }
   const float* embed() const { return embed_; }
@@ -91,8 +95,14 @@ struct DsaRows {
 
 // Where keys and values live: the caller's KV cache. For each layer the
 // forward hands over the new tokens' q [N, H*D] and k, v [N, Hkv*D] (RoPE
-// applied); the implementation stores k and v and writes the attention
-// output att [N, H*D] of every new token over its own sequence's cache.
+// applied; D, Hkv: cfg.kv_cache_dim(), kv_cache_heads()); the implementation
+// stores k and v and writes the attention output att [N, H*D] of every new
+// token over its own sequence's cache, with the softmax scale
+// AttentionScale(cfg). MLA (cfg.kv_cache_v_is_k()): k is each token's latent
+// row [c_kv | k_pe] (one head of kv_lora_rank + qk_rope_head_dim), v == k and
+// is not stored again, q holds the absorbed queries [W_UK^T q_nope | q_pe]
+// per head; the forward reads the first kv_lora_rank dims of each head's
+// output (softmax-weighted c_kv) and applies W_UV.
 // DSA models: `dsa` is set on the layers that select (the cache stores the
 // indexer keys too; DsaAttend does the rest), null on the others, which
 // reuse their group's selection from the same forward.
@@ -121,6 +131,8 @@ struct InferenceScratch {  // device buffers, but `count`
   Buf<float> x, a, q, k, v, att, f, tmp, g, h, rstd, scores, xe, ye, last, logits;
   Buf<float> ones, qn, rstd_h;  // biases (AddBias), qk_norm's input and per-head rstd
   Buf<float> ia, qi, ki, wi;  // DSA indexer rows
+  MlaRows mla;                // MLA's projections
+  Buf<float> qa, lat, att_lat;  // MLA: absorbed queries, latent rows, attention over them
   Buf<int32_t> sel, perm, slot;
   Buf<int32_t> tok, pos, rows;  // device copies of the tokens, positions and output rows
   Buf<int64_t> offset;          // expert row offsets

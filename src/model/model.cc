@@ -263,7 +263,9 @@ const float* Model::StageForward(int slot, const int32_t* tokens, int B, int T, 
     MtpActs& m = S.mtp[j];
     const auto& mw = W.mtp[j];
     // The previous level's output, all rows (gathered under sequence parallelism).
-    const float* hprev = j == 0 ? S.resid[L].data() : S.mtp[j - 1].out.data();
+    // (Module 1 reads the final norm's output under mtp_after_final_norm.)
+    const float* hprev = j > 0 ? S.mtp[j - 1].out.data()
+                         : cfg_.mtp_after_final_norm ? S.final_norm.data() : S.resid[L].data();
     const int64_t prev_rows = j == 0 ? N : static_cast<int64_t>(B) * Tprev;  // this rank's rows of it
     if (sp) {
       Fit(&m.h_full, prev_rows * C);
@@ -336,6 +338,8 @@ const float* Model::StageForward(int slot, const int32_t* tokens, int B, int T, 
 }
 
 std::vector<float> Model::logits() const { return ToHost(slots_[0].logits); }
+
+std::vector<float> Model::mtp_logits(int j) const { return ToHost(slots_[0].mtp.at(j).logits); }
 
 const float* Model::StageBackward(int slot, const float* d_out_stage, float loss_scale) {
   Slot& S = slots_[slot];
@@ -426,8 +430,14 @@ const float* Model::StageBackward(int slot, const float* d_out_stage, float loss
 
     // Main head and final norm.
     Fit(&d_tmp_, Ns * C);
-    take_chain(N, d_resid_a_.data(), true);
     ops::LinearBackward(S.logits.data(), S.final_norm.data(), W.head, Ns, C, V, d_tmp_.data(), false, G.head);
+    if (cfg_.mtp_after_final_norm) {  // the MTP chain's gradient is the final norm output's too
+      take_chain(N, d_resid_b_.data(), true);
+      ops::AddScaled(d_tmp_.data(), d_resid_b_.data(), 1.f, Ns * C, d_tmp_.data());
+      ops::Zero(d_resid_a_.data(), Ns * C);
+    } else {
+      take_chain(N, d_resid_a_.data(), true);
+    }
     ops::RmsNormBackward(d_tmp_.data(), S.resid[L].data(), W.norm, S.final_rstd.data(), Ns, C,
                          d_resid_a_.data(), G.norm);
   }

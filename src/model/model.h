@@ -92,6 +92,8 @@ class Model {
 
   // Main-head logits [B*T, V] of the last Step without backward (a host copy).
   std::vector<float> logits() const;
+  // MTP module j's logits [B*(T-1-j), V] of the last Step without backward.
+  std::vector<float> mtp_logits(int j) const;
 
   // ---- Pipeline stages. Step = StageForward + StageBackward on slot 0 of a
   // model that is one whole stage. A pipeline runs several micro-batches at

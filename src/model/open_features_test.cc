@@ -94,6 +94,29 @@ void CheckGradients(const ModelConfig& cfg, const std::vector<std::string>& name
   }
 }
 
+// The largest relative error (max |diff| / max |logit| per position) of the
+// KV-cached session's logits (a prefill of 5 tokens, then one at a time)
+// against the training forward over T tokens.
+double SessionVsTrainingForward(Model& model, int T) {
+  const int V = static_cast<int>(model.config().vocab_size);
+  const auto tokens = Tokens(T + 1, V, 6);
+  model.Step(tokens.data(), 1, T, false);
+  const std::vector<float> full = model.logits();
+  InferenceSession s(model, model.config().max_seq_len, WeightFormat::kF32);
+  const float* logits = s.Forward(tokens.data(), 5);
+  double worst = 0;
+  for (int t = 5; t <= T; ++t) {
+    double num = 0, den = 0;
+    for (int v = 0; v < V; ++v) {
+      num = std::max(num, std::fabs(static_cast<double>(logits[v]) - full[(t - 1) * V + v]));
+      den = std::max(den, std::fabs(static_cast<double>(full[(t - 1) * V + v])));
+    }
+    worst = std::max(worst, num / den);
+    if (t < T) logits = s.Forward(&tokens[t], 1);
+  }
+  return worst;
+}
+
 TEST(OpenFeatures, QkvBiasGradientsAreTheDerivative) {
   ModelConfig c = Tiny();
   c.qkv_bias = true;
@@ -116,6 +139,70 @@ TEST(OpenFeatures, ScaledGroupLimitedRouterGradientsAreTheDerivative) {
     c.norm_topk_prob = normalize;
     CheckGradients(c, {"model.layers.1.mlp.gate.weight", "model.layers.1.mlp.experts.3.up_proj.weight"});
   }
+}
+
+// MLA (DeepSeek-V3's attention) on the tiny model: 4 heads, latent rank 12,
+// nope 8 + rope 4 for q.k, v of 6 (padded to 12 in training) or of 16 (q
+// and k padded instead); q through a rank-10 compression or q_proj.
+ModelConfig TinyMla(int64_t q_lora, int64_t v_head) {
+  ModelConfig c = Tiny();
+  c.kv_lora_rank = 12; c.q_lora_rank = q_lora; c.qk_nope_head_dim = 8; c.qk_rope_head_dim = 4;
+  c.v_head_dim = v_head;
+  return c;
+}
+
+std::vector<std::string> MlaTensors(const ModelConfig& c, int layer) {
+  const std::string p = "model.layers." + std::to_string(layer) + ".self_attn.";
+  std::vector<std::string> names = {p + "kv_a_proj_with_mqa.weight", p + "kv_a_layernorm.weight",
+                                    p + "kv_b_proj.weight", p + "o_proj.weight"};
+  if (c.q_lora_rank > 0) {
+    for (const char* n : {"q_a_proj.weight", "q_a_layernorm.weight", "q_b_proj.weight"}) names.push_back(p + n);
+  } else {
+    names.push_back(p + "q_proj.weight");
+  }
+  return names;
+}
+
+TEST(OpenFeatures, MlaGradientsAreTheDerivative) {
+  for (auto [q_lora, v_head] : {std::pair<int64_t, int64_t>{10, 6}, {0, 16}}) {
+    SCOPED_TRACE("q_lora_rank " + std::to_string(q_lora) + ", v_head_dim " + std::to_string(v_head));
+    ModelConfig c = TinyMla(q_lora, v_head);
+    c.rope_scaling = "yarn"; c.rope_factor = 4; c.rope_original_max_pos = 16; c.rope_mscale_all_dim = 1;
+    ASSERT_TRUE(c.Validate().ok()) << c.Validate().message();
+    std::vector<std::string> names = MlaTensors(c, 0);
+    for (const auto& n : MlaTensors(c, 1)) names.push_back(n);
+    names.push_back("model.layers.0.input_layernorm.weight");
+    CheckGradients(c, names);
+  }
+}
+
+// DeepSeek-V3's MTP input: module 1 reads the final norm's output, so the
+// final norm's weight gets gradient from the MTP loss through it.
+TEST(OpenFeatures, MtpAfterFinalNormGradientsAreTheDerivative) {
+  ModelConfig c = TinyMla(10, 6);
+  c.mtp_depth = 1; c.mtp_loss_weight = 1; c.mtp_after_final_norm = true;
+  CheckGradients(c, {"model.norm.weight", "model.mtp.0.eh_proj.weight", "model.mtp.0.hnorm.weight",
+                     "model.layers.1.self_attn.kv_b_proj.weight", "model.embed_tokens.weight"});
+}
+
+TEST(OpenFeatures, MlaShapesItsTensors) {
+  ModelConfig c = TinyMla(10, 6);
+  Model m(c);
+  EXPECT_EQ(Find(m, "model.layers.0.self_attn.q_a_proj.weight")->shape, (std::vector<int64_t>{10, 32}));
+  EXPECT_EQ(Find(m, "model.layers.0.self_attn.q_a_layernorm.weight")->shape, (std::vector<int64_t>{10}));
+  EXPECT_EQ(Find(m, "model.layers.0.self_attn.q_b_proj.weight")->shape, (std::vector<int64_t>{48, 10}));
+  EXPECT_EQ(Find(m, "model.layers.0.self_attn.kv_a_proj_with_mqa.weight")->shape, (std::vector<int64_t>{16, 32}));
+  EXPECT_EQ(Find(m, "model.layers.0.self_attn.kv_a_layernorm.weight")->shape, (std::vector<int64_t>{12}));
+  EXPECT_EQ(Find(m, "model.layers.0.self_attn.kv_b_proj.weight")->shape, (std::vector<int64_t>{56, 12}));
+  EXPECT_EQ(Find(m, "model.layers.0.self_attn.o_proj.weight")->shape, (std::vector<int64_t>{32, 24}));
+  EXPECT_EQ(Find(m, "model.layers.0.self_attn.k_proj.weight"), nullptr);
+  EXPECT_EQ(Find(m, "model.layers.0.self_attn.q_proj.weight"), nullptr);
+  EXPECT_EQ(c.kv_cache_floats_per_token_layer(), 16);  // c_kv 12 + k_pe 4
+  // The softmax scale: 1/sqrt(8 + 4), times mscale(4, 1)^2 under yarn with mscale_all_dim 1.
+  EXPECT_FLOAT_EQ(AttentionScale(c), static_cast<float>(1 / std::sqrt(12.0)));
+  c.rope_scaling = "yarn"; c.rope_factor = 4; c.rope_mscale_all_dim = 1;
+  const double m4 = 0.1 * std::log(4.0) + 1;
+  EXPECT_FLOAT_EQ(AttentionScale(c), static_cast<float>(m4 * m4 / std::sqrt(12.0)));
 }
 
 TEST(OpenFeatures, HeadWidthApartFromModelWidthShapesTheTensors) {
@@ -143,21 +230,29 @@ TEST(OpenFeatures, InferenceMatchesTrainingForward) {
     Rng rng(2);
     for (auto& b : model.biases())
       for (auto& x : b) x = 0.05f * rng.Normal();
-    const int T = 20, V = static_cast<int>(c.vocab_size);
-    const auto tokens = Tokens(T + 1, V, 6);
-    model.Step(tokens.data(), 1, T, false);
-    const std::vector<float> full = model.logits();
-    InferenceSession s(model, c.max_seq_len, WeightFormat::kF32);
-    const float* logits = s.Forward(tokens.data(), 5);
-    for (int t = 5; t <= T; ++t) {
-      double num = 0, den = 0;
-      for (int v = 0; v < V; ++v) {
-        num = std::max(num, std::fabs(static_cast<double>(logits[v]) - full[(t - 1) * V + v]));
-        den = std::max(den, std::fabs(static_cast<double>(full[(t - 1) * V + v])));
-      }
-      EXPECT_LE(num / den, 1e-4) << "position " << t - 1;
-      if (t < T) logits = s.Forward(&tokens[t], 1);
-    }
+    EXPECT_LE(SessionVsTrainingForward(model, 20), 1e-4);
+  }
+}
+
+// MLA: the absorbed, latent-cached inference path (prefill of 5, then one
+// token at a time) against the unabsorbed training forward, with q
+// compressed or not, v narrower or wider than q.k, yarn's mscale_all_dim, and
+// the DeepSeek-style router on the MoE layer.
+TEST(OpenFeatures, MlaInferenceMatchesTrainingForward) {
+  for (auto [q_lora, v_head] : {std::pair<int64_t, int64_t>{10, 6}, {0, 16}}) {
+    SCOPED_TRACE("q_lora_rank " + std::to_string(q_lora) + ", v_head_dim " + std::to_string(v_head));
+    ModelConfig c = TinyOpenMoe();
+    c.qk_norm = false; c.d_head = 0;
+    c.kv_lora_rank = 12; c.q_lora_rank = q_lora; c.qk_nope_head_dim = 8; c.qk_rope_head_dim = 4; c.v_head_dim = v_head;
+    c.rope_scaling = "yarn"; c.rope_factor = 4; c.rope_original_max_pos = 16; c.rope_mscale_all_dim = 0.7;
+    ASSERT_TRUE(c.Validate().ok()) << c.Validate().message();
+    Model model(c);
+    model.InitWeights(3);
+    Perturb(&model, 8);
+    const double worst = SessionVsTrainingForward(model, 20);
+    EXPECT_LE(worst, 1e-5);
+    EXPECT_GT(worst, 0);  // two different computations (absorbed vs not), not one
+    RecordProperty("max_rel_err_q_lora_" + std::to_string(q_lora), std::to_string(worst));
   }
 }
 

@@ -109,6 +109,14 @@ Status ParallelDims::Validate(int world_size, const ModelConfig& m, const Layout
                ") (hint: set " + key("tp") + ", " + key("pp") + " and " + key("cp") + " to 1; use " +
                key("dp") + " and " + key("ep") + ")");
   }
+  if (b.myriad_limits && m.mla() && (tp > 1 || cp > 1)) {
+    std::string dims;
+    for (auto [name, v] : {std::pair{"tp", tp}, {"cp", cp}})
+      if (v > 1) dims += (dims.empty() ? "" : ", ") + key(name) + "=" + std::to_string(v);
+    return err(dims + ": multi-head latent attention (model.kv_lora_rank > 0) trains with data, expert and pipeline "
+               "parallelism only (its projections are not split across tensor-parallel ranks, nor its attention "
+               "run over the context-parallel ring) (hint: set " + key("tp") + " and " + key("cp") + " to 1)");
+  }
   return Status::Ok();
 }
 

@@ -72,6 +72,9 @@ struct ParallelDims {
   //     untested with DSA, whose layers read the top-k indices their
   //     index-sharing group's first layer computed (a stage boundary may
   //     separate the two).
+  //   - b.myriad_limits: MLA (model.kv_lora_rank > 0) trains without tp and
+  //     cp: its projections are not split across tensor-parallel ranks and
+  //     its attention does not run over the context-parallel ring.
   Status Validate(int world_size, const ModelConfig& m, const LayoutBatch& b) const;
 };
 

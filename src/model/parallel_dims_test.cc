@@ -179,6 +179,21 @@ TEST(ParallelDimsTest, DsaTrainsUnderDataAndExpertParallelismOnly) {
   EXPECT_EQ(ErrorOf(Dims(1, 2, 2, 1, 2), 8, m), "");
 }
 
+TEST(ParallelDimsTest, MlaTrainsWithoutTensorAndContextParallelism) {
+  ModelConfig m = TinyMoe();
+  m.kv_lora_rank = 16; m.q_lora_rank = 12; m.qk_nope_head_dim = 8; m.qk_rope_head_dim = 4; m.v_head_dim = 8;
+  ASSERT_TRUE(m.Validate().ok()) << m.Validate().message();
+  EXPECT_EQ(ErrorOf(Dims(2, 1, 2, 1, 1), 4, m), "");
+  EXPECT_EQ(ErrorOf(Dims(2, 1, 1, 2, 1), 4, m), "");
+  const std::string tp = ErrorOf(Dims(2, 2, 1, 1, 1), 4, m);
+  EXPECT_HAS(tp, "parallel.tp=2: multi-head latent attention (model.kv_lora_rank > 0)");
+  EXPECT_HAS(tp, "hint: set parallel.tp and parallel.cp to 1");
+  EXPECT_HAS(ErrorOf(Dims(2, 1, 1, 1, 2), 4, m), "parallel.cp=2: multi-head latent attention");
+  LayoutBatch any;  // the planner for another engine
+  any.sequences = 8, any.seq_len = 32, any.microbatches = 2, any.myriad_limits = false;
+  EXPECT_TRUE(Dims(1, 2, 1, 1, 2).Validate(4, m, any).ok());
+}
+
 TEST(ParallelDimsTest, PrefixAndKeysFollowTheCaller) {
   LayoutBatch b;
   b.sequences = 6, b.seq_len = 32;

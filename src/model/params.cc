@@ -46,25 +46,43 @@ BlockWeights<int64_t> ParamLayout::AddBlock(const std::string& prefix, bool moe,
   BlockWeights<int64_t> b;
   b.moe = moe;
   b.attn_norm = Add(prefix + "input_layernorm.weight", {C}, false);
-  // Tensor parallelism: q/k/v and gate/up split by rows (output features,
-  // whole heads), o and down by columns (Megatron's column/row split).
-  b.wq = Add(prefix + "self_attn.q_proj.weight", {HD, C}, true, 0);
-  b.wk = Add(prefix + "self_attn.k_proj.weight", {KVD, C}, true, 0);
-  b.wv = Add(prefix + "self_attn.v_proj.weight", {KVD, C}, true, 0);
-  if (cfg_.qkv_bias) {
-    b.bq = Add(prefix + "self_attn.q_proj.bias", {HD}, false, 0);
-    b.bk = Add(prefix + "self_attn.k_proj.bias", {KVD}, false, 0);
-    b.bv = Add(prefix + "self_attn.v_proj.bias", {KVD}, false, 0);
-    CHECK(b.bk == b.bq + dims_.H * D && b.bv == b.bk + dims_.Hkv * D);
+  if (cfg_.mla()) {
+    // DeepSeek's order and names. Not split by tensor parallelism (the
+    // layout validator refuses tp > 1 for MLA).
+    const int64_t H = cfg_.n_heads, Dqk = cfg_.qk_head_dim(), R = cfg_.kv_lora_rank, Qr = cfg_.q_lora_rank;
+    b.mla = true;
+    if (Qr > 0) {
+      b.q_a = Add(prefix + "self_attn.q_a_proj.weight", {Qr, C}, true);
+      b.q_a_norm = Add(prefix + "self_attn.q_a_layernorm.weight", {Qr}, false);
+      b.q_b = Add(prefix + "self_attn.q_b_proj.weight", {H * Dqk, Qr}, true);
+    } else {
+      b.wq = Add(prefix + "self_attn.q_proj.weight", {H * Dqk, C}, true);
+    }
+    b.kv_a = Add(prefix + "self_attn.kv_a_proj_with_mqa.weight", {R + cfg_.qk_rope_head_dim, C}, true);
+    b.kv_a_norm = Add(prefix + "self_attn.kv_a_layernorm.weight", {R}, false);
+    b.kv_b = Add(prefix + "self_attn.kv_b_proj.weight", {H * (cfg_.qk_nope_head_dim + cfg_.v_head_dim), R}, true);
+    b.wo = Add(prefix + "self_attn.o_proj.weight", {C, H * cfg_.v_head_dim}, true);
+  } else {
+    // Tensor parallelism: q/k/v and gate/up split by rows (output features,
+    // whole heads), o and down by columns (Megatron's column/row split).
+    b.wq = Add(prefix + "self_attn.q_proj.weight", {HD, C}, true, 0);
+    b.wk = Add(prefix + "self_attn.k_proj.weight", {KVD, C}, true, 0);
+    b.wv = Add(prefix + "self_attn.v_proj.weight", {KVD, C}, true, 0);
+    if (cfg_.qkv_bias) {
+      b.bq = Add(prefix + "self_attn.q_proj.bias", {HD}, false, 0);
+      b.bk = Add(prefix + "self_attn.k_proj.bias", {KVD}, false, 0);
+      b.bv = Add(prefix + "self_attn.v_proj.bias", {KVD}, false, 0);
+      CHECK(b.bk == b.bq + dims_.H * D && b.bv == b.bk + dims_.Hkv * D);
+    }
+    if (cfg_.qk_norm) {
+      b.q_norm = Add(prefix + "self_attn.q_norm.weight", {D}, false);
+      b.k_norm = Add(prefix + "self_attn.k_norm.weight", {D}, false);
+    }
+    b.wo = Add(prefix + "self_attn.o_proj.weight", {C, HD}, true, 1);
+    // The kernels rely on q|k|v and gate|up being adjacent (one GEMM each).
+    CHECK(b.wk == b.wq + dims_.H * D * C && b.wv == b.wk + dims_.Hkv * D * C);
   }
-  if (cfg_.qk_norm) {
-    b.q_norm = Add(prefix + "self_attn.q_norm.weight", {D}, false);
-    b.k_norm = Add(prefix + "self_attn.k_norm.weight", {D}, false);
-  }
-  b.wo = Add(prefix + "self_attn.o_proj.weight", {C, HD}, true, 1);
   b.ffn_norm = Add(prefix + "post_attention_layernorm.weight", {C}, false);
-  // The kernels rely on q|k|v and gate|up being adjacent (one GEMM each).
-  CHECK(b.wk == b.wq + dims_.H * D * C && b.wv == b.wk + dims_.Hkv * D * C);
   if (indexer) {
     // DSA's lightning indexer: queries, one key and the per-head weights,
     // adjacent (one GEMM computes all three).
@@ -142,8 +160,16 @@ BlockWeights<float*> BindBlock(const BlockWeights<int64_t>& o, float* base) {
   BlockWeights<float*> b;
   auto at = [&](int64_t off) { return base + off; };
   b.moe = o.moe;
-  b.attn_norm = at(o.attn_norm); b.wq = at(o.wq); b.wk = at(o.wk); b.wv = at(o.wv); b.wo = at(o.wo);
+  b.attn_norm = at(o.attn_norm); b.wo = at(o.wo);
   b.ffn_norm = at(o.ffn_norm);
+  if (o.mla) {
+    b.mla = true;
+    if (o.q_a) { b.q_a = at(o.q_a); b.q_a_norm = at(o.q_a_norm); b.q_b = at(o.q_b); }
+    else b.wq = at(o.wq);
+    b.kv_a = at(o.kv_a); b.kv_a_norm = at(o.kv_a_norm); b.kv_b = at(o.kv_b);
+  } else {
+    b.wq = at(o.wq); b.wk = at(o.wk); b.wv = at(o.wv);
+  }
   if (o.bq || o.bk || o.bv) { b.bq = at(o.bq); b.bk = at(o.bk); b.bv = at(o.bv); }
   if (o.q_norm || o.k_norm) { b.q_norm = at(o.q_norm); b.k_norm = at(o.k_norm); }
   if (o.indexer) {

@@ -33,6 +33,11 @@ struct BlockWeights {
   P attn_norm{}, wq{}, wk{}, wv{}, wo{}, ffn_norm{};
   P bq{}, bk{}, bv{};                            // q/k/v biases, adjacent (qkv_bias; absent: 0/null)
   P q_norm{}, k_norm{};                          // per-head RMSNorm weights [D] (qk_norm)
+  // MLA (cfg.mla()): wq is q_proj [H*Dqk, C] when q_lora_rank is 0; else
+  // q_a [q_lora, C], q_a_norm [q_lora], q_b [H*Dqk, q_lora]. kv_a [r + rope, C],
+  // kv_a_norm [r], kv_b [H*(nope + v), r]; wk and wv are absent.
+  bool mla = false;
+  P q_a{}, q_a_norm{}, q_b{}, kv_a{}, kv_a_norm{}, kv_b{};
   P w_gate{}, w_up{}, w_down{};                  // dense FFN
   P router{};                                    // MoE [E, C]
   std::vector<P> e_gate, e_up, e_down;           // per routed expert

@@ -287,11 +287,29 @@ LayerCost LayerOf(const Ctx& x, bool moe, bool indexer) {
     r.flops_fwd += 2 * M * N * K;
   };
   // Attention: projections, then the causal (or top-k sparse) core.
-  gemm(tok, (Hl + 2 * Hkvl) * hd, C);
-  gemm(tok, C, Hl * hd);
+  if (m.mla()) {
+    // MLA (model/flops.h): the compressions whole on every tp rank, the
+    // per-head up-projections and o_proj split by heads.
+    const double Dqk = static_cast<double>(m.qk_head_dim()), Dv = static_cast<double>(m.v_head_dim);
+    const double R = static_cast<double>(m.kv_lora_rank), Qr = static_cast<double>(m.q_lora_rank);
+    const double Dn = static_cast<double>(m.qk_nope_head_dim), Dr = static_cast<double>(m.qk_rope_head_dim);
+    if (Qr > 0) {
+      gemm(tok, Qr, C);
+      gemm(tok, Hl * Dqk, Qr);
+    } else {
+      gemm(tok, Hl * Dqk, C);
+    }
+    gemm(tok, R + Dr, C);
+    gemm(tok, Hl * (Dn + Dv), R);
+    gemm(tok, C, Hl * Dv);
+  } else {
+    gemm(tok, (Hl + 2 * Hkvl) * hd, C);
+    gemm(tok, C, Hl * hd);
+  }
   const double k = m.dsa() ? static_cast<double>(m.dsa_topk) : x.s;
   const double pairs = CausalPairs(x.s, k) / static_cast<double>(l.cp) * l.micro_batch;
-  double core = 4 * pairs * Hl * hd;
+  // q.k and p.v per pair and head (model/flops.h's count).
+  double core = 2 * pairs * Hl * static_cast<double>(m.qk_head_dim() + m.v_dim());
   if (indexer) {
     const double Hi = static_cast<double>(m.dsa_index_heads), Di = static_cast<double>(m.dsa_index_dim);
     gemm(tok, Hi * Di + Di + Hi, C);
@@ -380,10 +398,11 @@ ServingMemory EstimateServing(const JobDesc& job, const ClusterDesc& c, int64_t 
   // Inference keeps one copy of the weights (no optimizer state), split tp x pp.
   s.weights_per_device = pc.total * job.weight_bytes / static_cast<double>(s.tp * s.pp);
   const double layers = static_cast<double>(m.n_layers + m.mtp_depth) / static_cast<double>(s.pp);
-  s.kv_bytes_per_token = layers * 2.0 * static_cast<double>(m.n_kv_heads / s.tp * m.head_dim()) * kv_bytes;
-  if (m.dsa())  // indexer keys, one per sharing group, whole on every tp rank
-    s.kv_bytes_per_token += static_cast<double>(m.dsa_indexer_layers()) / static_cast<double>(s.pp) *
-                            static_cast<double>(m.dsa_index_dim) * kv_bytes;
+  // Indexer keys (DSA), one per sharing group, whole on every tp rank.
+  const double indexer = static_cast<double>(m.dsa_indexer_layers()) / static_cast<double>(s.pp) *
+                         static_cast<double>(m.dsa_index_dim) * kv_bytes;
+  s.kv_bytes_per_token = layers * KvValuesPerTokenLayer(m, s.tp) * kv_bytes + indexer;
+  s.gqa_kv_bytes_per_token = layers * KvValuesPerTokenLayer(GqaAtEqualWidth(m), s.tp) * kv_bytes + indexer;
   const double free = c.device.memory_bytes * c.device.usable_memory - s.weights_per_device;
   s.fits = free > 0;
   s.kv_capacity_tokens = s.fits ? free / s.kv_bytes_per_token : 0;

@@ -122,7 +122,8 @@ StepEstimate Estimate(const JobDesc& job, const ClusterDesc& c, const Layout& l)
 struct ServingMemory {
   int64_t devices = 0, tp = 0, pp = 0;
   double weights_per_device = 0;     // bytes
-  double kv_bytes_per_token = 0;     // per device: k and v of its layers' kv heads (+ DSA indexer keys)
+  double kv_bytes_per_token = 0;     // per device: k and v of its layers' kv heads, or MLA's latent rows (+ DSA indexer keys)
+  double gqa_kv_bytes_per_token = 0; // the same with GQA attention of equal width (model/flops.h GqaAtEqualWidth)
   double kv_capacity_tokens = 0;     // per replica: what fits beside the weights (0 if the weights do not)
   bool fits = false;
 };

@@ -130,6 +130,35 @@ TEST(PlanCost, SingleDeviceStepIsTheFlopsByHand) {
   EXPECT_NEAR(ForwardFlopsPerToken(TinyDense(), 128).total() * 128, gemm + attn + 128.0 * 2 * 5 * 64, 1e-9 * gemm);
 }
 
+// MLA priced by hand on the tiny model (q_lora 16, latent 32, nope 16 +
+// rope 8, v 16): per layer the matrices q_a 16*64, q_b 96*16, kv_a 40*64,
+// kv_b 128*32, o_proj 64*64 and the FFN 3*64*256 (62464 weights, 2 FLOPs
+// each); the core 2 * (24 + 16) per head and causal pair.
+TEST(PlanCost, MlaByHand) {
+  JobDesc j = TinyJob(4);
+  j.model.kv_lora_rank = 32, j.model.q_lora_rank = 16, j.model.qk_nope_head_dim = 16;
+  j.model.qk_rope_head_dim = 8, j.model.v_head_dim = 16;
+  ASSERT_TRUE(j.model.Validate().ok()) << j.model.Validate().message();
+  const double gemm = 128.0 * (2 * 2 * 62464 + 128000), attn = 2 * 2 * (128.0 * 129 / 2) * 4 * 40;
+  const StepEstimate e = Estimate(j, FlopBound(1), Layout{});
+  ASSERT_TRUE(e.feasible) << e.why;
+  EXPECT_NEAR(e.step_s, 4 * (3 * gemm + 3.5 * attn) / 1e12, 1e-6 * e.step_s);
+  // The same count as the trainer's MFU (model/flops.h), which adds 2 per norm weight.
+  const double norms = 2 * (2 * 64 + 16 + 32) + 64;
+  EXPECT_NEAR(ForwardFlopsPerToken(j.model, 128).total() * 128, gemm + attn + 128.0 * 2 * norms, 1e-9 * gemm);
+  // Serving: a latent row of 32 + 8 per layer, whole on every tp rank: 2
+  // layers x 40 x 2 bytes = 160 B; GQA at equal width (4 kv heads of 16):
+  // 512 B, and 256 B over tp 2.
+  ClusterDesc c = FlopBound(2);
+  c.device.memory_bytes = 1e6, c.device.usable_memory = 1;
+  ServingMemory s = EstimateServing(j, c, 1);
+  EXPECT_DOUBLE_EQ(s.kv_bytes_per_token, 160);
+  EXPECT_DOUBLE_EQ(s.gqa_kv_bytes_per_token, 512);
+  s = EstimateServing(j, c, 2);
+  EXPECT_DOUBLE_EQ(s.kv_bytes_per_token, 160);
+  EXPECT_DOUBLE_EQ(s.gqa_kv_bytes_per_token, 256);
+}
+
 TEST(PlanCost, PipelineBubbleIsStagesMinusOneStageTimes) {
   // Two identical stages (no head cost to speak of: a 2-token vocabulary),
   // m micro-batches: (m + 1) stage times; interleaving v halves the bubble.

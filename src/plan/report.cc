@@ -71,7 +71,9 @@ std::string FormatEstimate(const JobDesc& job, const ClusterDesc& c, const Layou
   if (sv.fits)
     o += "serving     " + std::to_string(sv.devices) + " devices (tp" + std::to_string(sv.tp) + " pp" +
          std::to_string(sv.pp) + "): weights " + Bytes(sv.weights_per_device) + " per device, KV " +
-         F("%.4g", sv.kv_bytes_per_token / 1024) + " KiB per token (bf16): " + F("%.3g", sv.kv_capacity_tokens) +
+         F("%.4g", sv.kv_bytes_per_token / 1024) + " KiB per token (bf16" +
+         (job.model.mla() ? "; GQA at equal width " + F("%.4g", sv.gqa_kv_bytes_per_token / 1024) + " KiB" : "") +
+         "): " + F("%.3g", sv.kv_capacity_tokens) +
          " tokens, " + F("%.3g", sv.kv_capacity_tokens / static_cast<double>(job.seq_len)) + " sequences of " +
          std::to_string(job.seq_len) + "\n";
   return o;

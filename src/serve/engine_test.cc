@@ -7,24 +7,31 @@
 #include "serve/engine.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <thread>
 
 #include "core/rng.h"
 #include "model/inference.h"
+#include "serve/kvcache/disk_tier.h"
 #include "serve/kvcache/host_tier.h"
+#include "serve/kvcache/redis_test_server.h"
+#include "serve/kvcache/redis_tier.h"
+#include "serve/kv_pool.h"
 #include "serve/load_cost.h"
 
 namespace myriad::serve {
 
 ModelConfig TinyServeMoe(int64_t max_seq_len);  // runner_test.cc
+ModelConfig TinyServeMla(int64_t max_seq_len);  // runner_test.cc
 void InitTinyServeMoe(Model* model);
 
 namespace {
@@ -32,7 +39,8 @@ namespace {
 class EngineTest : public ::testing::Test {
  public:
   const Model* model() const { return &model_; }
-  EngineTest() : model_(TinyServeMoe(128)) { InitTinyServeMoe(&model_); }
+  EngineTest() : EngineTest(TinyServeMoe(128)) {}
+  explicit EngineTest(const ModelConfig& cfg) : model_(cfg) { InitTinyServeMoe(&model_); }
 
   std::vector<int32_t> Prompt(uint64_t seed, int n) {
     Rng rng(seed);
@@ -216,20 +224,28 @@ TEST_F(EngineTest, ContextLimitEndsWithLength) {
   EXPECT_EQ(c->final_event.finish_reason, "length");
 }
 
+// Three requests sharing a 40-token prefix (two full blocks and a half):
+// the second and third hit its two full blocks in T0; every output is the
+// oracle's. Returns the prefix.
+std::vector<int32_t> RunSharedPrefix(EngineTest* t, Engine* engine, std::vector<std::unique_ptr<Collector>>* keep) {
+  const auto system = t->Prompt(1, 40);
+  for (int i = 0; i < 3; ++i) {
+    auto prompt = system;
+    const auto tail = t->Prompt(50 + i, 5 + i);
+    prompt.insert(prompt.end(), tail.begin(), tail.end());
+    Collector* c = RunToEnd(engine, prompt, GreedyParams(10), keep);
+    EXPECT_EQ(c->tokens, t->Oracle(prompt, 10)) << "request " << i;
+    EXPECT_EQ(c->final_event.cached_tokens, i == 0 ? 0 : 32) << "request " << i;
+  }
+  return system;
+}
+
 TEST_F(EngineTest, SharedPrefixHitsFromT0) {
   EngineConfig cfg;
   auto engine = Engine::Create(&model_, cfg);
   ASSERT_TRUE(engine.ok());
-  const auto system = Prompt(1, 40);  // two full blocks and a half
   std::vector<std::unique_ptr<Collector>> keep;
-  for (int i = 0; i < 3; ++i) {
-    auto prompt = system;
-    const auto tail = Prompt(50 + i, 5 + i);
-    prompt.insert(prompt.end(), tail.begin(), tail.end());
-    Collector* c = RunToEnd(engine->get(), prompt, GreedyParams(10), &keep);
-    EXPECT_EQ(c->tokens, Oracle(prompt, 10)) << "request " << i;
-    EXPECT_EQ(c->final_event.cached_tokens, i == 0 ? 0 : 32) << "request " << i;
-  }
+  const auto system = RunSharedPrefix(this, engine->get(), &keep);
   // The same prompt again: every full block but the one holding the last token.
   auto again = system;
   const auto tail = Prompt(52, 7);
@@ -317,6 +333,72 @@ TEST_F(EngineTest, HostTierRoundTrip) {
   EXPECT_EQ(c->tokens, Oracle(a, 4));
   EXPECT_EQ(c->final_event.cached_tokens, 48);
   EXPECT_EQ(TierHits(engine->stats(), "host"), 48);
+}
+
+// MLA (DeepSeek-V3's latent attention): its blocks hold one latent row per
+// token and layer. Greedy output with prefix hits from T0 and with blocks
+// evicted to each real tier (host, disk, Redis) and loaded back is the
+// oracle's (one session, no cache), and the hits are counted by tier.
+class EngineMlaTest : public EngineTest {
+ public:
+  EngineMlaTest() : EngineTest(TinyServeMla(128)) {}
+};
+
+TEST_F(EngineMlaTest, PrefixHitsFromT0AndEveryTierKeepGreedyOutput) {
+  {
+    auto engine = Engine::Create(&model_, EngineConfig{});
+    ASSERT_TRUE(engine.ok());
+    std::vector<std::unique_ptr<Collector>> keep;
+    RunSharedPrefix(this, engine->get(), &keep);
+    EXPECT_EQ((*engine)->stats().t0_hits, 2 * 32);
+  }
+  const ModelConfig& cfg = model_.config();
+  const ModelFingerprint fp = FingerprintModel(model_);
+  std::vector<std::unique_ptr<KvTier>> tiers;
+  for (auto f : {KvStorageFormat::kFp32, KvStorageFormat::kInt8}) {
+    HostTierOptions ho;
+    ho.capacity_blocks = 64;
+    ho.format = f;
+    ho.row_floats = KvRowFloats(cfg);
+    tiers.push_back(std::make_unique<HostTier>(ho));
+  }
+  const std::string dir = ::testing::TempDir() + "/myriad_mla_disk_" + std::to_string(getpid());
+  DiskTierOptions dopt;
+  dopt.dir = dir;
+  dopt.capacity_bytes = 1 << 26;
+  dopt.fingerprint = fp;
+  dopt.block_floats = BlockFloats(cfg);
+  auto disk = DiskTier::Open(dopt);
+  ASSERT_TRUE(disk.ok()) << disk.status().message();
+  tiers.push_back(std::move(disk).value());
+  testing::RedisTestServer redis_server;
+  if (!testing::FindRedisServer().empty()) {
+    const std::string err = redis_server.Start();
+    ASSERT_EQ(err, "") << err;
+    RedisTierOptions ro;
+    ro.address.port = redis_server.port();
+    ro.fingerprint = fp;
+    ro.block_floats = BlockFloats(cfg);
+    auto redis = RedisTier::Create(ro);
+    ASSERT_TRUE(redis.ok()) << redis.status().message();
+    tiers.push_back(std::move(redis).value());
+  } else {
+    ADD_FAILURE() << "redis-server is not installed (apt-get install redis-server): the Redis tier is untested";
+  }
+  for (size_t i = 0; i < tiers.size(); ++i) {
+    KvTier* tier = tiers[i].get();
+    SCOPED_TRACE(tier->name() + (i == 1 ? " int8" : ""));
+    std::vector<std::unique_ptr<Collector>> keep;
+    std::unique_ptr<Engine> engine;
+    const auto a = Prompt(70 + i, 50);
+    Collector* c = RunEvictAndReturn(this, tier, a, Prompt(80 + i, 50), 8, true, &keep, &engine);
+    // int8 storage rounds the latent rows: the tokens may then differ from
+    // the fp32 oracle's, but the hits must come.
+    if (i != 1) EXPECT_EQ(c->tokens, Oracle(a, 8));
+    EXPECT_EQ(c->final_event.cached_tokens, 48);
+    EXPECT_EQ(TierHits(engine->stats(), tier->name()), 48);
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // Host memory over another tier: evictions from T0 go to the host tier

@@ -21,8 +21,9 @@ ModelFingerprint FingerprintModel(const Model& model) {
 
 KvPool::KvPool(const ModelConfig& cfg, int64_t num_blocks)
     : block_floats_(BlockFloats(cfg)),
-      kv_dim_(cfg.n_kv_heads * cfg.head_dim()),
-      kv_floats_(cfg.n_layers * 2 * kBlockTokens * cfg.n_kv_heads * cfg.head_dim()),
+      kv_dim_(cfg.kv_cache_heads() * cfg.kv_cache_dim()),
+      kv_parts_(cfg.kv_cache_v_is_k() ? 1 : 2),
+      kv_floats_(cfg.n_layers * kBlockTokens * cfg.kv_cache_floats_per_token_layer()),
       index_dim_(cfg.dsa_index_dim) {
   CHECK(num_blocks > 0);
   data_.zero(num_blocks * block_floats_);

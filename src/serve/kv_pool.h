@@ -31,8 +31,10 @@ ModelFingerprint FingerprintModel(const Model& model);
 class KvPool {
  public:
   // num_blocks blocks of the model's KvBlock layout
-  // [layer][k|v][token][Hkv*D], then for DSA [group][token][Di] indexer keys
-  // (BlockFloats(cfg) floats each).
+  // [layer][k|v][token][kv_dim], then for DSA [group][token][Di] indexer keys
+  // (BlockFloats(cfg) floats each). kv_dim = kv_cache_heads() *
+  // kv_cache_dim(); MLA blocks hold [layer][token][kv_dim] latent rows,
+  // which are the keys and the values (v_row == k_row).
   KvPool(const ModelConfig& cfg, int64_t num_blocks);
 
   int64_t num_blocks() const { return static_cast<int64_t>(meta_.size()); }
@@ -43,11 +45,13 @@ class KvPool {
   const float* data(int32_t b) const { return data_.data() + static_cast<int64_t>(b) * block_floats_; }
   // Rows of token `slot` in block b for one layer: keys, then values (kv_dim floats each).
   float* k_row(int32_t b, int layer, int slot) {
-    return data(b) + (static_cast<int64_t>(layer) * 2 * kBlockTokens + slot) * kv_dim_;
+    return data(b) + (static_cast<int64_t>(layer) * kv_parts_ * kBlockTokens + slot) * kv_dim_;
   }
   float* v_row(int32_t b, int layer, int slot) {
-    return data(b) + ((static_cast<int64_t>(layer) * 2 + 1) * kBlockTokens + slot) * kv_dim_;
+    return data(b) + ((static_cast<int64_t>(layer) * kv_parts_ + kv_parts_ - 1) * kBlockTokens + slot) * kv_dim_;
   }
+  // MLA: values are the keys' rows (nothing to store for them).
+  bool v_is_k() const { return kv_parts_ == 1; }
   int64_t kv_dim() const { return kv_dim_; }
   // Block b to the host (block_floats() floats) and back; device to device.
   void CopyOut(int32_t b, float* host) const;
@@ -89,7 +93,7 @@ class KvPool {
     int refs = 0;
     bool cached = false;
   };
-  int64_t block_floats_, kv_dim_, kv_floats_, index_dim_;
+  int64_t block_floats_, kv_dim_, kv_parts_, kv_floats_, index_dim_;
   Buf<float> data_;  // device memory (the active backend's)
   std::vector<Meta> meta_;
   std::vector<int32_t> free_;   // not cached, unreferenced (a stack)

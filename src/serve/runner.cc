@@ -66,13 +66,12 @@ class BatchRunner::PoolAttention : public KvAttention {
       kv_len_.push_back(static_cast<int32_t>(c.start + c.n));
       std::copy(c.blocks, c.blocks + c.n_blocks, blocks_.begin() + i * max_blocks);
     }
-    const int64_t D = cfg_.head_dim();
     params_ = PagedAttentionParams{};
     params_.n_seq = static_cast<int>(n_seq);
     params_.H = static_cast<int>(cfg_.n_heads);
-    params_.Hkv = static_cast<int>(cfg_.n_kv_heads);
-    params_.D = static_cast<int>(D);
-    params_.scale = 1.f / std::sqrt(static_cast<float>(D));
+    params_.Hkv = static_cast<int>(cfg_.kv_cache_heads());
+    params_.D = static_cast<int>(cfg_.kv_cache_dim());
+    params_.scale = AttentionScale(cfg_);
     params_.q_start = q_start_.data();
     params_.kv_len = kv_len_.data();
     params_.blocks = blocks_.data();
@@ -134,7 +133,7 @@ class BatchRunner::PoolAttention : public KvAttention {
       const int slot = static_cast<int>(p % kBlockTokens);
       const int64_t m = std::min<int64_t>(kBlockTokens - slot, c.n - t);
       ops::Copy(k + row * kvd, m * kvd, pool_->k_row(b, layer, slot));
-      ops::Copy(v + row * kvd, m * kvd, pool_->v_row(b, layer, slot));
+      if (!pool_->v_is_k()) ops::Copy(v + row * kvd, m * kvd, pool_->v_row(b, layer, slot));
       if (dsa) ops::Copy(dsa->ki + row * Di, m * Di, pool_->ki_row(b, group, slot));
       t += m;
     }
@@ -144,7 +143,7 @@ class BatchRunner::PoolAttention : public KvAttention {
   void GatherAttend(int layer, int64_t i, const float* q, float* att, const DsaRows* dsa,
                     Buf<float>* scratch) {
     const SeqChunk& c = (*chunks_)[i];
-    const int64_t D = cfg_.head_dim(), H = cfg_.n_heads, Hkv = cfg_.n_kv_heads, kvd = Hkv * D;
+    const int64_t D = cfg_.kv_cache_dim(), H = cfg_.n_heads, Hkv = cfg_.kv_cache_heads(), kvd = Hkv * D;
     const int64_t Hi = cfg_.dsa_index_heads, Di = cfg_.dsa_index_dim;
     const int group = cfg_.dsa() ? static_cast<int>(layer / cfg_.dsa_index_share) : 0;
     const int64_t r0 = row0_[i], Tk = c.start + c.n;
@@ -157,7 +156,7 @@ class BatchRunner::PoolAttention : public KvAttention {
       const int32_t b = c.blocks[p0 / kBlockTokens];
       const int64_t m = std::min<int64_t>(kBlockTokens, Tk - p0);
       ops::Copy(pool_->k_row(b, layer, 0), m * kvd, kg + p0 * kvd);
-      ops::Copy(pool_->v_row(b, layer, 0), m * kvd, vg + p0 * kvd);
+      if (!pool_->v_is_k()) ops::Copy(pool_->v_row(b, layer, 0), m * kvd, vg + p0 * kvd);
       if (cfg_.dsa()) ops::Copy(pool_->ki_row(b, group, 0), m * Di, kig + p0 * Di);
     }
     if (cfg_.dsa()) {
@@ -168,10 +167,10 @@ class BatchRunner::PoolAttention : public KvAttention {
     AttentionParams p;
     p.B = 1; p.Tq = static_cast<int>(c.n); p.Tk = static_cast<int>(Tk);
     p.H = static_cast<int>(H); p.Hkv = static_cast<int>(Hkv); p.D = static_cast<int>(D);
-    p.scale = 1.f / std::sqrt(static_cast<float>(D));
+    p.scale = AttentionScale(cfg_);
     p.causal = true;
     p.q_batch_stride = c.n * H * D; p.kv_batch_stride = Tk * kvd; p.out_batch_stride = c.n * H * D;
-    p.q = q + r0 * H * D; p.k = kg; p.v = vg; p.out = att + r0 * H * D; p.lse = nullptr;
+    p.q = q + r0 * H * D; p.k = kg; p.v = pool_->v_is_k() ? kg : vg; p.out = att + r0 * H * D; p.lse = nullptr;
     ops::Attention(p);
   }
 

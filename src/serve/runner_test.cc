@@ -37,6 +37,16 @@ void InitTinyServeMoe(Model* model) {
     for (auto& x : b) x = 0.05f * rng.Normal();  // exercise biased selection
 }
 
+// TinyServeMoe with multi-head latent attention (DeepSeek-V3's): q through
+// a rank-12 compression, latent rank 16, nope 8 + rope 4, v 6; the cache
+// holds 16 + 4 floats per token and layer.
+ModelConfig TinyServeMla(int64_t max_seq_len) {
+  ModelConfig c = TinyServeMoe(max_seq_len);
+  c.kv_lora_rank = 16; c.q_lora_rank = 12; c.qk_nope_head_dim = 8; c.qk_rope_head_dim = 4; c.v_head_dim = 6;
+  c.n_kv_heads = c.n_heads;
+  return c;
+}
+
 namespace {
 
 ModelConfig TinyMoe() { return TinyServeMoe(96); }
@@ -54,12 +64,12 @@ int32_t Argmax(const float* x, int64_t n) { return static_cast<int32_t>(std::max
 
 // Three sequences: prompts of 5, 21 and 40 tokens, prefilled in chunks of
 // different sizes alongside the others' decode tokens, then decoded together.
-void CheckBatchedAgainstSessions(const ModelConfig& cfg) {
+void CheckBatchedAgainstSessions(const ModelConfig& cfg, AttentionPath path = AttentionPath::kPaged) {
   Model model(cfg);
   InitTinyServeMoe(&model);
   const int64_t V = cfg.vocab_size;
   KvPool pool(cfg, 32);
-  BatchRunner runner(model, &pool);
+  BatchRunner runner(model, &pool, WeightFormat::kF32, path);
 
   struct Seq {
     std::vector<int32_t> tokens;  // prompt, then greedy tokens
@@ -180,6 +190,22 @@ TEST(RunnerTest, DsaBatchedMatchesSessions) {
   EXPECT_EQ(BlockFloats(cfg), cfg.n_layers * 2 * kBlockTokens * cfg.n_kv_heads * cfg.head_dim() +
                                   2 * kBlockTokens * cfg.dsa_index_dim);
   CheckBatchedAgainstSessions(cfg);
+}
+
+// MLA: the pool's blocks hold one latent row per token and layer (keys and
+// values both); batched prefill chunks and decode tokens over them, through
+// the paged op and through the gather path, give each sequence its session's
+// logits (the session is held to the training forward and to the PyTorch
+// reference: tests/hf/model_parity.sh).
+TEST(RunnerTest, MlaBatchedMatchesSessions) {
+  const ModelConfig cfg = TinyServeMla(96);
+  EXPECT_EQ(BlockFloats(cfg), cfg.n_layers * kBlockTokens * (16 + 4));
+  KvPool pool(cfg, 4);
+  EXPECT_TRUE(pool.v_is_k());
+  EXPECT_EQ(pool.k_row(1, 2, 3), pool.data(1) + (2 * kBlockTokens + 3) * 20);
+  EXPECT_EQ(pool.v_row(1, 2, 3), pool.k_row(1, 2, 3));
+  CheckBatchedAgainstSessions(cfg);
+  CheckBatchedAgainstSessions(cfg, AttentionPath::kGather);
 }
 
 TEST(KvPoolTest, RefcountsCachedBlocksAndLruEviction) {

@@ -130,8 +130,14 @@ MemoryEstimate EstimateRankMemory(const ModelConfig& m, const TrainConfig& t, in
   const BatchPlan bp = PlanBatches(t, d, t.parallel.pipeline_microbatches());
   const double N = static_cast<double>(bp.per_micro) * static_cast<double>(t.seq_len) / static_cast<double>(cp);
   const double C = static_cast<double>(m.d_model);
-  const double a_dense = 16 * C + 4.0 * static_cast<double>(m.d_ff) / static_cast<double>(tp);
-  const double a_moe = 16 * C + 2.0 * static_cast<double>(m.n_routed_experts) +
+  // MLA (no tp): the padded q, k, v and attention output, kv_b's output, the
+  // v part, the latent row, c_kv before and after its norm, q's compression.
+  const double a_mla = m.mla() ? 4.0 * static_cast<double>(m.n_heads * std::max(m.qk_head_dim(), m.v_head_dim)) +
+                                     static_cast<double>(m.n_heads * (m.qk_nope_head_dim + 2 * m.v_head_dim)) +
+                                     static_cast<double>(3 * m.kv_lora_rank + m.qk_rope_head_dim + 2 * m.q_lora_rank)
+                               : 0.0;
+  const double a_dense = 16 * C + a_mla + 4.0 * static_cast<double>(m.d_ff) / static_cast<double>(tp);
+  const double a_moe = 16 * C + a_mla + 2.0 * static_cast<double>(m.n_routed_experts) +
                        static_cast<double>(m.top_k) * (2 * C + 4.0 * static_cast<double>(m.d_expert) / tp) +
                        4.0 * static_cast<double>(m.n_shared_experts * m.d_expert) / static_cast<double>(tp);
   const int64_t n_layers = std::max<int64_t>(1, m.n_layers);
@@ -153,7 +159,7 @@ MemoryEstimate EstimateRankMemory(const ModelConfig& m, const TrainConfig& t, in
   const double T1 = static_cast<double>(t.seq_len + 1);
   const double tokens = (static_cast<double>(t.grad_accum) + 1) * static_cast<double>(t.batch_size) * T1;
   const double rope = static_cast<double>(m.max_seq_len) *
-                      static_cast<double>(m.head_dim() + (m.dsa() ? m.dsa_index_rope_dim : 0));
+                      static_cast<double>(m.rope_dim() + (m.dsa() ? m.dsa_index_rope_dim : 0));
   const double runtime = 16.0 * (1 << 20);  // 64 MiB
 
   MemoryEstimate e;

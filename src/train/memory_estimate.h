@@ -36,6 +36,9 @@
 //   a_dense = 16*d_model + 4*d_ff/tp                          floats per token, dense layer
 //   a_moe   = 16*d_model + 2*n_routed_experts
 //             + top_k*(2*d_model + 4*d_expert/tp) + 4*n_shared_experts*d_expert/tp   ... MoE layer
+//             (both + a_mla under MLA: 4*n_heads*max(qk_nope + qk_rope, v)
+//             + n_heads*(qk_nope + 2*v) + 3*kv_lora_rank + qk_rope + 2*q_lora_rank,
+//             the padded attention rows and the projections kept for backward)
 //   a   = the mean of a_dense / a_moe over the model's layers
 //   L   = ceil(n_layers / pp) + mtp_depth     layers on the largest stage
 //   activations = 4 * F * N * (L * a + 2 * vocab_size * (1 + mtp_depth))

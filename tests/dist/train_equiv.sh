@@ -6,7 +6,9 @@
 # and dp2 x tp2 x pp2 must give the same 20 losses (<= 1e-4 relative; in
 # practice ~1e-8). A DSA model (sparse top-8 attention from step 1) under
 # dp2 x ep2 must give its single-rank losses and indexer KL (loss_indexer,
-# non-zero) to the same bound. int8 compression of the inter-node stage must cut those
+# non-zero) to the same bound; an MLA model (DeepSeek-V3's latent attention,
+# its MTP input after the final norm) under pp2 x dp2 its single-rank losses.
+# int8 compression of the inter-node stage must cut those
 # bytes >= 3.5x and stay within 1% of the losses. dp2 ZeRO-3 must be
 # bitwise dp2 ZeRO-1 (the same sums, in the same order): losses, gradient
 # norms and the final model.safetensors. The dp2 x ep2 run's checkpoint
@@ -77,11 +79,17 @@ OPEN=(--set model.qkv_bias=true --set model.qk_norm=true --set 'model.rope_scali
 open_ok=0
 train open_r1 1 "${OPEN[@]}" && train open_tp2dp2 4 "${OPEN[@]}" --set parallel.tp=2 --set parallel.dp=2 && open_ok=1
 train dsa_r1 1 "${DSA[@]}" && train dsa_dp2ep2 4 "${DSA[@]}" --set parallel.dp=2 --set parallel.ep=2 && dsa_ok=1
+# Multi-head latent attention (tp and cp are refused for it; pp, dp, ep are not).
+MLA=(--set model.kv_lora_rank=16 --set model.q_lora_rank=12 --set model.qk_nope_head_dim=8
+     --set model.qk_rope_head_dim=4 --set model.v_head_dim=12 --set model.mtp_after_final_norm=true)
+mla_ok=0
+train mla_r1 1 "${MLA[@]}" && train mla_pp2dp2 4 "${MLA[@]}" --set parallel.pp=2 --set parallel.dp=2 && mla_ok=1
 
 echo "== losses against single rank"
 for r in "${runs[@]}"; do compare "$r"; done
 [ "$dsa_ok" = 1 ] && compare dsa_dp2ep2 dsa_r1 loss,loss_main,loss_indexer
 if [ "$open_ok" = 1 ]; then compare open_tp2dp2 open_r1; else fail "open-model features: a run failed"; fi
+if [ "$mla_ok" = 1 ]; then compare mla_pp2dp2 mla_r1 loss,loss_main,loss_mtp; else fail "MLA: a run failed"; fi
 
 echo "== pipeline and compression figures"
 if out=$("$PY" - "$WORK/pp2dp2/metrics.jsonl" "$WORK/hier4/metrics.jsonl" "$WORK/int8/metrics.jsonl" "$WORK/r1/metrics.jsonl" <<'EOF'

@@ -167,6 +167,7 @@ Status ReadRopeScaling(Reader& r, const std::string& key, ModelConfig* cfg) {
       af = mscale > 0 && mscale_all > 0 ? YarnMscale(cfg->rope_factor, mscale) / YarnMscale(cfg->rope_factor, mscale_all)
                                         : YarnMscale(cfg->rope_factor, 1.0);
     cfg->rope_attention_factor = af;
+    cfg->rope_mscale_all_dim = mscale_all;  // MLA's softmax scale (unused by q/k/v attention)
   } else {
     return r.Bad(key, "rope type \"" + type + "\" is not supported (supported: default, linear, llama3, yarn)");
   }
@@ -188,6 +189,68 @@ std::vector<int64_t> EosIds(const nlohmann::json& e) {
     for (const auto& v : e)
       if (v.is_number_integer()) ids.push_back(v.get<int64_t>());
   return ids;
+}
+
+// DeepseekV3ForCausalLM's own keys: MLA, the sigmoid router with its
+// correction bias and groups, shared experts, the dense prefix, MTP layers.
+Status MapDeepseekV3(Reader& r, ModelConfig* c, HfModelInfo* info) {
+  RETURN_IF_ERROR(r.Int("kv_lora_rank", &c->kv_lora_rank, true));
+  if (c->kv_lora_rank <= 0) return r.Bad("kv_lora_rank", "must be positive");
+  RETURN_IF_ERROR(r.Int("q_lora_rank", &c->q_lora_rank, false, 0));  // null: q_proj
+  RETURN_IF_ERROR(r.Int("qk_nope_head_dim", &c->qk_nope_head_dim, true));
+  RETURN_IF_ERROR(r.Int("qk_rope_head_dim", &c->qk_rope_head_dim, true));
+  RETURN_IF_ERROR(r.Int("v_head_dim", &c->v_head_dim, true));
+  // transformers writes head_dim = qk_rope_head_dim (its RoPE width); nothing else is meant by it.
+  RETURN_IF_ERROR(r.Only("head_dim", c->qk_rope_head_dim, "a head_dim other than qk_rope_head_dim"));
+  c->n_kv_heads = c->n_heads;  // not used by MLA
+  RETURN_IF_ERROR(r.Only("attention_bias", false, "q_a/kv_a/o projection biases"));
+  RETURN_IF_ERROR(r.Bool("rope_interleave", &info->rope_interleave, true));
+  std::string scoring, topk_method;
+  RETURN_IF_ERROR(r.String("scoring_func", &scoring, "sigmoid"));
+  if (scoring != "sigmoid") return r.Bad("scoring_func", "= \"" + scoring + "\" is not supported (DeepSeek-V3's is sigmoid)");
+  RETURN_IF_ERROR(r.String("topk_method", &topk_method, "noaux_tc"));
+  if (topk_method != "noaux_tc")
+    return r.Bad("topk_method", "= \"" + topk_method + "\" is not supported (DeepSeek-V3's noaux_tc: group-limited top-k "
+                                "of the biased sigmoid scores)");
+  c->score_func = "sigmoid";
+  RETURN_IF_ERROR(r.Int("n_routed_experts", &c->n_routed_experts, false, 0));
+  RETURN_IF_ERROR(r.Int("num_experts_per_tok", &c->top_k, c->n_routed_experts > 0, 0));
+  RETURN_IF_ERROR(r.Int("moe_intermediate_size", &c->d_expert, c->n_routed_experts > 0, 0));
+  RETURN_IF_ERROR(r.Int("n_shared_experts", &c->n_shared_experts, false, 0));
+  RETURN_IF_ERROR(r.Float("routed_scaling_factor", &c->routed_scaling_factor, 1.0));
+  RETURN_IF_ERROR(r.Int("n_group", &c->n_group, false, 1));
+  RETURN_IF_ERROR(r.Int("topk_group", &c->topk_group, false, 1));
+  RETURN_IF_ERROR(r.Bool("norm_topk_prob", &c->norm_topk_prob, true));
+  int64_t first_dense = 0, freq = 1, mtp = 0;
+  RETURN_IF_ERROR(r.Int("first_k_dense_replace", &first_dense, false, 0));
+  RETURN_IF_ERROR(r.Int("moe_layer_freq", &freq, false, 1));
+  RETURN_IF_ERROR(r.Int("num_nextn_predict_layers", &mtp, false, 0));
+  if (freq < 1) return r.Bad("moe_layer_freq", "must be >= 1");
+  if (first_dense < 0) return r.Bad("first_k_dense_replace", "must be >= 0");
+  if (mtp < 0) return r.Bad("num_nextn_predict_layers", "must be >= 0");
+  c->mtp_depth = mtp;
+  c->mtp_after_final_norm = true;
+  if (c->n_routed_experts == 0) {
+    c->n_dense_layers = c->n_layers;
+    return Status::Ok();
+  }
+  // Layer l (MTP layers included, at n_layers + j) is MoE when l >=
+  // first_k_dense_replace and l % moe_layer_freq == 0 (DeepSeek's rule);
+  // ours are the layers after a dense prefix, and MTP blocks are MoE when
+  // the last main layer is.
+  auto is_moe = [&](int64_t l) { return l >= first_dense && l % freq == 0; };
+  const int64_t prefix = std::min(first_dense, c->n_layers);
+  c->n_dense_layers = prefix;
+  for (int64_t l = prefix; l < c->n_layers + mtp; ++l) {
+    const bool ours = l < c->n_layers ? true : c->n_layers > prefix;
+    if (is_moe(l) != ours)
+      return r.Bad("moe_layer_freq", "= " + std::to_string(freq) + " with first_k_dense_replace = " +
+                                         std::to_string(first_dense) + " makes layer " + std::to_string(l) +
+                                         (ours ? " dense" : " MoE") +
+                                         ": only dense layers before the first MoE layer (and MTP layers like the "
+                                         "last one) are supported yet");
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -300,13 +363,7 @@ Result<HfModelInfo> MapHfConfig(const nlohmann::json& j, const std::string& sour
     c.n_dense_layers = dense_prefix;
     if (c.n_routed_experts == 0) c.n_dense_layers = c.n_layers;
   }
-  if (fam == Family::kDeepseekV3) {
-    int64_t kv_lora = 0;
-    RETURN_IF_ERROR(r.Int("kv_lora_rank", &kv_lora, false, 0));
-    return r.Bad("kv_lora_rank", "= " + std::to_string(kv_lora) +
-                                     ": multi-head latent attention (MLA) is not supported yet, so DeepseekV3ForCausalLM "
-                                     "cannot be imported");
-  }
+  if (fam == Family::kDeepseekV3) RETURN_IF_ERROR(MapDeepseekV3(r, &c, &info));
   RETURN_IF_ERROR(r.CheckAllKnown());
   if (Status s = c.Validate(); !s.ok()) return Status::Error(source + ": maps to an invalid model: " + s.message());
   info.config = c;
@@ -360,6 +417,40 @@ std::string HfTensorName(const ModelConfig& cfg, const std::string& ours) {
   return "model.layers." + std::to_string(cfg.n_layers + j) + "." + rest;
 }
 
+namespace {
+
+// Rows [first, first + d) of each of `groups` blocks of `stride` rows of a
+// [rows, cols] matrix, from RoPE's interleaved pairs (2i, 2i+1) to
+// rotate-half pairs (i, i + d/2): new row i = old 2i, new d/2 + i = old 2i + 1.
+void DeinterleaveRows(std::vector<float>* m, int64_t cols, int64_t groups, int64_t stride, int64_t first, int64_t d) {
+  std::vector<float> old(d * cols);
+  for (int64_t g = 0; g < groups; ++g) {
+    float* base = m->data() + (g * stride + first) * cols;
+    std::copy(base, base + d * cols, old.begin());
+    for (int64_t i = 0; i < d / 2; ++i) {
+      std::copy(old.begin() + (2 * i) * cols, old.begin() + (2 * i + 1) * cols, base + i * cols);
+      std::copy(old.begin() + (2 * i + 1) * cols, old.begin() + (2 * i + 2) * cols, base + (d / 2 + i) * cols);
+    }
+  }
+}
+
+}  // namespace
+
+void ToOurLayout(const HfModelInfo& info, const ParamInfo& p, std::vector<float>* v) {
+  const ModelConfig& c = info.config;
+  if (!c.mla()) return;
+  const int64_t Dr = c.qk_rope_head_dim, Dqk = c.qk_head_dim(), cols = p.shape.size() == 2 ? p.shape[1] : 1;
+  if (info.rope_interleave) {
+    if (p.name.ends_with("self_attn.q_b_proj.weight") || p.name.ends_with("self_attn.q_proj.weight"))
+      DeinterleaveRows(v, cols, c.n_heads, Dqk, c.qk_nope_head_dim, Dr);
+    if (p.name.ends_with("self_attn.kv_a_proj_with_mqa.weight")) DeinterleaveRows(v, cols, 1, 0, c.kv_lora_rank, Dr);
+  }
+  if (p.name.starts_with("model.mtp.") && p.name.ends_with(".eh_proj.weight")) {
+    const int64_t C = c.d_model;
+    for (int64_t r = 0; r < C; ++r) std::swap_ranges(v->begin() + r * 2 * C, v->begin() + r * 2 * C + C, v->begin() + r * 2 * C + C);
+  }
+}
+
 Result<std::unique_ptr<Model>> LoadHfModel(const std::string& dir, HfModelInfo* info_out) {
   ASSIGN_OR_RETURN(HfModelInfo info, ReadHfConfig(dir));
   ASSIGN_OR_RETURN(HfWeights weights, HfWeights::Open(dir));
@@ -373,8 +464,28 @@ Result<std::unique_ptr<Model>> LoadHfModel(const std::string& dir, HfModelInfo* 
       return Status::Error(dir + ": tensor " + name + " " + ShapeOf(p.shape) + " is missing (" + info.architecture +
                            " with this config.json needs it)");
     ASSIGN_OR_RETURN(std::vector<float> v, weights.ReadF32(name, p.shape));
+    ToOurLayout(info, p, &v);
     model->ParamsFromHost(v.data(), p.offset, p.numel);
     used.insert(name);
+  }
+  // DeepSeek's MTP layers store their own embedding and head; ours use the
+  // main model's, so the copies must be exactly those.
+  for (int64_t j = 0; j < cfg.mtp_depth; ++j) {
+    const std::string layer = "model.layers." + std::to_string(cfg.n_layers + j) + ".";
+    for (auto [theirs, main] : {std::pair<std::string, std::string>{layer + "embed_tokens.weight", "model.embed_tokens.weight"},
+                                {layer + "shared_head.head.weight", cfg.tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight"}}) {
+      if (!weights.Find(theirs))
+        return Status::Error(dir + ": tensor " + theirs + " is missing (" + info.architecture + " MTP layer " +
+                             std::to_string(j) + " needs it)");
+      const std::vector<int64_t> shape = {cfg.vocab_size, cfg.d_model};
+      ASSIGN_OR_RETURN(std::vector<float> a, weights.ReadF32(theirs, shape));
+      ASSIGN_OR_RETURN(std::vector<float> b, weights.ReadF32(main, shape));
+      if (a != b)
+        return Status::Error(weights.FileOf(theirs) + ": tensor " + theirs + " differs from " + main +
+                             ": an MTP layer with its own embedding or head is not supported yet (Myriad's MTP modules "
+                             "share the main model's)");
+      used.insert(theirs);
+    }
   }
   const auto& bias_names = model->layout().bias_names();
   for (size_t i = 0; i < bias_names.size(); ++i) {

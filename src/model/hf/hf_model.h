@@ -20,6 +20,7 @@
 #include "core/status.h"
 #include "model/config.h"
 #include "model/model.h"
+#include "model/params.h"
 
 namespace myriad::hf {
 
@@ -34,6 +35,9 @@ struct HfModelInfo {
   int64_t bos_token_id = -1;
   std::vector<int64_t> eos_token_ids;  // config.json's, else generation_config.json's
   nlohmann::json hf_config;  // config.json as read
+  // DeepSeek-V3: RoPE pairs (2i, 2i+1) in the checkpoint's q and k_pe rows;
+  // LoadHfModel reorders those rows into our rotate-half pairs (i, i + d/2).
+  bool rope_interleave = false;
 };
 
 // Reads and maps DIR/config.json (and generation_config.json's eos ids).
@@ -45,6 +49,13 @@ Result<HfModelInfo> MapHfConfig(const nlohmann::json& config, const std::string&
 // selection-bias buffers): the same name but for MTP modules, which DeepSeek
 // stores as extra layers (model.mtp.J.block.X -> model.layers.(L+J).X).
 std::string HfTensorName(const ModelConfig& cfg, const std::string& ours);
+
+// A Hugging Face tensor (as read, or a gradient of it) into our layout of
+// the same parameter p, where the two differ (DeepSeek-V3, docs/open-models.md):
+// the RoPE rows of q and of k_pe de-interleaved (info.rope_interleave), and an
+// MTP eh_proj's column halves swapped (DeepSeek's input is [embedding;
+// hidden], ours [hidden; embedding]). Both are permutations; a no-op elsewhere.
+void ToOurLayout(const HfModelInfo& info, const ParamInfo& p, std::vector<float>* v);
 
 // The folder's model: config and every weight, converted to fp32 exactly.
 Result<std::unique_ptr<Model>> LoadHfModel(const std::string& dir, HfModelInfo* info = nullptr);

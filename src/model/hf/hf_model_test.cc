@@ -23,6 +23,21 @@ nlohmann::json Base(const std::string& arch) {
           {"bos_token_id", 1}, {"eos_token_id", {2, 3}}};
 }
 
+// The tiny DeepSeek-V3 of tests/hf/make_tiny.py, with q_lora_rank 24.
+nlohmann::json DeepseekV3() {
+  auto j = Base("DeepseekV3ForCausalLM");
+  j["num_key_value_heads"] = 4;
+  j.update({{"kv_lora_rank", 32}, {"q_lora_rank", 24}, {"qk_nope_head_dim", 16}, {"qk_rope_head_dim", 8},
+            {"v_head_dim", 12}, {"n_routed_experts", 16}, {"num_experts_per_tok", 4}, {"moe_intermediate_size", 32},
+            {"n_shared_experts", 1}, {"routed_scaling_factor", 2.5}, {"n_group", 4}, {"topk_group", 2},
+            {"first_k_dense_replace", 1}, {"moe_layer_freq", 1}, {"norm_topk_prob", true}, {"scoring_func", "sigmoid"},
+            {"topk_method", "noaux_tc"}, {"num_nextn_predict_layers", 1}, {"rope_interleave", true},
+            {"attention_bias", false},
+            {"rope_scaling", {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64},
+                              {"beta_fast", 32}, {"beta_slow", 1}, {"mscale", 1.0}, {"mscale_all_dim", 1.0}}}});
+  return j;
+}
+
 std::string Error(const nlohmann::json& j) {
   auto r = MapHfConfig(j, "config.json");
   return r.ok() ? "" : r.status().message();
@@ -110,9 +125,56 @@ TEST(HfConfig, RefusalsNameTheFileAndTheKey) {
   j = Base("LlamaForCausalLM");
   j.erase("hidden_size");
   EXPECT_EQ(Error(j), "config.json: LlamaForCausalLM needs the key \"hidden_size\"");
-  j = Base("DeepseekV3ForCausalLM");
-  j["kv_lora_rank"] = 32;
-  EXPECT_NE(Error(j).find("multi-head latent attention (MLA) is not supported yet"), std::string::npos) << Error(j);
+  j = DeepseekV3();
+  j["scoring_func"] = "softmax";
+  EXPECT_EQ(Error(j), "config.json: DeepseekV3ForCausalLM key \"scoring_func\" = \"softmax\" is not supported "
+                      "(DeepSeek-V3's is sigmoid)");
+  j = DeepseekV3();
+  j["moe_layer_freq"] = 2;
+  EXPECT_NE(Error(j).find("key \"moe_layer_freq\" = 2 with first_k_dense_replace = 1 makes layer 1 dense"),
+            std::string::npos)
+      << Error(j);
+  j = DeepseekV3();
+  j["attention_bias"] = true;
+  EXPECT_NE(Error(j).find("key \"attention_bias\" = true is not supported yet"), std::string::npos) << Error(j);
+  j = DeepseekV3();
+  j["use_mla_cache_magic"] = 1;
+  EXPECT_NE(Error(j).find("key \"use_mla_cache_magic\" is not known to Myriad's import of DeepseekV3ForCausalLM"),
+            std::string::npos)
+      << Error(j);
+}
+
+TEST(HfConfig, DeepseekV3MapsMlaRouterAndMtp) {
+  auto r = MapHfConfig(DeepseekV3(), "config.json");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const ModelConfig& c = r->config;
+  EXPECT_TRUE(c.mla());
+  EXPECT_EQ(c.q_lora_rank, 24);
+  EXPECT_EQ(c.kv_lora_rank, 32);
+  EXPECT_EQ(c.qk_head_dim(), 24);
+  EXPECT_EQ(c.v_dim(), 12);
+  EXPECT_EQ(c.rope_dim(), 8);
+  EXPECT_EQ(c.kv_cache_floats_per_token_layer(), 40);
+  EXPECT_EQ(c.n_dense_layers, 1);
+  EXPECT_EQ(c.n_routed_experts, 16);
+  EXPECT_EQ(c.top_k, 4);
+  EXPECT_EQ(c.n_shared_experts, 1);
+  EXPECT_EQ(c.n_group, 4);
+  EXPECT_EQ(c.topk_group, 2);
+  EXPECT_EQ(c.routed_scaling_factor, 2.5);
+  EXPECT_TRUE(c.sigmoid_scores());
+  EXPECT_EQ(c.mtp_depth, 1);
+  EXPECT_TRUE(c.mtp_after_final_norm);
+  EXPECT_EQ(c.rope_scaling, "yarn");
+  EXPECT_EQ(c.rope_mscale_all_dim, 1.0);
+  EXPECT_TRUE(r->rope_interleave);
+  auto j = DeepseekV3();
+  j["q_lora_rank"] = nullptr;  // q_proj
+  j["rope_interleave"] = false;
+  r = MapHfConfig(j, "config.json");
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(r->config.q_lora_rank, 0);
+  EXPECT_FALSE(r->rope_interleave);
 }
 
 TEST(HfConfig, MtpModulesAreDeepSeeksExtraLayers) {

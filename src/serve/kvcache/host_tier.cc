@@ -28,7 +28,7 @@ const char* KvStorageFormatName(KvStorageFormat f) {
 }
 
 int64_t KvRowFloats(const ModelConfig& cfg) {
-  const int64_t kvd = cfg.n_kv_heads * cfg.head_dim();
+  const int64_t kvd = cfg.kv_cache_heads() * cfg.kv_cache_dim();
   return cfg.dsa() ? std::gcd(kvd, cfg.dsa_index_dim) : kvd;
 }
 

@@ -23,7 +23,7 @@ BlockKey ChainKey(BlockKey parent, const int32_t* tokens, int n, const ModelFing
 }
 
 int64_t BlockFloats(const ModelConfig& cfg) {
-  return cfg.n_layers * 2 * kBlockTokens * cfg.n_kv_heads * cfg.head_dim() +
+  return cfg.n_layers * kBlockTokens * cfg.kv_cache_floats_per_token_layer() +
          cfg.dsa_indexer_layers() * kBlockTokens * cfg.dsa_index_dim;
 }
 

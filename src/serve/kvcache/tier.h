@@ -33,14 +33,17 @@ struct ModelFingerprint {
 // key of the block after `parent` (0 for the first) holding these tokens.
 BlockKey ChainKey(BlockKey parent, const int32_t* tokens, int n, const ModelFingerprint& fp);
 
-// Floats in one block for a model: layers * 2 * kBlockTokens * Hkv * D, and
-// for a DSA model the indexer keys after them: indexer layers * kBlockTokens
-// * dsa_index_dim (so every tier keeps them with the block).
+// Floats in one block for a model, the one definition every tier and the
+// pool follow: layers * kBlockTokens * cfg.kv_cache_floats_per_token_layer()
+// (GQA: k and v, 2 * Hkv * D; MLA: the latent row, kv_lora_rank +
+// qk_rope_head_dim), and for a DSA model the indexer keys after them:
+// indexer layers * kBlockTokens * dsa_index_dim (so every tier keeps them
+// with the block).
 int64_t BlockFloats(const ModelConfig& cfg);
 
 struct KvBlock {
   BlockKey key = 0;
-  std::vector<float> data;  // BlockFloats(cfg) floats, [layer][k|v][token][Hkv*D]
+  std::vector<float> data;  // BlockFloats(cfg) floats, KvPool's layout
 };
 
 struct TierStats {

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <ostream>
 
+#include "model/flops.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/checkpoint/manifest.h"
 
@@ -150,6 +151,15 @@ Status InspectCheckpoint(const std::string& path, std::ostream& out, Env* env) {
     out << "  " << Pad(key, 14) << "  " << (key == "model_config" ? value : Clip(value, 160))
         << "\n";
   }
+
+  if (manifest.json.contains("model_config"))
+    if (auto m = ModelConfig::FromJson(manifest.json["model_config"]); m.ok()) {
+      // The KV cache a session or the serving pool holds per token (fp32), beside GQA's at equal width for MLA.
+      out << "  " << Pad("kv_cache", 14) << "  " << KvBytesPerToken(*m) << " bytes per token (fp32, "
+          << m->n_layers << " layers)";
+      if (m->mla()) out << "; GQA at equal width " << KvBytesPerToken(GqaAtEqualWidth(*m)) << " bytes";
+      out << "\n";
+    }
 
   out << "\nfiles\n";
   size_t name_w = 4;
