@@ -244,7 +244,11 @@ Status ExportHfModel(const Model& model, const std::string& out_path, const HfEx
   if (!s.ok()) {
     if (exists && !fs::exists(out_dir, ec) && fs::exists(old, ec)) (void)env->RenameFile(old, out_dir);  // put it back
     (void)env->RemoveAll(tmp);
-    return s;
+    // Messages name the output, not the temporary folder it is written in.
+    std::string m = s.message();
+    for (size_t at = m.find(tmp); at != std::string::npos; at = m.find(tmp, at + out_dir.size()))
+      m.replace(at, tmp.size(), out_dir);
+    return Status::Error(m);
   }
   if (exists) (void)env->RemoveAll(old);
   const std::string parent = fs::path(out_dir).parent_path().string();

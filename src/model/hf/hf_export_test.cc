@@ -285,7 +285,9 @@ TEST_F(HfExportFolder, Bf16OnlyWhenExact) {
   auto s = ExportHfModel(m, dir_ + "/out", opt);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("is not exactly representable in BF16"), std::string::npos) << s.message();
+  EXPECT_EQ(s.message().rfind(dir_ + "/out: tensor model.embed_tokens.weight element 0 = ", 0), 0u) << s.message();
   EXPECT_FALSE(fs::exists(dir_ + "/out"));
+  EXPECT_FALSE(fs::exists(dir_ + "/out.tmp"));
   // Weights that are bfloat16 values (as imported from a bf16 folder) export as BF16, exactly.
   std::vector<float> p = m.ParamsToHost();
   for (float& v : p) v = Bf16ToFloat(FloatToBf16(v));
