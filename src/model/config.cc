@@ -80,11 +80,11 @@ constexpr BoolKey kBoolKeys[] = {
 
 }  // namespace
 
-ModelConfig ModelConfig::Read(ConfigDoc* doc) {
-  ModelConfig c;
+ModelConfig ModelConfig::Read(ConfigDoc* doc, const ModelConfig* base) {
+  ModelConfig c = base ? *base : ModelConfig();
   for (const IntKey& k : kIntKeys) {
     // A TOML config without dsa_index_rope_dim gets dsa_index_dim / 2 (read before it).
-    if (k.field == &ModelConfig::dsa_index_rope_dim) c.dsa_index_rope_dim = (c.dsa_index_dim / 2) & ~int64_t{1};
+    if (k.field == &ModelConfig::dsa_index_rope_dim && !base) c.dsa_index_rope_dim = (c.dsa_index_dim / 2) & ~int64_t{1};
     c.*k.field = doc->GetInt(std::string("model.") + k.name, c.*k.field, k.lo, k.hi);
   }
   c.score_func = doc->GetString("model.score_func", c.score_func);
@@ -93,6 +93,16 @@ ModelConfig ModelConfig::Read(ConfigDoc* doc) {
   c.rope_scaling = doc->GetString("model.rope_scaling", c.rope_scaling);
   c.attention = doc->GetString("model.attention", c.attention);
   c.dsa_index_precision = doc->GetString("model.dsa_index_precision", c.dsa_index_precision);
+  return c;
+}
+
+ModelConfig ModelConfig::WithTrainingKeysOf(const ModelConfig& other) const {
+  ModelConfig c = *this;
+  c.aux_loss_weight = other.aux_loss_weight;
+  c.bias_update_rate = other.bias_update_rate;
+  c.mtp_loss_weight = other.mtp_loss_weight;
+  c.init_std = other.init_std;
+  c.dsa_warmup_steps = other.dsa_warmup_steps;
   return c;
 }
 

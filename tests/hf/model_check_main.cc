@@ -13,6 +13,10 @@
 //       after PROMPT (comma-separated ids) decoded with the KV cache, and
 //       writes the logits each id was chosen from to LOGITS (raw
 //       little-endian float32 [N, V]).
+//   hf_model_check loss SOURCE DATA_DIR B T BATCHES
+//       prints the mean loss of SOURCE (a folder or a checkpoint) over the
+//       first BATCHES validation batches [B, T+1] of the prepared DATA_DIR
+//       (trainer.h's Evaluate, as `myriad eval`).
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -23,6 +27,7 @@
 #include "model/hf/hf_model.h"
 #include "model/hf/hf_weights.h"
 #include "model/inference.h"
+#include "data/loader.h"
 #include "model/sampler.h"
 #include "train/checkpoint/checkpoint.h"
 #include "train/trainer.h"
@@ -108,6 +113,16 @@ int Greedy(const std::string& source, const std::string& prompt_text, int n, con
   return 0;
 }
 
+int Loss(const std::string& source, const std::string& data, int B, int T, int batches) {
+  auto m = LoadAny(source);
+  if (!m.ok()) return Fail(m.status().message());
+  auto val = DataLoader::Open(data, "val", T, 0);
+  if (!val.ok()) return Fail(val.status().message());
+  const EvalResult r = Evaluate(**m, **val, B, T, batches);
+  std::printf("%.9g\n", r.loss);
+  return 0;
+}
+
 }  // namespace
 }  // namespace myriad
 
@@ -115,6 +130,8 @@ int main(int argc, char** argv) {
   if (argc == 4 && !std::strcmp(argv[1], "same")) return myriad::Same(argv[2], argv[3]);
   if ((argc == 5 || argc == 6) && !std::strcmp(argv[1], "greedy"))
     return myriad::Greedy(argv[2], argv[3], std::atoi(argv[4]), argc == 6 ? argv[5] : nullptr);
-  std::fprintf(stderr, "usage: %s same A B | greedy SOURCE PROMPT N [LOGITS]\n", argv[0]);
+  if (argc == 7 && !std::strcmp(argv[1], "loss"))
+    return myriad::Loss(argv[2], argv[3], std::atoi(argv[4]), std::atoi(argv[5]), std::atoi(argv[6]));
+  std::fprintf(stderr, "usage: %s same A B | greedy SOURCE PROMPT N [LOGITS] | loss SOURCE DATA B T BATCHES\n", argv[0]);
   return 2;
 }

@@ -13,12 +13,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
 #include "model/config.h"
+#include "model/hf/hf_weights.h"
 #include "model/model.h"
 
 namespace myriad::hf {
@@ -45,6 +47,27 @@ Result<HfModelInfo> MapHfConfig(const nlohmann::json& config, const std::string&
 // selection-bias buffers): the same name but for MTP modules, which DeepSeek
 // stores as extra layers (model.mtp.J.block.X -> model.layers.(L+J).X).
 std::string HfTensorName(const ModelConfig& cfg, const std::string& ours);
+
+// A folder's weights under our names, for loaders that place them
+// themselves: LoadHfModel, and the trainer's train.init_from, where each
+// rank copies its shard of every whole tensor. Open reads and maps the
+// config (ReadHfConfig) and the weights (HfWeights) and checks that every
+// tensor the model needs is there and that the folder holds none it does
+// not use, each with one line naming it.
+class HfModelReader {
+ public:
+  static Result<HfModelReader> Open(const std::string& dir);
+  const HfModelInfo& info() const { return info_; }
+  // Our parameter or selection-bias buffer `ours` (HfTensorName) with
+  // `shape`, as fp32; a selection bias the folder does not hold reads as
+  // zeros (Qwen3-MoE has none). Const: safe from several threads.
+  Result<std::vector<float>> Read(const std::string& ours, const std::vector<int64_t>& shape) const;
+
+ private:
+  HfModelReader(HfModelInfo info, HfWeights weights) : info_(std::move(info)), weights_(std::move(weights)) {}
+  HfModelInfo info_;
+  HfWeights weights_;
+};
 
 // The folder's model: config and every weight, converted to fp32 exactly.
 Result<std::unique_ptr<Model>> LoadHfModel(const std::string& dir, HfModelInfo* info = nullptr);
