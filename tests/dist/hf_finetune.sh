@@ -4,8 +4,9 @@
 # and a tied Llama) trained from with a config that has no [model] section.
 #  - 40 steps on one rank lower the validation loss of the folder's model
 #    on the data (hf_model_check loss: trainer.h's Evaluate, as `myriad eval`);
-#  - the first step's loss from the same folder is the same under dp2, tp2
-#    and ep2 (MoE) as on one rank (<= 1e-5 relative); a folder of the same
+#  - the first step's loss from the same folder is the same under dp2, tp2,
+#    and for the MoE ep2, pp2 and dp2 with ZeRO-3, as on one rank (<= 1e-5
+#    relative); a folder of the same
 #    family drawn with another seed differs (so the comparison sees the
 #    weights);
 #  - a run directory works as the source too (a fine-tune of the fine-tune,
@@ -71,6 +72,8 @@ for m in qm llama; do
   train "$m-tp2" 2 --hf "$WORK/$m" --set train.steps=1 --set parallel.tp=2 && same_first_step "$m-1" "$m-tp2"
 done
 train qm-ep2 2 --hf "$WORK/qm" --set train.steps=1 --set parallel.ep=2 && same_first_step qm-1 qm-ep2
+train qm-pp2 2 --hf "$WORK/qm" --set train.steps=1 --set parallel.pp=2 && same_first_step qm-1 qm-pp2
+train qm-z3 2 --hf "$WORK/qm" --set train.steps=1 --set parallel.dp=2 --set parallel.zero=3 && same_first_step qm-1 qm-z3
 train qm-s1 1 --hf "$WORK/qm-seed1" --set train.steps=1 || true
 if [ -f "$WORK/qm-s1/metrics.jsonl" ]; then
   r=$(first_loss qm-s1) f=$(first_loss qm-1)
