@@ -3,6 +3,9 @@
 // token and the DRAM read bandwidth measured in this process.
 //
 //   bench_decode --config FILE [--set k=v ...] [--tokens N] [--prompt-len P] [--weights fp32|fp16|int8]
+//   bench_decode --hf HF_DIR [...]   (an imported model with its own weights)
+// Also reports the KV cache bytes per token (the serving pool's block size,
+// serve::BlockFloats, per token).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,9 +17,11 @@
 #include "bench/bench_args.h"
 #include "backend/cpu/kernel_bench.h"
 #include "core/rng.h"
+#include "model/hf/hf_model.h"
 #include "model/inference.h"
 #include "model/sampler.h"
 #include "ops/ops.h"
+#include "serve/kvcache/tier.h"
 #include "train/trainer.h"
 
 using namespace myriad;
@@ -29,14 +34,23 @@ int main(int argc, char** argv) {
   const std::vector<std::string>& sets = args.sets;
   const int tokens = args.Int("--tokens"), prompt_len = args.Int("--prompt-len");
   const std::string weights = args.Str("--weights");
-  ModelConfig mc;
-  TrainConfig tc;
-  Status s = LoadRunConfig(config, sets, &mc, &tc);
-  if (!s.ok()) { std::fprintf(stderr, "%s\n", s.message().c_str()); return 1; }
   WeightFormat fmt;
   if (!ParseWeightFormat(weights, &fmt)) { std::fprintf(stderr, "unknown --weights %s\n", weights.c_str()); return 2; }
-  Model model(mc);
-  model.InitWeights(tc.seed);
+  std::unique_ptr<Model> owned;
+  if (!args.hf.empty()) {
+    auto m = hf::LoadHfModel(args.hf);
+    if (!m.ok()) { std::fprintf(stderr, "%s\n", m.status().message().c_str()); return 1; }
+    owned = std::move(m).value();
+  } else {
+    ModelConfig mcfg;
+    TrainConfig tc;
+    Status s = LoadRunConfig(config, sets, &mcfg, &tc);
+    if (!s.ok()) { std::fprintf(stderr, "%s\n", s.message().c_str()); return 1; }
+    owned = std::make_unique<Model>(mcfg);
+    owned->InitWeights(tc.seed);
+  }
+  const Model& model = *owned;
+  const ModelConfig& mc = model.config();
   const int64_t max_len = std::min<int64_t>(mc.max_seq_len, prompt_len + tokens + 1);
   InferenceSession session(model, max_len, fmt);
   Rng rng(7);
@@ -61,6 +75,7 @@ int main(int argc, char** argv) {
   const double bytes = static_cast<double>(session.WeightBytesPerToken());
   nlohmann::json out = {{"tokens_per_s", tps}, {"weights", WeightFormatName(fmt)},
                         {"weight_bytes_per_token", bytes}, {"read_bw_gbs", bw},
+                        {"kv_bytes_per_token", serve::BlockFloats(mc) * 4 / serve::kBlockTokens},
                         {"roofline_fraction", bytes * tps / (bw * 1e9)},
                         {"backend", ops::Active()->name()}, {"threads", ops::Active()->num_threads()}};
   std::printf("%s\n", out.dump().c_str());

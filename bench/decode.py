@@ -5,6 +5,8 @@ roofline (weight bytes per token x tokens/s / DRAM read bandwidth measured in
 the same run). Also runs Myriad with fp16 and int8 weights.
 
     bench/decode.py --config bench/configs/gpt2_dense.toml [--rounds 3]
+    bench/decode.py --hf HF_DIR [--hf HF_DIR2 ...]   (imported models, their own weights; the peer is
+        tests/hf/hf_reference.py; each line also gives the KV cache bytes per token)
 """
 import argparse
 import sys
@@ -14,20 +16,24 @@ import common
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", required=True)
+    ap.add_argument("--config")
+    ap.add_argument("--hf", help="a Hugging Face folder instead of --config")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--prompt-len", type=int, default=16)
     ap.add_argument("--json-out")
     a = ap.parse_args()
+    if (a.config is None) == (a.hf is None):
+        ap.error("give one of --config and --hf")
+    model = ["--config", a.config] if a.config else ["--hf", a.hf]
 
     def mine(fmt):
-        return [f"{common.BUILD}/bench_decode", "--config", a.config, "--tokens", str(a.tokens),
+        return [f"{common.BUILD}/bench_decode", *model, "--tokens", str(a.tokens),
                 "--prompt-len", str(a.prompt_len), "--weights", fmt]
 
-    peer = [common.PY, f"{common.ROOT}/bench/torch_peer.py", "decode", "--config", a.config, "--tokens",
-            str(a.tokens), "--prompt-len", str(a.prompt_len)]
-    sys.stderr.write(f"decode {a.config}: {a.rounds} rounds, Myriad (fp32) and PyTorch alternating\n")
+    peer = [common.PY, f"{common.ROOT}/bench/torch_peer.py", "decode" if a.config else "decode-hf", *model,
+            "--tokens", str(a.tokens), "--prompt-len", str(a.prompt_len)]
+    sys.stderr.write(f"decode {a.config or a.hf}: {a.rounds} rounds, Myriad (fp32) and PyTorch alternating\n")
     res = common.alternate(a.rounds, {"myriad-fp32": lambda: common.run_json(mine("fp32"), common.myriad_env()),
                                       "pytorch-fp32": lambda: common.run_json(peer, common.peer_env())})
     ra, rb = res["myriad-fp32"], res["pytorch-fp32"]
@@ -44,7 +50,7 @@ def main():
                      f"peer {p:.1f} tok/s, ratio {m / p:.2f}x; fp16 {extra['fp16']['tokens_per_s']:.1f}, "
                      f"int8 {extra['int8']['tokens_per_s']:.1f} tok/s "
                      f"({extra['int8']['tokens_per_s'] / m:.2f}x fp32)\n")
-    common.emit({"bench": "decode", "config": {"file": a.config, "batch": 1, "tokens": a.tokens,
+    common.emit({"bench": "decode", "config": {"file": a.config or a.hf, "kv_bytes_per_token": ra[0].get("kv_bytes_per_token"), "batch": 1, "tokens": a.tokens,
                  "prompt_len": a.prompt_len, "weights": "fp32", "read_bw_gbs": bw,
                  "weight_bytes_per_token": ra[0]["weight_bytes_per_token"], "threads": ra[0]["threads"],
                  "fp16": extra["fp16"], "int8": extra["int8"],

@@ -8,6 +8,8 @@ unless the caller set it) and torch.set_num_threads(--threads).
 
   /usr/bin/python3 bench/torch_peer.py train --config bench/configs/moe_small.toml \
       [--set KEY=VALUE ...] --steps 5 --warmup 2 --threads 1 [--batch 8] [--seq 256]
+  /usr/bin/python3 bench/torch_peer.py train-hf --hf HF_DIR --batch 8 --seq 256 --steps 5 --warmup 2
+  /usr/bin/python3 bench/torch_peer.py decode-hf --hf HF_DIR --tokens 32 [--absorbed]
   /usr/bin/python3 bench/torch_peer.py decode --config bench/configs/gpt2_dense.toml \
       --tokens 32 --prompt-len 16 [--threads 1]
 
@@ -20,6 +22,8 @@ fields (process_time, all threads) show how much CPU the run actually got: on
 a shared machine a low CPU/wall ratio means the figure is contention-bound.
 train:  tokens_per_s = batch*seq / median step time; a step is forward, backward,
         global-norm clipping, AdamW and the bias update on one random batch.
+train-hf: the same step on a Hugging Face folder, in the independent reference
+        of tests/hf/hf_reference.py (its Model, autograd, torch.optim.AdamW).
 decode: tokens_per_s = generated tokens / time of the one-token steps (the
         prompt is prefilled once, timed separately as prefill_ms).
 """
@@ -253,6 +257,70 @@ def cmd_train(args):
     print(json.dumps(result), flush=True)
 
 
+def cmd_train_hf(args):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "hf"))
+    import hf_reference as ref  # noqa: E402
+    torch.set_num_threads(args.threads)
+    gen = torch.Generator().manual_seed(1234)
+    model = ref.Model(args.hf)
+    names = model.trainable()
+    for n in names:
+        model.w[n].requires_grad_(True)
+    opt = torch.optim.AdamW([model.w[n] for n in names], lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    B, T = args.batch, args.seq
+    total = args.warmup + args.steps
+    tokens = torch.randint(0, model.spec.vocab, (total, B, T + 1), generator=gen)
+    times, cpu_times, losses = [], [], []
+    for s in range(total):
+        t0, c0 = time.perf_counter(), time.process_time()
+        opt.zero_grad(set_to_none=True)
+        loss = model.losses(tokens[s])["loss"]
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([model.w[n] for n in names], 1.0)
+        opt.step()
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
+        losses.append(float(loss))
+        if s >= args.warmup:
+            times.append(dt)
+            cpu_times.append(dc)
+        print(f"step {s + 1}/{total}: {dt * 1e3:.1f} ms loss {float(loss):.4f}"
+              + ("" if s >= args.warmup else " (warmup)"), file=sys.stderr)
+    med = statistics.median(times)
+    result = {"bench": "train", "peer": "pytorch", "model": os.path.basename(os.path.normpath(args.hf)),
+              "batch": B, "seq": T, "steps": args.steps, "warmup": args.warmup,
+              "tokens_per_s": B * T / med, "step_ms_median": med * 1e3, "step_ms_min": min(times) * 1e3,
+              "step_cpu_ms_median": statistics.median(cpu_times) * 1e3,
+              "params": sum(model.w[n].numel() for n in names), "final_loss": losses[-1]}
+    result.update(environment(args.threads))
+    print(json.dumps(result), flush=True)
+
+
+def cmd_decode_hf(args):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "hf"))
+    import hf_reference as ref  # noqa: E402
+    torch.set_num_threads(args.threads)
+    model = ref.Model(args.hf)
+    gen = torch.Generator().manual_seed(args.seed)
+    prompt = torch.randint(0, model.spec.vocab, (args.prompt_len,), generator=gen).tolist()
+    best, prefill = float("inf"), float("inf")
+    with torch.no_grad():
+        for _ in range(2):  # warm-up, then timed
+            cache = ref.Cache()
+            t0 = time.perf_counter()
+            logits, _ = model.forward(torch.tensor([prompt]), cache=cache, absorbed=args.absorbed)
+            t1 = time.perf_counter()
+            for _ in range(args.tokens):
+                t = int(logits[0, -1].argmax())
+                logits, _ = model.forward(torch.tensor([[t]]), cache=cache, absorbed=args.absorbed)
+            t2 = time.perf_counter()
+            best, prefill = min(best, t2 - t1), min(prefill, t1 - t0)
+    result = {"bench": "decode", "peer": "pytorch", "model": os.path.basename(os.path.normpath(args.hf)),
+              "tokens": args.tokens, "prompt_len": args.prompt_len, "tokens_per_s": args.tokens / best,
+              "prefill_ms": prefill * 1e3, "absorbed": args.absorbed}
+    result.update(environment(args.threads))
+    print(json.dumps(result), flush=True)
+
+
 def cmd_decode(args):
     mcfg, _, _ = load_config(args.config, args.set, need_train=False)
     torch.set_num_threads(args.threads)
@@ -290,6 +358,20 @@ def main(argv=None):
     tr.add_argument("--seq", type=int, default=None, help="default: train.seq_len")
     tr.add_argument("--autocast", choices=["none", "bf16"], default="none",
                     help="bf16: run the step under torch.cpu.amp.autocast(bfloat16)")
+    th = sub.add_parser("train-hf", help="time training steps of a Hugging Face folder (tests/hf/hf_reference.py)")
+    th.add_argument("--hf", required=True)
+    th.add_argument("--steps", type=int, default=5)
+    th.add_argument("--warmup", type=int, default=2)
+    th.add_argument("--threads", type=int, default=1)
+    th.add_argument("--batch", type=int, default=8)
+    th.add_argument("--seq", type=int, default=256)
+    dh = sub.add_parser("decode-hf", help="time batch-1 greedy decode of a Hugging Face folder (hf_reference.py)")
+    dh.add_argument("--hf", required=True)
+    dh.add_argument("--tokens", type=int, default=32)
+    dh.add_argument("--prompt-len", type=int, default=16)
+    dh.add_argument("--threads", type=int, default=1)
+    dh.add_argument("--seed", type=int, default=1234)
+    dh.add_argument("--absorbed", action="store_true", help="MLA: the absorbed decode (compressed cache)")
     de = sub.add_parser("decode", help="time batch-1 greedy decode with a KV cache")
     de.add_argument("--config", required=True)
     de.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
@@ -298,14 +380,14 @@ def main(argv=None):
     de.add_argument("--threads", type=int, default=1)
     de.add_argument("--seed", type=int, default=1234)
     args = ap.parse_args(argv)
-    if args.cmd == "train":
+    if args.cmd in ("train", "train-hf"):
         if args.steps < 1:
             raise SystemExit("[train] --steps must be >= 1")
-        cmd_train(args)
+        cmd_train(args) if args.cmd == "train" else cmd_train_hf(args)
     else:
         if args.tokens < 1 or args.prompt_len < 1:
             raise SystemExit("[decode] --tokens and --prompt-len must be >= 1")
-        cmd_decode(args)
+        cmd_decode(args) if args.cmd == "decode" else cmd_decode_hf(args)
 
 
 if __name__ == "__main__":

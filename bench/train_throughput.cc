@@ -3,6 +3,7 @@
 // tokens/s, the median step time and the SGEMM peak measured in this process.
 //
 //   bench_train_throughput --config FILE [--set k=v ...] [--steps N] [--warmup W] [--precision fp32|bf16|auto]
+//   bench_train_throughput --hf HF_DIR --batch B --seq T [...]   (an imported model, its own weights)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +20,7 @@
 #include "ops/ops.h"
 #include "train/precision.h"
 #include "model/flops.h"
+#include "model/hf/hf_model.h"
 #include "train/comm/local_comm.h"
 #include "train/dist_train.h"
 #include "train/trainer.h"
@@ -27,7 +29,7 @@ using namespace myriad;
 
 int main(int argc, char** argv) {
   BenchArgs args;
-  args.opts = {{"--steps", "5"}, {"--warmup", "2"}, {"--precision", "fp32"}};
+  args.opts = {{"--steps", "5"}, {"--warmup", "2"}, {"--precision", "fp32"}, {"--batch", "8"}, {"--seq", "256"}};
   if (!args.Parse(argc, argv)) return 2;
   const std::string& config = args.config;
   const std::vector<std::string>& sets = args.sets;
@@ -35,8 +37,19 @@ int main(int argc, char** argv) {
   const std::string precision = args.Str("--precision");
   ModelConfig mc;
   TrainConfig tc;
-  Status s = LoadRunConfig(config, sets, &mc, &tc);
-  if (!s.ok()) { std::fprintf(stderr, "%s\n", s.message().c_str()); return 1; }
+  std::unique_ptr<Model> imported;
+  if (!args.hf.empty()) {
+    hf::HfModelInfo info;
+    auto m = hf::LoadHfModel(args.hf, &info);
+    if (!m.ok()) { std::fprintf(stderr, "%s\n", m.status().message().c_str()); return 1; }
+    imported = std::move(m).value();
+    mc = info.config;
+    tc.batch_size = args.Int("--batch");
+    tc.seq_len = args.Int("--seq");
+  } else {
+    Status s = LoadRunConfig(config, sets, &mc, &tc);
+    if (!s.ok()) { std::fprintf(stderr, "%s\n", s.message().c_str()); return 1; }
+  }
   const int B = static_cast<int>(tc.batch_size), T = static_cast<int>(tc.seq_len);
   auto choice = ChoosePrecision(precision, mc, static_cast<int64_t>(B) * T);
   if (!choice.ok()) { std::fprintf(stderr, "%s\n", choice.status().message().c_str()); return 1; }
@@ -48,6 +61,11 @@ int main(int argc, char** argv) {
   auto trainer = DistTrainer::Create(world.get(), mc, tc);
   if (!trainer.ok()) { std::fprintf(stderr, "%s\n", trainer.status().message().c_str()); return 1; }
   DistTrainer& dtr = **trainer;
+  if (imported) {  // start from the folder's weights (routing as the model routes)
+    const std::vector<float> w = imported->ParamsToHost();
+    dtr.model().ParamsFromHost(w.data(), 0, static_cast<int64_t>(w.size()));
+    dtr.model().biases() = imported->biases();
+  }
   Rng rng(42);
   std::vector<int32_t> tokens(static_cast<size_t>(B) * (T + 1));
   std::vector<double> times;

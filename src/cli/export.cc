@@ -30,23 +30,27 @@ bool IsHfFolder(const std::string& path) {
 }
 
 Result<Source> LoadSource(const std::string& path) {
-  namespace fs = std::filesystem;
+  ASSIGN_OR_RETURN(LoadedModel lm, IsHfFolder(path) ? LoadModelFromHf(path) : LoadModelFromCheckpoint(path));
+  LOG_INFO("export: read %s%s", lm.dir.c_str(), lm.architecture.empty() ? "" : (" (" + lm.architecture + ")").c_str());
   Source src;
-  std::error_code ec;
-  if (IsHfFolder(path)) {
-    hf::HfModelInfo info;
-    ASSIGN_OR_RETURN(src.model, hf::LoadHfModel(path, &info));
-    src.bos = info.bos_token_id;
-    src.eos = info.eos_token_ids;
-    for (const std::string& name : hf::TokenizerFileNames())
-      if (fs::exists(fs::path(path) / name, ec)) src.tokenizer = path;
-    LOG_INFO("export: read %s (%s)", path.c_str(), info.architecture.c_str());
-    return src;
-  }
-  ASSIGN_OR_RETURN(LoadedModel lm, LoadModelFromCheckpoint(path));
-  LOG_INFO("export: read %s (step %lld)", lm.dir.c_str(), static_cast<long long>(lm.step));
   src.model = std::move(lm.model);
+  src.eos = lm.eos_token_ids;
   src.tokenizer = lm.tokenizer_path;
+  if (!lm.hf_dir.empty()) {
+    // A Hugging Face model (direct, imported or fine-tuned from one): its
+    // config.json's bos id, and a tokenizer only where the folder has one.
+    if (auto info = hf::ReadHfConfig(lm.hf_dir); info.ok()) {
+      src.bos = info->bos_token_id;
+      if (src.eos.empty()) src.eos = info->eos_token_ids;
+    }
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (src.tokenizer == lm.hf_dir) {
+      bool any = false;
+      for (const std::string& name : hf::TokenizerFileNames()) any |= fs::exists(fs::path(lm.hf_dir) / name, ec);
+      if (!any) src.tokenizer.clear();
+    }
+  }
   return src;
 }
 

@@ -1,4 +1,4 @@
-// myriad generate --ckpt DIR --prompt TEXT: streams a continuation to stdout.
+// myriad generate (--ckpt DIR | --hf HF_DIR) --prompt TEXT: streams a continuation to stdout.
 #include <CLI/CLI.hpp>
 
 #include <chrono>
@@ -14,12 +14,13 @@ namespace myriad::cli {
 
 int RunGenerate(int argc, char** argv) {
   CLI::App app{"Generate text from a prompt with a KV cache, streaming to stdout", "myriad generate"};
-  std::string ckpt, prompt, tokenizer_path, weights = "fp32";
+  std::string ckpt, hf, prompt, tokenizer_path, weights = "fp32";
   int max_tokens = 200;
   uint64_t seed = 1;
   SamplingParams sp;
   bool stats = false;
-  app.add_option("--ckpt", ckpt, "run directory or step directory")->required();
+  app.add_option("--ckpt", ckpt, "run directory or step directory (ours, or written by `myriad import`)");
+  app.add_option("--hf", hf, "a Hugging Face model folder (config.json, safetensors, tokenizer)");
   app.add_option("--prompt,-p", prompt, "the prompt text")->required();
   app.add_option("--max-tokens,-n", max_tokens, "tokens to generate")->check(CLI::PositiveNumber);
   app.add_option("--temperature,-t", sp.temperature, "0 = greedy")->check(CLI::NonNegativeNumber);
@@ -36,7 +37,7 @@ int RunGenerate(int argc, char** argv) {
     std::fprintf(stderr, "myriad generate: --weights %s is not known (hint: fp32, fp16 or int8)\n", weights.c_str());
     return 2;
   }
-  auto lm = LoadModelFromCheckpoint(ckpt);
+  auto lm = LoadModelFor(ckpt, hf);
   if (!lm.ok()) {
     std::fprintf(stderr, "myriad generate: %s\n", lm.status().message().c_str());
     return 1;
@@ -47,9 +48,8 @@ int RunGenerate(int argc, char** argv) {
     std::fprintf(stderr, "myriad generate: %s\n", tok.status().message().c_str());
     return 1;
   }
-  std::vector<int32_t> ids;
-  // Training packs documents as doc + eos, so a new document follows eos.
-  if (tok->eos_id() >= 0) ids.push_back(tok->eos_id());
+  const TextConventions text = ConventionsOf(*lm, *tok);
+  std::vector<int32_t> ids = text.prompt_prefix;
   tok->EncodeTo(prompt, &ids);
   const Model& model = *lm->model;
   const int64_t max_len = model.config().max_seq_len;
@@ -69,7 +69,7 @@ int RunGenerate(int argc, char** argv) {
   int produced = 0;
   for (; produced < max_tokens && session.len() < max_len; ++produced) {
     int32_t next = SampleToken(logits, model.config().vocab_size, sp, &rng);
-    if (next == tok->eos_id()) break;
+    if (text.IsStop(next)) break;
     std::string text = dec.Push(next);
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);

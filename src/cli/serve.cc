@@ -43,13 +43,14 @@ std::string DefaultModelName(const std::string& step_dir) {
 int RunServe(int argc, char** argv) {
   CLI::App app{"Serve a checkpoint over an OpenAI-compatible HTTP API (docs/serving.md)", "myriad serve"};
   app.option_defaults()->always_capture_default();
-  std::string ckpt, tokenizer_path, chat_template_path, prices_path, model_name;
+  std::string ckpt, hf, tokenizer_path, chat_template_path, prices_path, model_name;
   serve::ServerConfig scfg;
   serve::EngineConfig ecfg;
   int64_t max_body = static_cast<int64_t>(scfg.max_body_bytes);
   std::optional<double> price_miss, price_hit, price_out;  // unset: the table's value stands
   bool no_prefix_cache = false;
-  app.add_option("--ckpt", ckpt, "run directory or step directory")->required();
+  app.add_option("--ckpt", ckpt, "run directory or step directory (ours, or written by `myriad import`)");
+  app.add_option("--hf", hf, "a Hugging Face model folder (config.json, safetensors, tokenizer, chat template)");
   app.add_option("--host", scfg.host, "address to bind (default 127.0.0.1: this machine only)");
   app.add_option("--port", scfg.port, "port (0: any free port, printed at start)")->check(CLI::Range(0, 65535));
   app.add_option("--api-key", scfg.api_key, "require 'Authorization: Bearer KEY' (default: $MYRIAD_API_KEY, else none)");
@@ -122,7 +123,7 @@ int RunServe(int argc, char** argv) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  auto lm = LoadModelFromCheckpoint(ckpt);
+  auto lm = LoadModelFor(ckpt, hf);
   if (!lm.ok()) {
     std::fprintf(stderr, "myriad serve: %s\n", lm.status().message().c_str());
     return 1;
@@ -134,7 +135,7 @@ int RunServe(int argc, char** argv) {
     return 1;
   }
   std::string template_origin = chat_template_path;
-  auto tmpl = chat_template_path.empty() ? serve::ChatTemplate::ForCheckpoint(lm->dir, &template_origin)
+  auto tmpl = chat_template_path.empty() ? serve::ChatTemplate::ForModel(lm->dir, lm->hf_dir, &template_origin)
                                          : serve::ChatTemplate::LoadFile(chat_template_path);
   if (!tmpl.ok()) {
     std::fprintf(stderr, "myriad serve: %s\n", tmpl.status().message().c_str());
@@ -142,6 +143,7 @@ int RunServe(int argc, char** argv) {
   }
   scfg.model_name = model_name.empty() ? DefaultModelName(lm->dir) : model_name;
   scfg.context_tokens = lm->model->config().max_seq_len;
+  scfg.model_eos_ids = lm->eos_token_ids;
 
   // Lower KV tiers (each checked now, so a bad setting fails at start).
   const ModelConfig& mcfg = lm->model->config();

@@ -13,4 +13,5 @@ int RunExport(int argc, char** argv);
 int RunServe(int argc, char** argv);
 int RunPlan(int argc, char** argv);
 int RunSimulate(int argc, char** argv);
+int RunImport(int argc, char** argv);
 }  // namespace myriad::cli

@@ -148,6 +148,31 @@ int64_t ConfigDoc::GetInt(const std::string& key, int64_t def, int64_t lo, int64
   return def;
 }
 
+std::vector<int64_t> ConfigDoc::GetIntList(const std::string& key, int64_t lo, int64_t hi) {
+  read_keys_.insert(key);
+  auto node = table_->at_path(key);
+  std::vector<int64_t> out;
+  if (!node) return out;
+  const toml::array* arr = node.as_array();
+  if (!arr) {
+    Fail(key + " must be a list of integers (hint: e.g. [1, 3])");
+    return out;
+  }
+  for (const auto& el : *arr) {
+    auto v = el.value<int64_t>();
+    if (!v || !el.is_integer()) {
+      Fail(key + " must be a list of integers (hint: e.g. [1, 3])");
+      return {};
+    }
+    if (*v < lo || *v > hi) {
+      Fail(OutOfRange(key + "[]", *v, lo, hi));
+      return {};
+    }
+    out.push_back(*v);
+  }
+  return out;
+}
+
 double ConfigDoc::GetFloat(const std::string& key, double def) {
   read_keys_.insert(key);
   auto node = table_->at_path(key);

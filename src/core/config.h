@@ -50,6 +50,8 @@ class ConfigDoc {
   double GetFloat(const std::string& key, double def);
   bool GetBool(const std::string& key, bool def);
   std::string GetString(const std::string& key, const std::string& def);
+  // A list of integers, each in [lo, hi] ([] when absent).
+  std::vector<int64_t> GetIntList(const std::string& key, int64_t lo, int64_t hi);
   bool Has(const std::string& key) const;
 
   // Records a validation problem found by the caller (first one wins).

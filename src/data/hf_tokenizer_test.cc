@@ -15,6 +15,7 @@
 #include "core/rng.h"
 #include "data/hf_pretokenizer.h"
 #include "data/test_util.h"
+#include "data/text_conventions.h"
 #include "data/tokenizer.h"
 
 namespace myriad {
@@ -552,6 +553,35 @@ TEST(TokenizerLoad, EmptyFolderSaysWhatIsMissing) {
   auto tok = Tokenizer::Load(dir.path());
   ASSERT_FALSE(tok.ok());
   EXPECT_NE(tok.status().message().find("neither tokenizer.json nor tokenizer.model"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace myriad
+
+namespace myriad {
+namespace {
+
+// TextConventions: bos only where the tokenizer prepends one, and a reply
+// stops at each of the model's eos ids and the tokenizer's eos.
+TEST_F(HfTokenizerTest, TextConventionsFollowTheTokenizerAndTheModel) {
+  json j = TinyTokenizer({});
+  j["added_tokens"] = {Added(300, "<|begin_of_text|>", true), Added(301, "<|end_of_text|>", true),
+                       Added(302, "<|eot_id|>", true)};
+  Tokenizer plain = Load(j);  // no template: nothing prepended
+  TextConventions c = TextConventions::For(plain, {302, 301, 99999});
+  EXPECT_TRUE(c.prompt_prefix.empty());
+  EXPECT_EQ(c.stop_ids, (std::vector<int32_t>{302, 301}));  // out-of-vocabulary ids dropped, no repeats
+  EXPECT_TRUE(c.IsStop(302));
+  EXPECT_FALSE(c.IsStop('h'));
+  EXPECT_TRUE(TextConventions::IsControl(plain, 302));
+  EXPECT_FALSE(TextConventions::IsControl(plain, 'h'));
+  j["post_processor"] = json::parse(R"({"type": "TemplateProcessing",
+       "single": [{"SpecialToken": {"id": "<|begin_of_text|>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+       "special_tokens": {"<|begin_of_text|>": {"id": "<|begin_of_text|>", "ids": [300], "tokens": ["<|begin_of_text|>"]}}})");
+  Tokenizer llama = Load(j);
+  c = TextConventions::For(llama);
+  EXPECT_EQ(c.prompt_prefix, (std::vector<int32_t>{300}));
+  EXPECT_EQ(c.stop_ids, (std::vector<int32_t>{301}));  // the tokenizer's own eos
 }
 
 }  // namespace

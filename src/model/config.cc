@@ -91,6 +91,7 @@ ModelConfig ModelConfig::Read(ConfigDoc* doc, const ModelConfig* base) {
   for (const FloatKey& k : kFloatKeys) c.*k.field = doc->GetFloat(std::string("model.") + k.name, c.*k.field);
   for (const BoolKey& k : kBoolKeys) c.*k.field = doc->GetBool(std::string("model.") + k.name, c.*k.field);
   c.rope_scaling = doc->GetString("model.rope_scaling", c.rope_scaling);
+  if (!base || doc->Has("model.dense_layers")) c.dense_layers = doc->GetIntList("model.dense_layers", 0, 1 << 20);
   c.attention = doc->GetString("model.attention", c.attention);
   c.dsa_index_precision = doc->GetString("model.dsa_index_precision", c.dsa_index_precision);
   return c;
@@ -158,9 +159,16 @@ Status ModelConfig::Validate() const {
   if (n_dense_layers > n_layers)
     return bad("model.n_dense_layers=" + std::to_string(n_dense_layers) + " must be in [0, n_layers=" +
                std::to_string(n_layers) + "]");
-  bool any_dense = n_dense_layers > 0 || n_routed_experts == 0 || (mtp_depth > 0 && !mtp_block_is_moe());
+  for (size_t i = 0; i < dense_layers.size(); ++i) {
+    const int64_t l = dense_layers[i];
+    if (n_routed_experts == 0 || l < n_dense_layers || l >= n_layers || (i > 0 && l <= dense_layers[i - 1]))
+      return bad("model.dense_layers: " + std::to_string(l) + " is not a layer after the dense prefix (hint: ascending "
+                 "indices in [n_dense_layers=" + std::to_string(n_dense_layers) + ", n_layers=" +
+                 std::to_string(n_layers) + ") of an MoE model)");
+  }
+  bool any_dense = has_dense_layers() || (mtp_depth > 0 && !mtp_block_is_moe());
   if (any_dense && d_ff <= 0) return bad("model.d_ff=" + std::to_string(d_ff) + " must be positive for dense layers");
-  if (n_routed_experts > 0 && n_layers > n_dense_layers) {
+  if (n_moe_layers() > 0) {
     if (top_k <= 0 || top_k > n_routed_experts)
       return bad("model.top_k=" + std::to_string(top_k) + " must be in [1, n_routed_experts=" +
                  std::to_string(n_routed_experts) + "]");
@@ -225,6 +233,7 @@ nlohmann::json ModelConfig::ToJson() const {
               {"rope_low_freq_factor", rope_low_freq_factor}, {"rope_high_freq_factor", rope_high_freq_factor},
               {"rope_original_max_pos", rope_original_max_pos}, {"rope_beta_fast", rope_beta_fast},
               {"rope_beta_slow", rope_beta_slow}, {"rope_attention_factor", rope_attention_factor}});
+  if (!dense_layers.empty()) j["dense_layers"] = dense_layers;
   if (routed_scaling_factor != def.routed_scaling_factor) j["routed_scaling_factor"] = routed_scaling_factor;
   if (n_group != def.n_group || topk_group != def.topk_group) j.update({{"n_group", n_group}, {"topk_group", topk_group}});
   // Only when on, so that dense configs keep their JSON (and old checkpoints match).
@@ -250,7 +259,7 @@ Result<ModelConfig> ModelConfig::FromJson(const nlohmann::json& j) {
     FROM(d_head); FROM(qkv_bias); FROM(qk_norm); FROM(rope_truncate); FROM(norm_topk_prob);
     FROM(rope_scaling); FROM(rope_factor); FROM(rope_low_freq_factor); FROM(rope_high_freq_factor);
     FROM(rope_original_max_pos); FROM(rope_beta_fast); FROM(rope_beta_slow); FROM(rope_attention_factor);
-    FROM(routed_scaling_factor); FROM(n_group); FROM(topk_group);
+    FROM(routed_scaling_factor); FROM(n_group); FROM(topk_group); FROM(dense_layers);
 #undef FROM
   } catch (const std::exception& e) {
     return Status::Error(std::string("model config: ") + e.what());

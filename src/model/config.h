@@ -2,8 +2,10 @@
 // docs/model.md defines what each field means.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -74,10 +76,23 @@ struct ModelConfig {
   int64_t n_group = 1;
   int64_t topk_group = 1;
 
+  // Dense layers after the first MoE layer (Qwen3-MoE's mlp_only_layers and
+  // decoder_sparse_step): ascending, each in [n_dense_layers, n_layers).
+  std::vector<int64_t> dense_layers;
+
   int64_t head_dim() const { return d_head > 0 ? d_head : d_model / n_heads; }
-  bool is_moe_layer(int64_t l) const { return n_routed_experts > 0 && l >= n_dense_layers; }
+  bool is_moe_layer(int64_t l) const {
+    return n_routed_experts > 0 && l >= n_dense_layers &&
+           !std::binary_search(dense_layers.begin(), dense_layers.end(), l);
+  }
+  // Main layers with an MoE FFN.
+  int64_t n_moe_layers() const {
+    return n_routed_experts > 0 ? n_layers - n_dense_layers - static_cast<int64_t>(dense_layers.size()) : 0;
+  }
+  // Some main layer has a dense FFN (of width d_ff).
+  bool has_dense_layers() const { return n_moe_layers() < n_layers; }
   // The MTP block is an MoE block when the main model has any MoE block.
-  bool mtp_block_is_moe() const { return n_routed_experts > 0 && n_layers > n_dense_layers; }
+  bool mtp_block_is_moe() const { return n_moe_layers() > 0; }
   bool sigmoid_scores() const { return score_func == "sigmoid"; }
   bool dsa() const { return attention == "dsa"; }
   // Main layer l computes top-k indices (the first of its sharing group).

@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
+
+#include "core/config.h"
 
 namespace myriad {
 namespace {
@@ -101,4 +104,41 @@ TEST(ModelConfigRead, OverABaseKeepsItsValues) {
   EXPECT_EQ(ModelConfig::Read(plain->get()).dsa_index_rope_dim, 16);
 }
 
+}  // namespace myriad
+
+namespace myriad {
+namespace {
+
+TEST(ModelConfigDenseLayers, ReadFromTomlRoundTripsAndIsChecked) {
+  auto doc = ConfigDoc::Parse("[model]\nn_layers = 5\nn_dense_layers = 1\ndense_layers = [2, 4]\n", "t.toml");
+  ASSERT_TRUE(doc.ok());
+  ModelConfig m = ModelConfig::Read(doc->get());
+  ASSERT_TRUE((*doc)->Finish().ok()) << (*doc)->Finish().message();
+  ASSERT_TRUE(m.Validate().ok()) << m.Validate().message();
+  EXPECT_EQ(m.dense_layers, (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(m.n_moe_layers(), 2);  // layers 1 and 3
+  EXPECT_FALSE(m.is_moe_layer(0));
+  EXPECT_TRUE(m.is_moe_layer(1));
+  EXPECT_FALSE(m.is_moe_layer(2));
+  EXPECT_TRUE(m.is_moe_layer(3));
+  EXPECT_FALSE(m.is_moe_layer(4));
+  auto back = ModelConfig::FromJson(m.ToJson());
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->dense_layers, m.dense_layers);
+  // Our own configs keep their JSON: the key is written only when set.
+  EXPECT_FALSE(ModelConfig().ToJson().contains("dense_layers"));
+  // Inside the prefix, out of range, unsorted: one line naming the key.
+  for (auto bad : {std::vector<int64_t>{0}, std::vector<int64_t>{5}, std::vector<int64_t>{4, 2}}) {
+    ModelConfig b = m;
+    b.dense_layers = bad;
+    EXPECT_NE(b.Validate().message().find("model.dense_layers: "), std::string::npos) << b.Validate().message();
+  }
+  auto notlist = ConfigDoc::Parse("[model]\ndense_layers = 3\n", "t.toml");
+  ASSERT_TRUE(notlist.ok());
+  (void)ModelConfig::Read(notlist->get());
+  EXPECT_NE((*notlist)->Finish().message().find("model.dense_layers must be a list of integers"), std::string::npos)
+      << (*notlist)->Finish().message();
+}
+
+}  // namespace
 }  // namespace myriad

@@ -22,7 +22,7 @@ ParamCounts CountParams(const ModelConfig& m) {
   const double E = static_cast<double>(m.n_routed_experts);
   p.ffn_moe_shared = E * C + 3 * C * static_cast<double>(m.n_shared_experts * m.d_expert);
   p.expert = 3 * C * static_cast<double>(m.d_expert);
-  const double n_moe = static_cast<double>(m.n_routed_experts > 0 ? m.n_layers - m.n_dense_layers : 0);
+  const double n_moe = static_cast<double>(m.n_moe_layers());
   const double n_dense = static_cast<double>(m.n_layers) - n_moe;
   const double blocks = static_cast<double>(m.n_layers) * p.dense_per_layer + n_dense * p.ffn_dense +
                         n_moe * (p.ffn_moe_shared + E * p.expert);

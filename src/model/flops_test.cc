@@ -78,7 +78,9 @@ TEST(Flops, ParamCountsMatchTheLayout) {
   dsa.attention = "dsa", dsa.dsa_index_heads = 2, dsa.dsa_index_dim = 4, dsa.dsa_index_share = 2;
   ModelConfig open = moe;  // Qwen-style: q/k/v biases, q/k norms, a head width apart from d_model / n_heads
   open.qkv_bias = true, open.qk_norm = true, open.d_head = 6;
-  for (const ModelConfig& m : {Tiny(), moe, dsa, open})
+  ModelConfig sparse = moe;  // dense layers between MoE ones (Qwen3-MoE's mlp_only_layers)
+  sparse.n_layers = 5, sparse.dense_layers = {2, 4};
+  for (const ModelConfig& m : {Tiny(), moe, dsa, open, sparse})
     EXPECT_DOUBLE_EQ(CountParams(m).total, static_cast<double>(ParamLayout(m).total()));
 }
 

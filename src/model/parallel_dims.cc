@@ -70,7 +70,7 @@ Status ParallelDims::Validate(int world_size, const ModelConfig& m, const Layout
   };
   RETURN_IF_ERROR(divides("model.n_heads", m.n_heads, key("tp"), tp, "tp splits attention heads"));
   RETURN_IF_ERROR(divides("model.n_kv_heads", m.n_kv_heads, key("tp"), tp, "tp splits key/value heads"));
-  if (m.n_dense_layers > 0 || m.n_routed_experts == 0)
+  if (m.has_dense_layers())
     RETURN_IF_ERROR(divides("model.d_ff", m.d_ff, key("tp"), tp, "tp splits the FFN width"));
   if (m.n_routed_experts > 0) {
     RETURN_IF_ERROR(divides("model.d_expert", m.d_expert, key("tp"), tp, "tp splits each expert's width"));

@@ -93,7 +93,7 @@ void MeasureKernels(const JobDesc& job, int64_t tokens, Calibration* cal) {
     for (int64_t tp : {1, 2}) {
       shapes.insert({M, (H + 2 * Hkv) * hd / tp, C});
       shapes.insert({M, C, H * hd / tp});
-      if (m.n_dense_layers > 0 || m.n_routed_experts == 0) {
+      if (m.has_dense_layers()) {
         shapes.insert({M, 2 * m.d_ff / tp, C});
         shapes.insert({M, C, m.d_ff / tp});
       }

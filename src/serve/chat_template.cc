@@ -104,7 +104,43 @@ const std::string& ChatTemplate::FormatFor(const std::string& role) const {
   return specific && !specific->empty() ? *specific : message_;
 }
 
-std::string ChatTemplate::Render(const std::vector<ChatMessage>& messages) const {
+ChatTemplate ChatTemplate::FromJinja(::myriad::ChatTemplate jinja) {
+  ChatTemplate t;
+  t.jinja_ = std::make_shared<const ::myriad::ChatTemplate>(std::move(jinja));
+  return t;
+}
+
+Result<ChatTemplate> ChatTemplate::ForModel(const std::string& step_dir, const std::string& hf_dir,
+                                            std::string* origin) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!hf_dir.empty()) {
+    // The files FromHfDir reads, in its order: the first present names the origin.
+    std::string found;
+    for (const char* name : {"chat_template.jinja", "chat_template.json"})
+      if (found.empty() && fs::exists(fs::path(hf_dir) / name, ec)) found = name;
+    if (found.empty()) {
+      std::ifstream tc(fs::path(hf_dir) / "tokenizer_config.json");
+      if (tc) {
+        nlohmann::json j = nlohmann::json::parse(tc, nullptr, /*allow_exceptions=*/false);
+        if (j.is_object() && j.contains("chat_template")) found = "tokenizer_config.json";
+      }
+    }
+    if (!found.empty()) {
+      ASSIGN_OR_RETURN(::myriad::ChatTemplate jt, ::myriad::ChatTemplate::FromHfDir(hf_dir));
+      if (origin) *origin = (fs::path(hf_dir) / found).string() + " (Jinja)";
+      return FromJinja(std::move(jt));
+    }
+  }
+  return ForCheckpoint(step_dir, origin);
+}
+
+Result<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messages) const {
+  if (jinja_) {
+    nlohmann::ordered_json msgs = nlohmann::ordered_json::array();
+    for (const auto& m : messages) msgs.push_back({{"role", m.role}, {"content", m.content}});
+    return jinja_->Render(msgs, /*add_generation_prompt=*/true);
+  }
   std::string out = prefix_;
   for (const auto& m : messages) out += Substitute(FormatFor(m.role), m.role, m.content);
   out += generation_prompt_;

@@ -10,12 +10,19 @@
 // the run directory (checked in that order), else a "chat_template" object
 // with the same keys in the step's manifest.json, else the default above.
 // `myriad serve --chat-template FILE` overrides all of them.
+//
+// A Hugging Face model (imported, or served with --hf) brings its own Jinja
+// template (data/chat_template.h), which this class then renders instead
+// (ForModel, FromJinja): the prompt is byte-identical to what transformers'
+// apply_chat_template(messages, add_generation_prompt=True) gives.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "core/status.h"
+#include "data/chat_template.h"
 
 namespace myriad::serve {
 
@@ -34,9 +41,19 @@ class ChatTemplate {
   // The template stored with the checkpoint in `step_dir` (see above); the
   // default when there is none. Sets *origin to where it came from.
   static Result<ChatTemplate> ForCheckpoint(const std::string& step_dir, std::string* origin);
+  // A Hugging Face model's Jinja template.
+  static ChatTemplate FromJinja(::myriad::ChatTemplate jinja);
+  // The template of a loaded model: with a Hugging Face folder `hf_dir` that
+  // has a chat template, that one; otherwise ForCheckpoint(step_dir).
+  static Result<ChatTemplate> ForModel(const std::string& step_dir, const std::string& hf_dir, std::string* origin);
 
-  // The prompt text for `messages` followed by the generation prompt.
-  std::string Render(const std::vector<ChatMessage>& messages) const;
+  // The prompt text for `messages` followed by the generation prompt. Only a
+  // Jinja template can fail (its raise_exception, e.g. on roles it refuses).
+  Result<std::string> Render(const std::vector<ChatMessage>& messages) const;
+
+  // A Jinja template writes the model's own special tokens (bos included):
+  // its text is tokenized with nothing prepended, as transformers does.
+  bool writes_own_bos() const { return jinja_ != nullptr; }
 
   // True for the roles Render accepts.
   static bool KnownRole(const std::string& role);
@@ -44,6 +61,7 @@ class ChatTemplate {
  private:
   const std::string& FormatFor(const std::string& role) const;
 
+  std::shared_ptr<const ::myriad::ChatTemplate> jinja_;  // set: render it instead of the formats
   std::string prefix_;
   std::string message_ = "<|{role}|>\n{content}\n";
   std::string generation_prompt_ = "<|assistant|>\n";

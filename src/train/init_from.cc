@@ -21,6 +21,10 @@ Result<InitSource> ResolveInitSource(Env* env, const std::string& path) {
     src.hf = true;
     ASSIGN_OR_RETURN(hf::HfModelInfo info, hf::ReadHfConfig(path));
     src.config = info.config;
+    const std::string abs = fs::absolute(path, ec).lexically_normal().string();
+    src.hf_record = {{"architecture", info.architecture}, {"source", abs}, {"dir", abs},
+                     {"torch_dtype", info.torch_dtype}, {"bos_token_id", info.bos_token_id},
+                     {"eos_token_ids", info.eos_token_ids}};
     return src;
   }
   auto dir = ResolveCheckpointDir(env, path);
@@ -33,6 +37,7 @@ Result<InitSource> ResolveInitSource(Env* env, const std::string& path) {
   auto mc = ModelConfig::FromJson(m.json["model_config"]);
   if (!mc.ok()) return mc.status().With(*dir);
   src.config = *mc;
+  if (m.json.contains("hf")) src.hf_record = m.json["hf"];
   return src;
 }
 

@@ -15,6 +15,8 @@
 
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "core/config.h"
 #include "core/env.h"
 #include "core/status.h"
@@ -28,10 +30,16 @@ struct InitSource {
   std::string path;
   bool hf = false;      // a Hugging Face folder (else a checkpoint)
   ModelConfig config;   // the source's model
+  // The manifest's "hf" record of a Hugging Face model (as `myriad import`
+  // writes it: architecture, source, dir, torch_dtype, bos/eos ids), carried
+  // into the fine-tune's checkpoints so that generate, serve and export
+  // treat them as that model; null for our own.
+  nlohmann::json hf_record;
 };
 
 // Reads the source's model config (config.json, or the checkpoint's
-// manifest.json) without its weights.
+// manifest.json) without its weights. The source must stay in place while
+// the run resumes (each start reads it).
 Result<InitSource> ResolveInitSource(Env* env, const std::string& path);
 
 // [model] of `doc` over the source's config; a key that changes the model

@@ -353,6 +353,13 @@ Status RunTraining(const RunSpec& spec) {
   // This rank's share of the model and optimizer (all of both on one rank).
   ASSIGN_OR_RETURN(std::unique_ptr<DistTrainer> dtr, DistTrainer::Create(world, mc, tc));
   int64_t step = 0;
+  // A fine-tune's source (train.init_from): its weights when starting, its
+  // "hf" record in every checkpoint.
+  std::optional<InitSource> init_source;
+  if (!tc.init_from.empty()) {
+    ASSIGN_OR_RETURN(InitSource src, ResolveInitSource(env, tc.init_from));
+    init_source = std::move(src);
+  }
 
   // Resume from the newest checkpoint in out_dir unless told not to.
   if (resume) {
@@ -370,9 +377,9 @@ Status RunTraining(const RunSpec& spec) {
     for (const std::string& sk : skipped_checkpoints)
       if (root) LOG_WARN("skipped a damaged checkpoint: %s", sk.c_str());
     resume.reset();  // unmap: everything needed was copied
-  } else if (!tc.init_from.empty()) {
+  } else if (init_source) {
     // A fine-tune's start: the source's weights, a fresh optimizer, step 0.
-    ASSIGN_OR_RETURN(InitSource src, ResolveInitSource(env, tc.init_from));
+    const InitSource& src = *init_source;
     RETURN_IF_ERROR(LoadInitWeights(env, src, dtr.get()).With("train.init_from=" + tc.init_from));
     if (root)
       LOG_INFO("initialised from %s (%s: weights only; a fresh optimizer at step 0)", tc.init_from.c_str(),
@@ -430,6 +437,7 @@ Status RunTraining(const RunSpec& spec) {
                            {"data_cursor", train_data->cursor().ToJson()}, {"rng", {{"seed", tc.seed}}},
                            {"parallel", dtr->mesh().dims().ToJson()},
                            {"tokenizer", PreparedTokenizerPath(tc.data_dir)}, {"precision", precision_used}};
+    if (init_source && !init_source->hf_record.is_null()) meta["hf"] = init_source->hf_record;
     // Training waits for this in-memory copy only (collective in a
     // distributed run); the writer thread then writes the shared-memory copy
     // (tmpfs: from then on a crash of this process loses nothing before step

@@ -12,6 +12,9 @@
 #  - a run directory works as the source too (a fine-tune of the fine-tune,
 #    one rank and tp2 agree), and the fine-tune starts at step 1 with a
 #    fresh optimizer (its first loss is the source's loss on that batch);
+#  - a run directory written by `myriad import` as the source: the same
+#    first-step loss as the folder (one rank and tp2), its hf record kept in
+#    the fine-tune's checkpoints; and import -> export gives the folder back;
 #  - a [model] key that contradicts the folder, or out_dir = init_from, is
 #    refused with one line naming it; a training-only key is accepted.
 # Usage: hf_finetune.sh BUILD_DIR SOURCE_DIR MYRIAD_BINARY
@@ -152,6 +155,19 @@ if "$MYRIAD" prepare --input "$WORK/corpus" --out "$WORK/data-hf" --tokenizer "$
     pass "its export carries the folder's tokenizer.json and tokenizer_config.json"
   else fail "export of the fine-tune: $(tail -2 "$WORK/export-own.log")"; fi
 else fail "prepare --tokenizer: $(tail -2 "$WORK/prepare-hf.log")"; fi
+
+echo "== a run directory written by myriad import"
+if "$MYRIAD" import "$WORK/qm" --out "$WORK/qm-imported" >/dev/null 2>"$WORK/import.log"; then
+  train imp-1 1 --init-from "$WORK/qm-imported" --set train.steps=1 && same_first_step qm-1 imp-1
+  train imp-tp2 2 --init-from "$WORK/qm-imported" --set train.steps=1 --set parallel.tp=2 && same_first_step qm-1 imp-tp2
+  grep -q '"architecture": "Qwen3MoeForCausalLM"' "$WORK/imp-1/step_00000001/manifest.json" &&
+    pass "the fine-tune's checkpoint carries the imported model's hf record (eos ids, architecture)" ||
+    fail "no hf record in the fine-tune's manifest"
+  if "$MYRIAD" export "$WORK/qm-imported" --hf "$WORK/qm-imported-hf" 2>"$WORK/export-imp.log" &&
+     out=$("$CHECK" same "$WORK/qm" "$WORK/qm-imported-hf" 2>&1); then
+    pass "import -> export gives the folder back: $out"
+  else fail "import -> export: $(tail -1 "$WORK/export-imp.log") $out"; fi
+else fail "myriad import: $(tail -2 "$WORK/import.log")"; fi
 
 echo "== refusals"
 expect_error "a [model] key that contradicts the folder" \

@@ -12,10 +12,14 @@ train_tiny_model() {
     -q 2>"$WORK/train.log" || { echo "FAIL: training the tiny model: $(tail -3 "$WORK/train.log")"; exit 1; }
 }
 
-# start_server ARGS...: `myriad serve --ckpt $WORK/run --port 0 --model-name tiny ARGS` in the
+# The model the servers serve (word-split): the tiny trained one by default.
+SERVE_MODEL="${SERVE_MODEL:---ckpt $WORK/run}"
+
+# start_server ARGS...: `myriad serve $SERVE_MODEL --port 0 --model-name tiny ARGS` in the
 # background (SERVER_PID); sets URL from its "listening on" log line.
 start_server() {
-  "$MYRIAD" serve --ckpt "$WORK/run" --port 0 --model-name tiny "$@" 2>"$WORK/serve.log" &
+  # shellcheck disable=SC2086
+  "$MYRIAD" serve $SERVE_MODEL --port 0 --model-name tiny "$@" 2>"$WORK/serve.log" &
   SERVER_PID=$!
   URL=""
   for _ in $(seq 1 600); do

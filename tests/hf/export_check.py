@@ -43,6 +43,7 @@ VARIANTS = [
     ("qwen2", ["--family", "qwen2"], ["--max-shard-size", "60KB"]),
     ("qwen3_bf16_as_f32", ["--family", "qwen3", "--dtype", "bf16"], []),
     ("qwen3_moe", ["--family", "qwen3_moe", "--mlp-only-layers", "0"], []),
+    ("qwen3_moe_dense_between", ["--family", "qwen3_moe"], []),  # make_tiny's mlp_only_layers [1]
     ("qwen3_moe_step2_bf16_tied", ["--family", "qwen3_moe", "--layers", "2", "--mlp-only-layers", "",
                                    "--decoder-sparse-step", "2", "--norm-topk-prob", "0", "--tie", "--dtype", "bf16"],
      ["--dtype", "bf16", "--max-shard-size", "100KB"]),

@@ -41,7 +41,7 @@ while read -r name args; do
   else fail "$name: $out"; fi
   names+=("$name")
 done <"$WORK/variants"
-[ "${#names[@]}" -ge 8 ] || fail "only ${#names[@]} variants exported"
+[ "${#names[@]}" -ge 9 ] || fail "only ${#names[@]} variants exported"
 [ -f "$WORK/out/qwen2/model.safetensors.index.json" ] && [ ! -f "$WORK/out/qwen2/model.safetensors" ] &&
   pass "qwen2 exported in shards (--max-shard-size 60KB)" || fail "qwen2: no shards"
 while read -r line; do

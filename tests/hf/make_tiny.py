@@ -171,6 +171,106 @@ def make_config(args):
     return c
 
 
+# --tokenizer: a byte-level BPE tokenizer.json in the family's style (its
+# pre-tokenizer regex, special tokens, bos handling), a few merges, and
+# tokenizer_config.json with the family's chat template (tests/hf/templates,
+# our own renditions). Ids: the 256 byte tokens, the merges, then the
+# special tokens; config.json's vocab_size, bos and eos follow.
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                  r"\s*[\r\n]+|\s+(?!\S)|\s+")
+QWEN_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                r"\s*[\r\n]+|\s+(?!\S)|\s+")
+DEEPSEEK_PATTERNS = [r"\p{N}{1,3}", "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
+                     r"[!\"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+|"
+                     r" ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"]
+TOKENIZER_STYLES = {
+    # family: (patterns, specials, bos, eos ids (by token), adds bos, template)
+    "llama": ([LLAMA3_PATTERN], ["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>",
+                                 "<|end_header_id|>", "<|eot_id|>", "<|eom_id|>", "<|python_tag|>"],
+              "<|begin_of_text|>", ["<|end_of_text|>", "<|eom_id|>", "<|eot_id|>"], True, "llama3.jinja"),
+    "qwen2": ([QWEN_PATTERN], ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], None,
+              ["<|im_end|>", "<|endoftext|>"], False, "qwen2.jinja"),
+    "qwen3": ([QWEN_PATTERN], ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<think>", "</think>"], None,
+              ["<|im_end|>", "<|endoftext|>"], False, "qwen3.jinja"),
+    "deepseek_v3": (DEEPSEEK_PATTERNS, ["<\uff5cbegin\u2581of\u2581sentence\uff5c>",
+                                        "<\uff5cend\u2581of\u2581sentence\uff5c>", "<\uff5cUser\uff5c>",
+                                        "<\uff5cAssistant\uff5c>"],
+                    "<\uff5cbegin\u2581of\u2581sentence\uff5c>", ["<\uff5cend\u2581of\u2581sentence\uff5c>"], True,
+                    "deepseek_v3.jinja"),
+}
+TOKENIZER_STYLES["qwen3_moe"] = TOKENIZER_STYLES["qwen3"]
+TINY_MERGES = [("\u0120", "t"), ("h", "e"), ("\u0120t", "he"), ("i", "n"), ("e", "r"), ("a", "n"), ("o", "n"),
+               ("\u0120", "a")]
+
+
+def byte_chars():
+    """GPT-2's byte -> printable character map of byte-level BPE."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+    out, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            out[b] = chr(b)
+        else:
+            out[b] = chr(256 + extra)
+            extra += 1
+    return out
+
+
+def tokenizer_vocab_size(family):
+    return 256 + len(TINY_MERGES) + len(TOKENIZER_STYLES[family][1])
+
+
+def apply_tokenizer_ids(cfg, family):
+    """config.json's vocab/bos/eos for the tokenizer write_tokenizer writes."""
+    _, specials, bos, eos, _, _ = TOKENIZER_STYLES[family]
+    first = 256 + len(TINY_MERGES)
+    ids = {t: first + i for i, t in enumerate(specials)}
+    cfg["vocab_size"] = max(cfg["vocab_size"], tokenizer_vocab_size(family))
+    cfg["bos_token_id"] = ids[bos] if bos else None
+    cfg["eos_token_id"] = [ids[t] for t in eos] if len(eos) > 1 else ids[eos[0]]
+
+
+def write_tokenizer(out, family):
+    patterns, specials, bos, eos, adds_bos, template = TOKENIZER_STYLES[family]
+    chars = byte_chars()
+    vocab = {chars[b]: b for b in range(256)}
+    for a, b in TINY_MERGES:
+        vocab[a + b] = len(vocab)
+    added = [{"id": len(vocab) + i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for i, t in enumerate(specials)]
+    split = [{"type": "Split", "pattern": {"Regex": p}, "behavior": "Isolated", "invert": False} for p in patterns]
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}
+    post = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+    if adds_bos:
+        bos_id = next(a["id"] for a in added if a["content"] == bos)
+        post = {"type": "TemplateProcessing",
+                "single": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+                "pair": [{"SpecialToken": {"id": bos, "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}},
+                         {"SpecialToken": {"id": bos, "type_id": 1}}, {"Sequence": {"id": "B", "type_id": 1}}],
+                "special_tokens": {bos: {"id": bos, "ids": [bos_id], "tokens": [bos]}}}
+    tok = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+           "normalizer": {"type": "NFC"} if family.startswith("qwen") else None,
+           "pre_tokenizer": {"type": "Sequence", "pretokenizers": split + [byte_level]},
+           "post_processor": post,
+           "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+           "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                     "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                     "ignore_merges": family == "llama", "vocab": vocab,
+                     "merges": [[a, b] for a, b in TINY_MERGES]}}
+    with open(os.path.join(out, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tok, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+    with open(os.path.join(HERE, "templates", template), encoding="utf-8") as f:
+        chat_template = f.read()
+    tc = {"add_bos_token": adds_bos, "add_eos_token": False, "bos_token": bos, "eos_token": eos[0],
+          "pad_token": None, "model_max_length": 131072,
+          "tokenizer_class": "PreTrainedTokenizerFast", "clean_up_tokenization_spaces": False,
+          "chat_template": chat_template}
+    with open(os.path.join(out, "tokenizer_config.json"), "w", encoding="utf-8") as f:
+        json.dump(tc, f, ensure_ascii=False, indent=1)
+        f.write("\n")
+
+
 def _is_router(name):
     return name.endswith("mlp.gate.weight") or name.endswith("e_score_correction_bias")
 
@@ -322,6 +422,8 @@ def parser():
     ap.add_argument("--mtp-distinct", action="store_true",
                     help="draw the MTP embed_tokens/shared_head.head instead of copying the main ones")
     ap.add_argument("--set", action="append", metavar="KEY=JSON", help="override a config key")
+    ap.add_argument("--tokenizer", action="store_true",
+                    help="also write tokenizer.json and tokenizer_config.json (chat template) in the family's style")
     return ap
 
 
@@ -329,7 +431,11 @@ def main(argv=None):
     args = parser().parse_args(argv)
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
     cfg = make_config(args)
+    if args.tokenizer:
+        apply_tokenizer_ids(cfg, args.family)
     build(cfg, args.out, args.seed, args.shards, args.mtp_distinct, quiet=False)
+    if args.tokenizer:
+        write_tokenizer(args.out, args.family)
     print(f"[make_tiny] wrote {args.family} to {args.out}")
     return 0
 

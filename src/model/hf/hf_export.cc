@@ -17,7 +17,7 @@ std::string Num(double v) {
   return buf;
 }
 
-bool HasMoeLayers(const ModelConfig& c) { return c.n_routed_experts > 0 && c.n_dense_layers < c.n_layers; }
+bool HasMoeLayers(const ModelConfig& c) { return c.n_moe_layers() > 0; }
 
 // The features of an MoE config that only DeepSeek-V3 has among the
 // families ("" when none).
@@ -145,8 +145,9 @@ Result<nlohmann::ordered_json> HfConfigFor(const ModelConfig& c, const HfExportO
     j["moe_intermediate_size"] = c.d_expert;
     j["norm_topk_prob"] = c.norm_topk_prob;
     j["decoder_sparse_step"] = 1;
-    std::vector<int64_t> dense;
-    for (int64_t l = 0; l < c.n_dense_layers; ++l) dense.push_back(l);
+    std::vector<int64_t> dense;  // the dense prefix and the dense layers after it
+    for (int64_t l = 0; l < c.n_layers; ++l)
+      if (!c.is_moe_layer(l)) dense.push_back(l);
     j["mlp_only_layers"] = dense;
   }
   j["initializer_range"] = c.init_std;

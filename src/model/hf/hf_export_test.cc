@@ -82,6 +82,15 @@ std::vector<std::pair<std::string, nlohmann::json>> Variants() {
   j["num_hidden_layers"] = 2;
   j["decoder_sparse_step"] = 2;  // layer 0 dense, layer 1 MoE
   add("qwen3_moe decoder_sparse_step 2", j);
+  j = MoeBase();
+  j["num_hidden_layers"] = 4;
+  j["mlp_only_layers"] = {0, 2};  // a dense layer between MoE ones
+  add("qwen3_moe mlp_only_layers [0, 2]", j);
+  j = MoeBase();
+  j["num_hidden_layers"] = 5;
+  j.erase("mlp_only_layers");
+  j["decoder_sparse_step"] = 2;  // layers 1 and 3 MoE
+  add("qwen3_moe decoder_sparse_step 2 over 5 layers", j);
   return v;
 }
 

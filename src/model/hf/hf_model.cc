@@ -290,15 +290,12 @@ Result<HfModelInfo> MapHfConfig(const nlohmann::json& j, const std::string& sour
       }
     }
     if (step < 1) return r.Bad("decoder_sparse_step", "must be >= 1");
-    // Layer l is MoE when it is not MLP-only and (l + 1) % step == 0; ours
-    // are the layers after a dense prefix.
+    // Layer l is MoE when it is not MLP-only and (l + 1) % step == 0: ours
+    // are a dense prefix, then MoE layers but for dense_layers.
     int64_t dense_prefix = 0;
     while (dense_prefix < c.n_layers && (mlp_only.count(dense_prefix) || (dense_prefix + 1) % step != 0)) ++dense_prefix;
     for (int64_t l = dense_prefix; l < c.n_layers; ++l)
-      if (mlp_only.count(l) || (l + 1) % step != 0)
-        return r.Bad(step > 1 ? "decoder_sparse_step" : "mlp_only_layers",
-                     "makes layer " + std::to_string(l) + " dense after MoE layer " + std::to_string(dense_prefix) +
-                         ": dense layers only before the first MoE layer are supported yet");
+      if (mlp_only.count(l) || (l + 1) % step != 0) c.dense_layers.push_back(l);
     c.n_dense_layers = dense_prefix;
     if (c.n_routed_experts == 0) c.n_dense_layers = c.n_layers;
   }

@@ -66,9 +66,19 @@ TEST(HfConfig, QwenFamilies) {
   EXPECT_TRUE(qm->config.norm_topk_prob);
   EXPECT_EQ(qm->config.score_func, "softmax");
   EXPECT_EQ(qm->config.bias_update_rate, 0.0);
-  // A dense layer after an MoE one cannot be expressed yet: refused.
-  jm["mlp_only_layers"] = {2};
-  EXPECT_NE(Error(jm).find("makes layer 2 dense after MoE layer 0"), std::string::npos) << Error(jm);
+  EXPECT_TRUE(qm->config.dense_layers.empty());
+  // Dense layers after an MoE one (mlp_only_layers, decoder_sparse_step):
+  // the layers (l + 1) % step != 0 or listed are dense.
+  jm["num_hidden_layers"] = 6;
+  jm["max_window_layers"] = 6;
+  jm["mlp_only_layers"] = {4};
+  jm["decoder_sparse_step"] = 2;
+  auto qs = MapHfConfig(jm, "config.json");
+  ASSERT_TRUE(qs.ok()) << qs.status().message();
+  EXPECT_EQ(qs->config.n_dense_layers, 1);  // layer 0: (0 + 1) % 2 != 0
+  EXPECT_EQ(qs->config.dense_layers, (std::vector<int64_t>{2, 4}));
+  for (int64_t l = 0; l < 6; ++l) EXPECT_EQ(qs->config.is_moe_layer(l), l == 1 || l == 3 || l == 5) << l;
+  EXPECT_EQ(qs->config.n_moe_layers(), 3);
 }
 
 TEST(HfConfig, RefusalsNameTheFileAndTheKey) {

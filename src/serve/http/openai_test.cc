@@ -96,11 +96,11 @@ TEST(Billing, PricesPerMillion) {
 
 TEST(ChatTemplateTest, DefaultCustomAndStoredWithTheCheckpoint) {
   std::vector<ChatMessage> msgs = {{"system", "Be brief."}, {"user", "Hi {content}"}};
-  EXPECT_EQ(ChatTemplate().Render(msgs), "<|system|>\nBe brief.\n<|user|>\nHi {content}\n<|assistant|>\n");
+  EXPECT_EQ(*ChatTemplate().Render(msgs), "<|system|>\nBe brief.\n<|user|>\nHi {content}\n<|assistant|>\n");
   auto t = ChatTemplate::Parse("prefix = \"[\"\nmessage = \"{role}: {content}\\n\"\nuser = \"Q: {content}\\n\"\n"
                                "generation_prompt = \"A:\"\n", "t.toml");
   ASSERT_TRUE(t.ok()) << t.status().message();
-  EXPECT_EQ(t->Render(msgs), "[system: Be brief.\nQ: Hi {content}\nA:");
+  EXPECT_EQ(*t->Render(msgs), "[system: Be brief.\nQ: Hi {content}\nA:");
   EXPECT_FALSE(ChatTemplate::Parse("message = \"no content\"\n", "t.toml").ok());
   EXPECT_FALSE(ChatTemplate::Parse("mesage = \"{content}\"\n", "t.toml").ok());
 
@@ -112,15 +112,15 @@ TEST(ChatTemplateTest, DefaultCustomAndStoredWithTheCheckpoint) {
   auto fromManifest = ChatTemplate::ForCheckpoint(step, &origin);
   ASSERT_TRUE(fromManifest.ok()) << fromManifest.status().message();
   EXPECT_NE(origin.find("manifest.json"), std::string::npos);
-  EXPECT_EQ(fromManifest->Render({{"user", "x"}}), "<|user|>\nx\nBot:");
+  EXPECT_EQ(*fromManifest->Render({{"user", "x"}}), "<|user|>\nx\nBot:");
   std::ofstream(dir.path() + "/run/chat_template.toml") << "generation_prompt = \"Run:\"\n";
   auto fromRun = ChatTemplate::ForCheckpoint(step, &origin);
   ASSERT_TRUE(fromRun.ok());
   EXPECT_EQ(origin, dir.path() + "/run/chat_template.toml");
-  EXPECT_EQ(fromRun->Render({}), "Run:");
+  EXPECT_EQ(*fromRun->Render({}), "Run:");
   std::ofstream(step + "/chat_template.toml") << "generation_prompt = \"Step:\"\n";
-  EXPECT_EQ(ChatTemplate::ForCheckpoint(step, &origin)->Render({}), "Step:");
-  EXPECT_EQ(ChatTemplate::ForCheckpoint(dir.path() + "/nowhere", &origin)->Render({}), "<|assistant|>\n");
+  EXPECT_EQ(*ChatTemplate::ForCheckpoint(step, &origin)->Render({}), "Step:");
+  EXPECT_EQ(*ChatTemplate::ForCheckpoint(dir.path() + "/nowhere", &origin)->Render({}), "<|assistant|>\n");
   EXPECT_EQ(origin, "default");
 }
 

@@ -74,7 +74,7 @@ class Generation {
     for (const TokenEvent& e : batch) {
       if (finished_) break;
       if (!e.done) {
-        if (e.token == tok_->eos_id() || e.token == tok_->bos_id()) continue;
+        if (TextConventions::IsControl(*tok_, e.token)) continue;
         s.text += filter_.Push(decoder_.Push(e.token));
         if (filter_.stopped() && !cancel_sent_) {
           cancel_sent_ = true;
@@ -152,6 +152,7 @@ struct HttpServer::Impl {
   const Tokenizer* tok;
   ChatTemplate chat_template;
   ServerConfig cfg;
+  TextConventions text;  // prompt framing and stop ids
   std::shared_ptr<Accounts> acct;
   Listener svr;
   std::thread listener;
@@ -164,7 +165,7 @@ struct HttpServer::Impl {
 
   Impl(Engine* e, const Tokenizer* t, ChatTemplate ct, PriceTable prices, ServerConfig c)
       : engine(e), tok(t), chat_template(std::move(ct)), cfg(std::move(c)),
-        acct(std::make_shared<Accounts>(std::move(prices))) {
+        text(TextConventions::For(*t, cfg.model_eos_ids)), acct(std::make_shared<Accounts>(std::move(prices))) {
     std::random_device rd;
     id_salt = (static_cast<uint64_t>(rd()) << 32) ^ rd();
     started_unix = std::chrono::duration_cast<std::chrono::seconds>(
@@ -306,8 +307,7 @@ void HttpServer::Impl::HandleCompletion(const httplib::Request& req, httplib::Re
     return;
   }
 
-  // The prompt: training packs documents as doc + eos, so a new document
-  // follows eos (as in `myriad generate`).
+  // The prompt, framed as in `myriad generate` (TextConventions).
   std::vector<int32_t> ids;
   std::string echo_text;
   if (ep == Endpoint::kCompletion && cr.prompt_is_tokens) {
@@ -323,10 +323,21 @@ void HttpServer::Impl::HandleCompletion(const httplib::Request& req, httplib::Re
     ids = cr.prompt_tokens;
     if (cr.echo) echo_text = tok->Decode(ids);
   } else {
-    const std::string text = ep == Endpoint::kChat ? chat_template.Render(cr.messages) : cr.prompt_text;
-    if (tok->eos_id() >= 0) ids.push_back(tok->eos_id());
-    tok->EncodeTo(text, &ids);
-    if (cr.echo) echo_text = text;
+    std::string prompt_text = cr.prompt_text;
+    if (ep == Endpoint::kChat) {
+      auto rendered = chat_template.Render(cr.messages);
+      if (!rendered.ok()) {
+        err.status = 400;
+        err.param = "messages";
+        err.message = "the model's chat template refused these messages: " + rendered.status().message();
+        SendError(res, err);
+        return;
+      }
+      prompt_text = std::move(rendered).value();
+    }
+    if (!(ep == Endpoint::kChat && chat_template.writes_own_bos())) ids = text.prompt_prefix;
+    tok->EncodeTo(prompt_text, &ids);
+    if (cr.echo) echo_text = prompt_text;
   }
   const int64_t context = cfg.context_tokens > 0 ? cfg.context_tokens : INT32_MAX;
   const int64_t prompt_len = static_cast<int64_t>(ids.size());
@@ -348,7 +359,7 @@ void HttpServer::Impl::HandleCompletion(const httplib::Request& req, httplib::Re
   gp.sampling.top_k = cr.top_k;
   const uint64_t n = request_counter.fetch_add(1);
   gp.seed = cr.seed ? *cr.seed : (id_salt ^ (n * 0xD1B54A32D192ED03ull));
-  if (tok->eos_id() >= 0) gp.stop_token_seqs.push_back({tok->eos_id()});
+  for (int32_t id : text.stop_ids) gp.stop_token_seqs.push_back({id});
   for (const auto& s : cr.stop) {
     std::vector<int32_t> seq = tok->Encode(s);
     if (!seq.empty()) gp.stop_token_seqs.push_back(std::move(seq));

@@ -18,8 +18,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
+#include "data/text_conventions.h"
 #include "data/tokenizer.h"
 #include "serve/billing.h"
 #include "serve/chat_template.h"
@@ -38,6 +40,10 @@ struct ServerConfig {
   double drain_timeout_s = 60;            // Shutdown waits this long, then cancels
   int sse_keepalive_ms = 1000;            // an SSE comment after this long without tokens
   int retry_after_s = 1;                  // Retry-After on 429
+  // The model's own eos ids (a Hugging Face model's config / generation
+  // config); with the tokenizer they give the prompt framing and the stop
+  // ids (TextConventions::For).
+  std::vector<int64_t> model_eos_ids;
 };
 
 // Counters the server keeps itself (the engine keeps the rest).

@@ -509,6 +509,20 @@ TEST_F(ServerTest, StopStrings) {
   EXPECT_EQ(engine_->last_params().stop_token_seqs.size(), 3u);
 }
 
+TEST_F(ServerTest, TheModelsEosIdsStopGeneration) {
+  ServerConfig cfg;
+  cfg.model_eos_ids = {5, 7};  // e.g. a Hugging Face model's <|im_end|> and <|endoftext|>
+  StartServer(cfg);
+  auto r = PostJson("/v1/chat/completions", Chat(3).dump());
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const GenerationParams gp = engine_->last_params();
+  ASSERT_GE(gp.stop_token_seqs.size(), 3u);
+  EXPECT_EQ(gp.stop_token_seqs[0], std::vector<int32_t>{5});
+  EXPECT_EQ(gp.stop_token_seqs[1], std::vector<int32_t>{7});
+  EXPECT_EQ(gp.stop_token_seqs[2], std::vector<int32_t>{tok_->eos_id()});
+}
+
 TEST_F(ServerTest, BadRequestsGetClearErrorsAndTheServerKeepsServing) {
   ServerConfig cfg;
   cfg.max_body_bytes = 4096;
