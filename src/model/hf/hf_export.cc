@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <set>
 
 #include "core/log.h"
 #include "model/hf/hf_model.h"
@@ -93,6 +94,22 @@ Result<nlohmann::ordered_json> HfConfigFor(const ModelConfig& c, const HfExportO
   if (c.dsa())
     return Status::Error("model: DSA sparse attention (model.attention=\"dsa\") has no equivalent in the Hugging Face "
                          "families Myriad exports (Llama, Qwen2, Qwen3, Qwen3-MoE, DeepSeek-V3)");
+  // The [model] keys this mapping reads (ToJson writes a feature's keys only
+  // when it is on): a feature added to ModelConfig later is refused here
+  // until it is mapped, never exported as a model without it.
+  static const std::set<std::string> kMapped = {
+      "vocab_size", "d_model", "n_layers", "n_heads", "n_kv_heads", "d_ff", "n_dense_layers", "n_routed_experts",
+      "n_shared_experts", "top_k", "d_expert", "score_func", "aux_loss_weight", "bias_update_rate", "mtp_depth",
+      "mtp_loss_weight", "tie_embeddings", "rope_theta", "norm_eps", "max_seq_len", "init_std", "d_head", "qkv_bias",
+      "qk_norm", "rope_truncate", "norm_topk_prob", "rope_scaling", "rope_factor", "rope_low_freq_factor",
+      "rope_high_freq_factor", "rope_original_max_pos", "rope_beta_fast", "rope_beta_slow", "rope_attention_factor",
+      "routed_scaling_factor", "n_group", "topk_group", "dense_layers"};
+  const nlohmann::json ours = c.ToJson();
+  for (auto it = ours.begin(); it != ours.end(); ++it)
+    if (!kMapped.count(it.key()))
+      return Status::Error("model: model." + it.key() + "=" + it.value().dump() +
+                           " is not known to the Hugging Face export yet (hint: the feature has no mapping to a "
+                           "family in src/model/hf/hf_export.cc)");
   std::string arch, type;
   const bool moe = HasMoeLayers(c);
   if (moe) {
