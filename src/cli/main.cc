@@ -24,6 +24,7 @@ const Verb kVerbs[] = {
     {"doctor", myriad::cli::RunDoctor, "report ISA, BLAS kernel, cores and memory"},
     {"inspect", myriad::cli::RunInspect, "show a checkpoint's manifest and tensors"},
     {"import", myriad::cli::RunImport, "import a Hugging Face model folder as a run directory"},
+    {"export", myriad::cli::RunExport, "write a checkpoint as a Hugging Face model folder (--hf OUT)"},
     {"serve", myriad::cli::RunServe, "serve a checkpoint over an OpenAI-compatible HTTP API"},
     {"tune", myriad::lab::RunTuneCli, "kernel lab: verify, time and tune kernels into a tuned table"},
     {"plan", myriad::cli::RunPlan, "cost model and parallel planner: layout, step time, MFU, time to train"},
@@ -56,7 +57,7 @@ int main(int argc, char** argv) {
     }
     return v.run(argc - 1, argv + 1);
   }
-  std::fprintf(stderr, "myriad: unknown verb '%s' (hint: one of prepare, train, launch, preflight, eval, generate, doctor, inspect, import, serve, tune, plan, simulate)\n",
+  std::fprintf(stderr, "myriad: unknown verb '%s' (hint: one of prepare, train, launch, preflight, eval, generate, doctor, inspect, import, export, serve, tune, plan, simulate)\n",
                argv[1]);
   return 2;
 }

@@ -1,4 +1,4 @@
-// myriad train --config FILE [--set key=value ...] [--fresh] [--stop-after N] [--ranks-per-node N]
+// myriad train --config FILE [--set key=value ...] [--fresh] [--stop-after N] [--ranks-per-node N] [--hf DIR]
 #include <CLI/CLI.hpp>
 
 #include <csignal>
@@ -24,12 +24,17 @@ int RunTrain(int argc, char** argv) {
   app.add_flag("--fresh", spec.fresh, "start from scratch even if out_dir has checkpoints");
   app.add_option("--stop-after", spec.stop_after, "stop after N steps of this run, saving a checkpoint");
   app.add_flag("--quiet,-q", spec.quiet, "no progress line");
+  std::string init_from;
+  app.add_option("--init-from,--hf", init_from,
+                 "start from this model's weights (a Hugging Face folder, or a run or step directory) with a fresh "
+                 "optimizer at step 0: fine-tuning (same as --set train.init_from=PATH; [model] may then be left out)");
   int ranks_per_node = -1;
   app.add_option("--ranks-per-node", ranks_per_node,
                  "group ranks into nodes of N for the hierarchical all-reduce (emulates nodes on one machine; "
                  "same as --set parallel.ranks_per_node=N)");
   CLI11_PARSE(app, argc, argv);
   if (ranks_per_node >= 0) spec.overrides.push_back("parallel.ranks_per_node=" + std::to_string(ranks_per_node));
+  if (!init_from.empty()) spec.overrides.push_back("train.init_from=" + init_from);
   if (supervise::SupervisorPid() > 0) {
     // Under `myriad launch`: never outlive it (lifeline.h); its stop signal
     // counts only while training runs (RunTraining's handler), not before

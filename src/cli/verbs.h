@@ -9,6 +9,7 @@ int RunEval(int argc, char** argv);
 int RunGenerate(int argc, char** argv);
 int RunDoctor(int argc, char** argv);
 int RunInspect(int argc, char** argv);
+int RunExport(int argc, char** argv);
 int RunServe(int argc, char** argv);
 int RunPlan(int argc, char** argv);
 int RunSimulate(int argc, char** argv);

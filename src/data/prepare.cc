@@ -4,6 +4,7 @@
 #include <atomic>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <thread>
@@ -227,11 +228,25 @@ Status RunPrepare(const PrepareOptions& options) {
   const int threads = options.num_threads > 0 ? options.num_threads : static_cast<int>(hw);
   tok_options.num_threads = threads;
   const uint64_t tok_start = env->NowMicros();
-  RETURN_IF_ERROR(Tokenizer::Train(train_texts, out + "/tokenizer", options.vocab_size, tok_options));
+  std::string tokenizer_ref = "tokenizer.model";  // data.json's "tokenizer"
+  if (options.tokenizer.empty()) {
+    RETURN_IF_ERROR(Tokenizer::Train(train_texts, out + "/tokenizer", options.vocab_size, tok_options));
+  } else {
+    std::error_code ec;
+    tokenizer_ref = std::filesystem::absolute(options.tokenizer, ec).lexically_normal().string();
+  }
   std::vector<std::string>().swap(train_texts);
-  ASSIGN_OR_RETURN(Tokenizer tokenizer, Tokenizer::Load(out + "/tokenizer.model"));
-  LOG_INFO("prepare: tokenizer %s/tokenizer.model: vocab %d, trained in %.1fs", out.c_str(),
-           tokenizer.vocab_size(), Seconds(env, tok_start));
+  ASSIGN_OR_RETURN(Tokenizer tokenizer,
+                   Tokenizer::Load(options.tokenizer.empty() ? out + "/tokenizer.model" : tokenizer_ref));
+  if (tokenizer.eos_id() < 0)
+    return Status::Error(options.tokenizer + ": the tokenizer has no eos token, which prepare puts after every "
+                         "document (hint: a tokenizer_config.json with eos_token beside it)");
+  if (options.tokenizer.empty())
+    LOG_INFO("prepare: tokenizer %s/tokenizer.model: vocab %d, trained in %.1fs", out.c_str(),
+             tokenizer.vocab_size(), Seconds(env, tok_start));
+  else
+    LOG_INFO("prepare: tokenizer %s: vocab %d, eos %d (not trained: given)", tokenizer_ref.c_str(),
+             tokenizer.vocab_size(), tokenizer.eos_id());
 
   // 4. Encode in chunks on all cores; write in corpus order.
   SplitWriter writers[2];
@@ -300,7 +315,7 @@ Status RunPrepare(const PrepareOptions& options) {
   nlohmann::json data = {
       {"format", "myriad-data"},
       {"version", 1},
-      {"tokenizer", "tokenizer.model"},
+      {"tokenizer", tokenizer_ref},
       {"vocab_size", tokenizer.vocab_size()},
       {"bos_id", tokenizer.bos_id()},
       {"eos_id", tokenizer.eos_id()},
@@ -311,6 +326,7 @@ Status RunPrepare(const PrepareOptions& options) {
       {"options",
        {{"input", options.input_dir.empty() ? "default" : options.input_dir},
         {"vocab_size", options.vocab_size},
+        {"tokenizer", options.tokenizer.empty() ? "trained" : tokenizer_ref},
         {"val_fraction", options.val_fraction},
         {"seed", options.seed},
         {"max_bytes", options.max_bytes},
@@ -326,6 +342,14 @@ Status RunPrepare(const PrepareOptions& options) {
            writers[0].shard_files.size(), static_cast<unsigned long long>(writers[1].tokens),
            tokens ? static_cast<double>(corpus_bytes) / tokens : 0.0);
   return Status::Ok();
+}
+
+std::string PreparedTokenizerPath(const std::string& data_dir) {
+  std::ifstream in(data_dir + "/data.json");
+  const auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  std::string name = "tokenizer.model";
+  if (j.is_object() && j.contains("tokenizer") && j["tokenizer"].is_string()) name = j["tokenizer"];
+  return !name.empty() && name[0] == '/' ? name : data_dir + "/" + name;
 }
 
 }  // namespace myriad

@@ -9,7 +9,9 @@
 //     in the same split, so val never repeats train). Every source with at
 //     least two documents gets at least one val document and one train document;
 //  3. train the BPE tokenizer on the train documents -> out_dir/tokenizer.model
-//     (and tokenizer.vocab);
+//     (and tokenizer.vocab), or use the one `tokenizer` names (an open
+//     model's: a Hugging Face folder, its tokenizer.json or tokenizer.model;
+//     Tokenizer::Load), which data.json then records by absolute path;
 //  4. encode all documents on all cores, in chunks (memory stays bounded), and
 //     append each as "tokens + eos" to out_dir/train_NNN.bin / val_NNN.bin,
 //     starting a new shard every shard_max_tokens tokens;
@@ -32,6 +34,7 @@ struct PrepareOptions {
   std::string input_dir;               // empty = the built-in default corpus
   std::string out_dir = "data/default";
   int vocab_size = 4096;               // includes <unk>, <s>, </s> and 256 byte tokens
+  std::string tokenizer;               // use this tokenizer instead of training one ("": train; vocab_size unused)
   double val_fraction = 0.02;          // in [0, 0.5]
   uint64_t seed = 1;
   int64_t max_bytes = 0;               // cap on corpus bytes; 0 = no cap
@@ -43,5 +46,10 @@ struct PrepareOptions {
 };
 
 Status RunPrepare(const PrepareOptions& options);
+
+// The tokenizer of a prepared folder: data.json's "tokenizer" (relative to
+// the folder, or absolute), else the folder's tokenizer.model (folders
+// prepared before data.json named one).
+std::string PreparedTokenizerPath(const std::string& data_dir);
 
 }  // namespace myriad

@@ -86,20 +86,30 @@ constexpr BoolKey kBoolKeys[] = {
 
 }  // namespace
 
-ModelConfig ModelConfig::Read(ConfigDoc* doc) {
-  ModelConfig c;
+ModelConfig ModelConfig::Read(ConfigDoc* doc, const ModelConfig* base) {
+  ModelConfig c = base ? *base : ModelConfig();
   for (const IntKey& k : kIntKeys) {
     // A TOML config without dsa_index_rope_dim gets dsa_index_dim / 2 (read before it).
-    if (k.field == &ModelConfig::dsa_index_rope_dim) c.dsa_index_rope_dim = (c.dsa_index_dim / 2) & ~int64_t{1};
+    if (k.field == &ModelConfig::dsa_index_rope_dim && !base) c.dsa_index_rope_dim = (c.dsa_index_dim / 2) & ~int64_t{1};
     c.*k.field = doc->GetInt(std::string("model.") + k.name, c.*k.field, k.lo, k.hi);
   }
   c.score_func = doc->GetString("model.score_func", c.score_func);
   for (const FloatKey& k : kFloatKeys) c.*k.field = doc->GetFloat(std::string("model.") + k.name, c.*k.field);
   for (const BoolKey& k : kBoolKeys) c.*k.field = doc->GetBool(std::string("model.") + k.name, c.*k.field);
   c.rope_scaling = doc->GetString("model.rope_scaling", c.rope_scaling);
-  c.dense_layers = doc->GetIntList("model.dense_layers", 0, 1 << 20);
+  if (!base || doc->Has("model.dense_layers")) c.dense_layers = doc->GetIntList("model.dense_layers", 0, 1 << 20);
   c.attention = doc->GetString("model.attention", c.attention);
   c.dsa_index_precision = doc->GetString("model.dsa_index_precision", c.dsa_index_precision);
+  return c;
+}
+
+ModelConfig ModelConfig::WithTrainingKeysOf(const ModelConfig& other) const {
+  ModelConfig c = *this;
+  c.aux_loss_weight = other.aux_loss_weight;
+  c.bias_update_rate = other.bias_update_rate;
+  c.mtp_loss_weight = other.mtp_loss_weight;
+  c.init_std = other.init_std;
+  c.dsa_warmup_steps = other.dsa_warmup_steps;
   return c;
 }
 

@@ -136,9 +136,15 @@ struct ModelConfig {
   // Main layers that compute indices (one per sharing group).
   int64_t dsa_indexer_layers() const { return dsa() ? (n_layers + dsa_index_share - 1) / dsa_index_share : 0; }
 
-  // Reads [model] from `doc` (defaults above for missing keys); problems are
-  // recorded in the doc and reported by doc->Finish() and Validate().
-  static ModelConfig Read(ConfigDoc* doc);
+  // Reads [model] from `doc` (defaults above for missing keys, or `base`'s
+  // values when given: train.init_from's model); problems are recorded in
+  // the doc and reported by doc->Finish() and Validate().
+  static ModelConfig Read(ConfigDoc* doc, const ModelConfig* base = nullptr);
+  // This config with `other`'s training-only keys: aux_loss_weight,
+  // bias_update_rate, mtp_loss_weight, init_std, dsa_warmup_steps, which
+  // shape training but not the function the model computes (a fine-tune may
+  // set them; an export has no key for them).
+  ModelConfig WithTrainingKeysOf(const ModelConfig& other) const;
   // Every integer within its documented range, every float finite, the
   // consistency checks, then CheckSizes; each error names the key(s), the
   // value and a hint.

@@ -76,6 +76,34 @@ TEST(ModelConfigValidate, SizesThatOverflowNameTheirKeys) {
 }
 
 }  // namespace
+// train.init_from: [model] read over the source's config keeps every key the
+// document does not give (the DSA rope default for TOML included) and takes
+// those it does; the training-only keys travel with WithTrainingKeysOf.
+TEST(ModelConfigRead, OverABaseKeepsItsValues) {
+  ModelConfig base;
+  base.d_model = 64;
+  base.n_heads = 4;
+  base.qk_norm = true;
+  base.attention = "dsa";
+  base.dsa_index_rope_dim = 0;  // as an old checkpoint has it
+  auto doc = ConfigDoc::Parse("[model]\nn_kv_heads = 2\naux_loss_weight = 0.5\n", "<string>");
+  ASSERT_TRUE(doc.ok());
+  const ModelConfig c = ModelConfig::Read(doc->get(), &base);
+  ASSERT_TRUE((*doc)->Finish().ok());
+  EXPECT_EQ(c.d_model, 64);
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_EQ(c.dsa_index_rope_dim, 0);
+  EXPECT_EQ(c.n_kv_heads, 2);
+  EXPECT_EQ(c.aux_loss_weight, 0.5);
+  const ModelConfig t = base.WithTrainingKeysOf(c);
+  EXPECT_EQ(t.aux_loss_weight, 0.5);
+  EXPECT_EQ(t.n_kv_heads, base.n_kv_heads);
+  // Without a base, the TOML default of the DSA rope dims.
+  auto plain = ConfigDoc::Parse("[model]\ndsa_index_dim = 32\n", "<string>");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(ModelConfig::Read(plain->get()).dsa_index_rope_dim, 16);
+}
+
 }  // namespace myriad
 
 namespace myriad {

@@ -387,34 +387,46 @@ std::unique_ptr<CheckpointSnapshot> DistTrainer::MakeSnapshot(int64_t step, cons
 }
 
 Status DistTrainer::Restore(const LoadedCheckpoint& ck, bool with_optimizer) {
-  const ParamLayout& lay = model_->layout();
-  std::vector<float> lm(lay.total(), 0.f), lv(lay.total(), 0.f);
-  auto load = [&](const SafetensorsFile& f, const std::string& name, const ParamInfo& p, float* dst) -> Status {
-    auto v = ReadF32(f, name, p.global_shape);
-    if (!v.ok()) return v.status().With(ck.dir);
-    if (static_cast<int64_t>(v->size()) != Numel(p.global_shape))
-      return Status::Error(ck.dir + ": " + name + ": wrong size");
-    CopySlice(p, v->data(), dst, true);
-    return Status::Ok();
-  };
   if (with_optimizer && !ck.optimizer)
     return Status::Error(ck.dir + ": no optimizer state (hint: it was saved for inference only; use --fresh)");
+  auto reader = [&ck](const SafetensorsFile& f) -> WholeTensorReader {
+    return [&ck, &f](const std::string& name, const std::vector<int64_t>& shape) -> Result<std::vector<float>> {
+      auto v = ReadF32(f, name, shape);
+      if (!v.ok()) return v.status().With(ck.dir);
+      return v;
+    };
+  };
+  const WholeTensorReader model = reader(ck.model);
+  if (!with_optimizer) return Load(model, nullptr);
+  const WholeTensorReader optimizer = reader(*ck.optimizer);
+  return Load(model, &optimizer);
+}
+
+Status DistTrainer::RestoreWeights(const WholeTensorReader& read_model) { return Load(read_model, nullptr); }
+
+Status DistTrainer::Load(const WholeTensorReader& read_model, const WholeTensorReader* read_optimizer) {
+  const ParamLayout& lay = model_->layout();
+  std::vector<float> lm(lay.total(), 0.f), lv(lay.total(), 0.f);
+  auto load = [&](const WholeTensorReader& read, const std::string& name, const ParamInfo& p, float* dst) -> Status {
+    ASSIGN_OR_RETURN(std::vector<float> v, read(name, p.global_shape));
+    if (static_cast<int64_t>(v.size()) != Numel(p.global_shape)) return Status::Error(name + ": wrong size");
+    CopySlice(p, v.data(), dst, true);
+    return Status::Ok();
+  };
   std::vector<float> hp(lay.total());  // each tensor through the host, then to the device
   for (const auto& p : lay.params()) {
     if (mc_.tie_embeddings && p.name == "lm_head.weight") continue;
-    RETURN_IF_ERROR(load(ck.model, p.name, p, hp.data() + p.offset));
+    RETURN_IF_ERROR(load(read_model, p.name, p, hp.data() + p.offset));
     model_->ParamsFromHost(hp.data() + p.offset, p.offset, p.numel);
-    if (with_optimizer) {
-      RETURN_IF_ERROR(load(*ck.optimizer, p.name + ".exp_avg", p, lm.data() + p.offset));
-      RETURN_IF_ERROR(load(*ck.optimizer, p.name + ".exp_avg_sq", p, lv.data() + p.offset));
+    if (read_optimizer) {
+      RETURN_IF_ERROR(load(*read_optimizer, p.name + ".exp_avg", p, lm.data() + p.offset));
+      RETURN_IF_ERROR(load(*read_optimizer, p.name + ".exp_avg_sq", p, lv.data() + p.offset));
     }
   }
   ParamLayout whole(mc_);
   const auto& bn = whole.bias_names();  // every MoE block's (all stages keep all biases)
   for (size_t i = 0; i < bn.size(); ++i) {
-    auto v = ReadF32(ck.model, bn[i], {mc_.n_routed_experts});
-    if (!v.ok()) return v.status().With(ck.dir);
-    model_->biases()[i] = *v;
+    ASSIGN_OR_RETURN(model_->biases()[i], read_model(bn[i], {mc_.n_routed_experts}));
   }
   if (zero_->stage() == 0) {
     ops::CopyToDevice(m_.data(), lm.data(), lm.size() * sizeof(float));

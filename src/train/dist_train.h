@@ -11,7 +11,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/env.h"
@@ -71,6 +73,13 @@ class DistTrainer {
   // Every rank copies its shard (and its optimizer slices) out of the
   // checkpoint's whole tensors: resharding onto this layout.
   Status Restore(const LoadedCheckpoint& ckpt, bool with_optimizer);
+  // A whole tensor under our name (parameters and selection biases) with
+  // its global shape, as fp32.
+  using WholeTensorReader =
+      std::function<Result<std::vector<float>>(const std::string& name, const std::vector<int64_t>& shape)>;
+  // The same from any source of whole tensors (train.init_from: a Hugging
+  // Face folder), with the optimizer's moments at zero.
+  Status RestoreWeights(const WholeTensorReader& read_model);
 
   // Per-step communication figures (bytes sent by this rank, seconds).
   struct CommFigures {
@@ -84,6 +93,8 @@ class DistTrainer {
  private:
   DistTrainer() = default;
   ShardPlan PlanFor(const Coords& c) const;
+  // Restore's and RestoreWeights' loop; no optimizer reader: moments at zero.
+  Status Load(const WholeTensorReader& read_model, const WholeTensorReader* read_optimizer);
   // The snapshot of whole tensors in the single-device layout; takes the
   // host vectors over (no copy: the snapshot holds one copy of the state).
   std::unique_ptr<CheckpointSnapshot> MakeSnapshot(int64_t step, const nlohmann::json& meta,

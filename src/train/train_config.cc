@@ -42,6 +42,7 @@ TrainConfig TrainConfig::Read(ConfigDoc* doc) {
   c.threads = doc->GetInt("train.threads", c.threads, 0, 1024);
   c.out_dir = doc->GetString("train.out_dir", c.out_dir);
   c.metrics_file = doc->GetString("train.metrics_file", c.metrics_file);
+  c.init_from = doc->GetString("train.init_from", c.init_from);
   c.precision = doc->GetString("train.precision", c.precision);
   c.async_checkpoint = doc->GetBool("train.async_checkpoint", c.async_checkpoint);
   c.snapshot_dir = doc->GetString("train.snapshot_dir", c.snapshot_dir);
@@ -132,7 +133,7 @@ Status TrainConfig::ValidateLayout(const ModelConfig& m, int world_size) const {
 }
 
 nlohmann::json TrainConfig::ToJson() const {
-  return {{"seq_len", seq_len}, {"batch_size", batch_size}, {"grad_accum", grad_accum},
+  nlohmann::json j = {{"seq_len", seq_len}, {"batch_size", batch_size}, {"grad_accum", grad_accum},
           {"steps", steps}, {"lr", optim.lr}, {"min_lr", optim.min_lr},
           {"warmup_steps", optim.warmup_steps}, {"weight_decay", optim.weight_decay},
           {"beta1", optim.beta1}, {"beta2", optim.beta2}, {"adam_eps", optim.eps},
@@ -142,6 +143,8 @@ nlohmann::json TrainConfig::ToJson() const {
                         {"cp", parallel.cp}, {"zero", parallel.zero}, {"microbatches", parallel.microbatches}, {"pp_layers", parallel.pp_layers},
                         {"ranks_per_node", parallel.ranks_per_node}, {"hierarchical", parallel.hierarchical},
                         {"compression", parallel.compression}}}};
+  if (!init_from.empty()) j["init_from"] = init_from;
+  return j;
 }
 
 }  // namespace myriad

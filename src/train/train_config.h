@@ -45,6 +45,10 @@ struct TrainConfig {
   std::string out_dir = "runs/default";
   std::string data_dir = "data/default";
   std::string metrics_file;    // default: out_dir/metrics.jsonl
+  // Start from this model's weights (a Hugging Face folder, or a run or step
+  // directory: `myriad import`'s or a Myriad run's) with a fresh optimizer at
+  // step 0: fine-tuning (train/init_from.h). "": the model is initialised.
+  std::string init_from;
   std::string precision = "auto";  // "auto" | "fp32" | "bf16" (docs/precision.md)
   // Steady running (docs/supervisor.md).
   bool async_checkpoint = true;    // snapshot to memory, persist in the background

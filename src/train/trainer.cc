@@ -33,6 +33,8 @@
 #include "backend/cpu/kernel_bench.h"
 #include "model/flops.h"
 #include "train/dist_train.h"
+#include "train/init_from.h"
+#include "data/prepare.h"
 #include "train/memory_estimate.h"
 #include "train/precision.h"
 
@@ -110,8 +112,19 @@ static double MeasureModelGemmPeakGflops(int n) {
 Status LoadRunConfig(const std::string& path, const std::vector<std::string>& overrides,
                      ModelConfig* model, TrainConfig* train) {
   ASSIGN_OR_RETURN(auto doc, ConfigDoc::Load(path, overrides));
-  *model = ModelConfig::Read(doc.get());
   *train = TrainConfig::Read(doc.get());
+  if (!train->init_from.empty()) {
+    // The model is the source's; [model] may only agree with it (init_from.h).
+    ASSIGN_OR_RETURN(InitSource src, ResolveInitSource(Env::Default(), train->init_from));
+    ASSIGN_OR_RETURN(*model, ModelConfigFromInitSource(doc.get(), src));
+    std::error_code ec;
+    namespace fs = std::filesystem;
+    if (fs::exists(train->out_dir, ec) && fs::equivalent(train->init_from, train->out_dir, ec))
+      return Status::Error(path + ": train.init_from and train.out_dir are the same folder " + train->out_dir +
+                           " (hint: a fine-tune writes its own run directory: set train.out_dir elsewhere)");
+  } else {
+    *model = ModelConfig::Read(doc.get());
+  }
   RETURN_IF_ERROR(doc->Finish());
   RETURN_IF_ERROR(model->Validate().With(path));
   RETURN_IF_ERROR(train->Validate().With(path));
@@ -340,6 +353,13 @@ Status RunTraining(const RunSpec& spec) {
   // This rank's share of the model and optimizer (all of both on one rank).
   ASSIGN_OR_RETURN(std::unique_ptr<DistTrainer> dtr, DistTrainer::Create(world, mc, tc));
   int64_t step = 0;
+  // A fine-tune's source (train.init_from): its weights when starting, its
+  // "hf" record in every checkpoint.
+  std::optional<InitSource> init_source;
+  if (!tc.init_from.empty()) {
+    ASSIGN_OR_RETURN(InitSource src, ResolveInitSource(env, tc.init_from));
+    init_source = std::move(src);
+  }
 
   // Resume from the newest checkpoint in out_dir unless told not to.
   if (resume) {
@@ -357,6 +377,13 @@ Status RunTraining(const RunSpec& spec) {
     for (const std::string& sk : skipped_checkpoints)
       if (root) LOG_WARN("skipped a damaged checkpoint: %s", sk.c_str());
     resume.reset();  // unmap: everything needed was copied
+  } else if (init_source) {
+    // A fine-tune's start: the source's weights, a fresh optimizer, step 0.
+    const InitSource& src = *init_source;
+    RETURN_IF_ERROR(LoadInitWeights(env, src, dtr.get()).With("train.init_from=" + tc.init_from));
+    if (root)
+      LOG_INFO("initialised from %s (%s: weights only; a fresh optimizer at step 0)", tc.init_from.c_str(),
+               src.hf ? "a Hugging Face folder" : "a checkpoint");
   }
   hb.Event("start", {{"resumed_step", step}, {"skipped_checkpoints", skipped_checkpoints}, {"steps", tc.steps}});
   if (step >= tc.steps) {
@@ -409,7 +436,8 @@ Status RunTraining(const RunSpec& spec) {
     nlohmann::json meta = {{"step", s}, {"model_config", mc.ToJson()}, {"train_config", tc.ToJson()},
                            {"data_cursor", train_data->cursor().ToJson()}, {"rng", {{"seed", tc.seed}}},
                            {"parallel", dtr->mesh().dims().ToJson()},
-                           {"tokenizer", tc.data_dir + "/tokenizer.model"}, {"precision", precision_used}};
+                           {"tokenizer", PreparedTokenizerPath(tc.data_dir)}, {"precision", precision_used}};
+    if (init_source && !init_source->hf_record.is_null()) meta["hf"] = init_source->hf_record;
     // Training waits for this in-memory copy only (collective in a
     // distributed run); the writer thread then writes the shared-memory copy
     // (tmpfs: from then on a crash of this process loses nothing before step

@@ -7,7 +7,6 @@
 #include <set>
 #include <sstream>
 
-#include "model/hf/hf_weights.h"
 #include "model/params.h"
 
 namespace myriad::hf {
@@ -434,6 +433,8 @@ void DeinterleaveRows(std::vector<float>* m, int64_t cols, int64_t groups, int64
   }
 }
 
+bool IsSelectionBias(const std::string& ours) { return ours.ends_with(".mlp.gate.e_score_correction_bias"); }
+
 }  // namespace
 
 void ToOurLayout(const HfModelInfo& info, const ParamInfo& p, std::vector<float>* v) {
@@ -451,23 +452,20 @@ void ToOurLayout(const HfModelInfo& info, const ParamInfo& p, std::vector<float>
   }
 }
 
-Result<std::unique_ptr<Model>> LoadHfModel(const std::string& dir, HfModelInfo* info_out) {
+Result<HfModelReader> HfModelReader::Open(const std::string& dir) {
   ASSIGN_OR_RETURN(HfModelInfo info, ReadHfConfig(dir));
   ASSIGN_OR_RETURN(HfWeights weights, HfWeights::Open(dir));
   const ModelConfig& cfg = info.config;
-  auto model = std::make_unique<Model>(cfg);
+  const ParamLayout layout(cfg);
   std::set<std::string> used;
-  for (const ParamInfo& p : model->layout().params()) {
-    if (cfg.tie_embeddings && p.name == "lm_head.weight") continue;
+  for (const ParamInfo& p : layout.params()) {
     const std::string name = HfTensorName(cfg, p.name);
     if (!weights.Find(name))
       return Status::Error(dir + ": tensor " + name + " " + ShapeOf(p.shape) + " is missing (" + info.architecture +
                            " with this config.json needs it)");
-    ASSIGN_OR_RETURN(std::vector<float> v, weights.ReadF32(name, p.shape));
-    ToOurLayout(info, p, &v);
-    model->ParamsFromHost(v.data(), p.offset, p.numel);
     used.insert(name);
   }
+  for (const std::string& b : layout.bias_names()) used.insert(HfTensorName(cfg, b));  // (optional)
   // DeepSeek's MTP layers store their own embedding and head; ours use the
   // main model's, so the copies must be exactly those.
   for (int64_t j = 0; j < cfg.mtp_depth; ++j) {
@@ -487,14 +485,6 @@ Result<std::unique_ptr<Model>> LoadHfModel(const std::string& dir, HfModelInfo* 
       used.insert(theirs);
     }
   }
-  const auto& bias_names = model->layout().bias_names();
-  for (size_t i = 0; i < bias_names.size(); ++i) {
-    const std::string name = HfTensorName(cfg, bias_names[i]);
-    if (!weights.Find(name)) continue;  // no correction bias: zeros (Qwen3-MoE has none)
-    ASSIGN_OR_RETURN(std::vector<float> v, weights.ReadF32(name, {cfg.n_routed_experts}));
-    model->biases()[i] = v;
-    used.insert(name);
-  }
   if (cfg.tie_embeddings) used.insert("lm_head.weight");  // tied: Hugging Face ignores a stored copy too
   for (const std::string& name : weights.names()) {
     if (used.count(name)) continue;
@@ -503,7 +493,33 @@ Result<std::unique_ptr<Model>> LoadHfModel(const std::string& dir, HfModelInfo* 
                          " as this config.json describes it (hint: a weight Myriad would ignore means a different "
                          "model; check the config, or the feature is not supported yet)");
   }
-  if (info_out) *info_out = std::move(info);
+  return HfModelReader(std::move(info), std::move(weights));
+}
+
+Result<std::vector<float>> HfModelReader::Read(const std::string& ours, const std::vector<int64_t>& shape) const {
+  const std::string name = HfTensorName(info_.config, ours);
+  if (IsSelectionBias(ours) && !weights_.Find(name)) return std::vector<float>(NumElements(shape), 0.f);
+  ASSIGN_OR_RETURN(std::vector<float> v, weights_.ReadF32(name, shape));
+  ParamInfo p;
+  p.name = ours;
+  p.shape = shape;
+  ToOurLayout(info_, p, &v);
+  return v;
+}
+
+Result<std::unique_ptr<Model>> LoadHfModel(const std::string& dir, HfModelInfo* info_out) {
+  ASSIGN_OR_RETURN(HfModelReader reader, HfModelReader::Open(dir));
+  const ModelConfig& cfg = reader.info().config;
+  auto model = std::make_unique<Model>(cfg);
+  for (const ParamInfo& p : model->layout().params()) {
+    ASSIGN_OR_RETURN(std::vector<float> v, reader.Read(p.name, p.shape));
+    model->ParamsFromHost(v.data(), p.offset, p.numel);
+  }
+  const auto& bias_names = model->layout().bias_names();
+  for (size_t i = 0; i < bias_names.size(); ++i) {
+    ASSIGN_OR_RETURN(model->biases()[i], reader.Read(bias_names[i], {cfg.n_routed_experts}));
+  }
+  if (info_out) *info_out = reader.info();
   return model;
 }
 

@@ -13,12 +13,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
 #include "model/config.h"
+#include "model/hf/hf_weights.h"
 #include "model/model.h"
 #include "model/params.h"
 
@@ -56,6 +58,28 @@ std::string HfTensorName(const ModelConfig& cfg, const std::string& ours);
 // MTP eh_proj's column halves swapped (DeepSeek's input is [embedding;
 // hidden], ours [hidden; embedding]). Both are permutations; a no-op elsewhere.
 void ToOurLayout(const HfModelInfo& info, const ParamInfo& p, std::vector<float>* v);
+
+// A folder's weights under our names, for loaders that place them
+// themselves: LoadHfModel, and the trainer's train.init_from, where each
+// rank copies its shard of every whole tensor. Open reads and maps the
+// config (ReadHfConfig) and the weights (HfWeights) and checks that every
+// tensor the model needs is there, that DeepSeek's MTP layers' own
+// embedding and head copies equal the main ones (ours share them), and that
+// the folder holds no tensor it does not use, each with one line naming it.
+class HfModelReader {
+ public:
+  static Result<HfModelReader> Open(const std::string& dir);
+  const HfModelInfo& info() const { return info_; }
+  // Our parameter or selection-bias buffer `ours` (HfTensorName) with
+  // `shape`, as fp32 in our layout (ToOurLayout); a selection bias the folder does not hold reads as
+  // zeros (Qwen3-MoE has none). Const: safe from several threads.
+  Result<std::vector<float>> Read(const std::string& ours, const std::vector<int64_t>& shape) const;
+
+ private:
+  HfModelReader(HfModelInfo info, HfWeights weights) : info_(std::move(info)), weights_(std::move(weights)) {}
+  HfModelInfo info_;
+  HfWeights weights_;
+};
 
 // The folder's model: config and every weight, converted to fp32 exactly.
 Result<std::unique_ptr<Model>> LoadHfModel(const std::string& dir, HfModelInfo* info = nullptr);

@@ -1,6 +1,7 @@
 // config.json of each family mapped to our ModelConfig, and the one-line
 // refusals of what the import does not implement.
 #include "model/hf/hf_model.h"
+#include "model/hf/hf_test_configs.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -15,13 +16,7 @@
 namespace myriad::hf {
 namespace {
 
-nlohmann::json Base(const std::string& arch) {
-  return {{"architectures", {arch}}, {"vocab_size", 320}, {"hidden_size", 64}, {"num_hidden_layers", 3},
-          {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"intermediate_size", 96},
-          {"max_position_embeddings", 256}, {"rms_norm_eps", 1e-6}, {"rope_theta", 50000.0},
-          {"hidden_act", "silu"}, {"tie_word_embeddings", false}, {"torch_dtype", "bfloat16"},
-          {"bos_token_id", 1}, {"eos_token_id", {2, 3}}};
-}
+nlohmann::json Base(const std::string& arch) { return BaseHfConfig(arch); }
 
 // The tiny DeepSeek-V3 of tests/hf/make_tiny.py, with q_lora_rank 24.
 nlohmann::json DeepseekV3() {

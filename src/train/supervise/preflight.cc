@@ -18,6 +18,8 @@
 #include <sstream>
 
 #include "data/loader.h"
+#include "data/prepare.h"
+#include "data/tokenizer.h"
 #include "model/params.h"
 #include "train/parallel/mesh.h"
 #include "train/trainer.h"
@@ -185,9 +187,13 @@ void CheckData(const ModelConfig& mc, const TrainConfig& tc, std::vector<Preflig
   else
     items->push_back(Pass("data.val", dir + ": " + std::to_string(val.value()->num_tokens()) + " tokens"));
 
-  const std::string tok = dir + "/tokenizer.model";
+  const std::string tok = PreparedTokenizerPath(dir);
   struct stat sb;
-  if (::stat(tok.c_str(), &sb) != 0) {
+  if (::stat(tok.c_str(), &sb) == 0 && S_ISDIR(sb.st_mode)) {  // an open model's folder (prepare --tokenizer)
+    auto t = Tokenizer::Load(tok);
+    items->push_back(t.ok() ? Pass("data.tokenizer", tok + " (vocab " + std::to_string(t->vocab_size()) + ")")
+                            : Fail("data.tokenizer", t.status().message()));
+  } else if (::stat(tok.c_str(), &sb) != 0) {
     const int e = errno;
     items->push_back(Fail("data.tokenizer", tok + ": " + Errno(e) +
                                                 " (hint: `myriad prepare --out " + dir +
