@@ -5,6 +5,7 @@
 //
 //   bench_decode --config FILE [--set k=v ...] [--tokens N] [--prompt-len P] [--weights fp32|fp16|int8]
 //   bench_decode --hf HF_DIR [...]   (an imported model with its own weights)
+//   bench_decode --hf HF_DIR --attention gqa   (an MLA model with GQA attention of equal width instead)
 // Also reports the KV cache bytes per token (KvBytesPerToken), and GQA's at
 // equal width for an MLA model.
 #include <algorithm>
@@ -29,7 +30,7 @@ using namespace myriad;
 
 int main(int argc, char** argv) {
   BenchArgs args;
-  args.opts = {{"--tokens", "64"}, {"--prompt-len", "16"}, {"--weights", "fp32"}};
+  args.opts = {{"--tokens", "64"}, {"--prompt-len", "16"}, {"--weights", "fp32"}, {"--attention", "model"}};
   if (!args.Parse(argc, argv)) return 2;
   const std::string& config = args.config;
   const std::vector<std::string>& sets = args.sets;
@@ -49,6 +50,15 @@ int main(int argc, char** argv) {
     if (!s.ok()) { std::fprintf(stderr, "%s\n", s.message().c_str()); return 1; }
     owned = std::make_unique<Model>(mcfg);
     owned->InitWeights(tc.seed);
+  }
+  if (args.Str("--attention") == "gqa" && owned->config().mla()) {
+    // The same model with GQA attention of equal width in place of MLA
+    // (GqaAtEqualWidth), random weights: the comparison's other side.
+    owned = std::make_unique<Model>(GqaAtEqualWidth(owned->config()));
+    owned->InitWeights(1);
+  } else if (args.Str("--attention") != "model" && args.Str("--attention") != "gqa") {
+    std::fprintf(stderr, "unknown --attention %s (model or gqa)\n", args.Str("--attention").c_str());
+    return 2;
   }
   const Model& model = *owned;
   const ModelConfig& mc = model.config();

@@ -50,7 +50,16 @@ def main():
                      f"peer {p:.1f} tok/s, ratio {m / p:.2f}x; fp16 {extra['fp16']['tokens_per_s']:.1f}, "
                      f"int8 {extra['int8']['tokens_per_s']:.1f} tok/s "
                      f"({extra['int8']['tokens_per_s'] / m:.2f}x fp32)\n")
-    common.emit({"bench": "decode", "config": {"file": a.config or a.hf, "kv_bytes_per_token": ra[0].get("kv_bytes_per_token"), "batch": 1, "tokens": a.tokens,
+    gqa = None
+    if a.hf and (ra[0].get("gqa_kv_bytes_per_token") or 0) != ra[0].get("kv_bytes_per_token"):
+        # An MLA model: the same model with GQA attention of equal width, beside it.
+        rs = [common.run_json(mine("fp32") + ["--attention", "gqa"], common.myriad_env()) for _ in range(a.rounds)]
+        gqa = {"tokens_per_s": common.median([r["tokens_per_s"] for r in rs]),
+               "kv_bytes_per_token": rs[0]["kv_bytes_per_token"],
+               "weight_bytes_per_token": rs[0]["weight_bytes_per_token"]}
+        sys.stderr.write(f"  MLA: {m:.1f} tok/s, KV {ra[0]['kv_bytes_per_token']} B/token; the same model with GQA of "
+                         f"equal width: {gqa['tokens_per_s']:.1f} tok/s, KV {gqa['kv_bytes_per_token']} B/token\n")
+    common.emit({"bench": "decode", "gqa_equal_width": gqa, "config": {"file": a.config or a.hf, "kv_bytes_per_token": ra[0].get("kv_bytes_per_token"), "batch": 1, "tokens": a.tokens,
                  "prompt_len": a.prompt_len, "weights": "fp32", "read_bw_gbs": bw,
                  "weight_bytes_per_token": ra[0]["weight_bytes_per_token"], "threads": ra[0]["threads"],
                  "fp16": extra["fp16"], "int8": extra["int8"],

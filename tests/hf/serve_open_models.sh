@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Imported open models served through the OpenAI API (`myriad import`, then
-# `myriad serve --ckpt`): a Qwen3-MoE-shaped tiny model (a dense layer
-# between MoE layers, its byte-level BPE tokenizer, its Jinja chat template).
+# `myriad serve --ckpt`), each with its byte-level BPE tokenizer and Jinja
+# chat template: a Qwen3-MoE-shaped tiny model (a dense layer between MoE
+# layers) and a DeepSeek-V3-shaped one (MLA: the latent cache in the pool
+# and every tier; the sigmoid group-limited router, a shared expert, MTP).
 #   - Prefix-cache hits from every tier (device, host, disk after a restart,
 #     Redis between two servers) give greedy output identical to a server
 #     without a prefix cache (tests/e2e/serve_tiers_lib.bash, the checks our
@@ -73,4 +75,5 @@ stop_server
 source "$SRC/tests/e2e/serve_lib.bash"
 source "$SRC/tests/e2e/serve_tiers_lib.bash"
 serve_family qwen3_moe
+serve_family deepseek_v3
 finish
