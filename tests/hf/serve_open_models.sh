@@ -4,8 +4,8 @@
 # chat template: a Qwen3-MoE-shaped tiny model (a dense layer between MoE
 # layers) and a DeepSeek-V3-shaped one (MLA: the latent cache in the pool
 # and every tier; the sigmoid group-limited router, a shared expert, MTP).
-#   - Prefix-cache hits from every tier (device, host, disk after a restart,
-#     Redis between two servers) give greedy output identical to a server
+#   - Prefix-cache hits from every tier (the device pool, host, disk after a
+#     restart, Redis between two servers) give greedy output identical to a server
 #     without a prefix cache (tests/e2e/serve_tiers_lib.bash, the checks our
 #     own tiny model passes in e2e_serve_tiers).
 #   - /v1/chat/completions renders the model's template: the reply equals the
@@ -66,6 +66,21 @@ ct, pt = c["choices"][0]["message"]["content"], p["choices"][0]["text"]
 cu, pu = c["usage"]["prompt_tokens"], p["usage"]["prompt_tokens"]
 print(f"chat: {ct!r} ({cu} prompt tokens); completion: {pt!r} ({pu} prompt tokens)")
 sys.exit(0 if ct == pt and cu == pu and cu > 20 else 1)
+PYEOF
+stop_server
+# The device pool's prefix cache: the same chat again hits it, same reply.
+start_server
+chat1=$(curl -sf "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d "{\"model\":\"tiny\",\"messages\":$MSGS,\"max_tokens\":12,\"temperature\":0}") || fail "chat request"
+chat2=$(curl -sf "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d "{\"model\":\"tiny\",\"messages\":$MSGS,\"max_tokens\":12,\"temperature\":0}") || fail "chat request"
+"$PY" - "$chat" "$chat1" "$chat2" <<'PYEOF' && pass "device-pool hit: the same reply as without a cache" || fail "device-pool hit"
+import json, sys
+ref, a, b = (json.loads(x) for x in sys.argv[1:4])
+text = lambda j: j["choices"][0]["message"]["content"]
+cached = b["usage"]["prompt_tokens_details"]["cached_tokens"]
+print(f"cached_tokens {cached} on the repeat")
+sys.exit(0 if text(a) == text(ref) and text(b) == text(ref) and cached >= 16 else 1)
 PYEOF
 grep -q 'chat template: .*tokenizer_config.json (Jinja)' "$WORK/serve.log" && pass "the server names the model's Jinja template" ||
   fail "the serve log does not name the Jinja template: $(grep 'chat template' "$WORK/serve.log")"
