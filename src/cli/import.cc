@@ -13,6 +13,7 @@
 #include "cli/verbs.h"
 #include "core/env.h"
 #include "data/tokenizer.h"
+#include "model/hf/hf_export.h"
 #include "model/hf/hf_model.h"
 #include "train/checkpoint/checkpoint.h"
 
@@ -20,10 +21,13 @@ namespace myriad::cli {
 
 namespace {
 
-// The files of a Hugging Face folder besides its weights that Myriad reads.
-constexpr const char* kSideFiles[] = {"config.json",           "generation_config.json", "tokenizer.json",
-                                      "tokenizer_config.json", "tokenizer.model",        "special_tokens_map.json",
-                                      "chat_template.jinja",   "chat_template.json"};
+// The files of a Hugging Face folder besides its weights that Myriad keeps:
+// its configs, and the tokenizer files (the export's list).
+std::vector<std::string> SideFiles() {
+  std::vector<std::string> v = {"config.json", "generation_config.json"};
+  for (const std::string& t : hf::TokenizerFileNames()) v.push_back(t);
+  return v;
+}
 
 }  // namespace
 
@@ -61,9 +65,8 @@ int RunImport(int argc, char** argv) {
   // Side files first: a tokenizer that does not load is refused before
   // anything is written.
   const fs::path hf_out = fs::absolute(fs::path(out) / "hf");
-  bool has_tokenizer = false;
-  for (const char* name : kSideFiles) has_tokenizer |= (std::string(name).rfind("tokenizer.", 0) == 0 &&
-                                                        fs::exists(fs::path(src) / name, ec));
+  const bool has_tokenizer =
+      fs::exists(fs::path(src) / "tokenizer.json", ec) || fs::exists(fs::path(src) / "tokenizer.model", ec);
   if (has_tokenizer) {
     auto tok = Tokenizer::Load(src);
     if (!tok.ok()) return fail(tok.status().message());
@@ -78,7 +81,7 @@ int RunImport(int argc, char** argv) {
     if (Status st = env->RemoveAll(hf_out.string()); !st.ok()) return fail(st.message());
   }
   if (Status st = env->CreateDirs(hf_out.string()); !st.ok()) return fail(st.message());
-  for (const char* name : kSideFiles) {
+  for (const std::string& name : SideFiles()) {
     const fs::path from = fs::path(src) / name;
     if (!fs::exists(from, ec)) continue;
     auto bytes = env->ReadFile(from.string());
