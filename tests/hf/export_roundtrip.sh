@@ -4,7 +4,7 @@
 #      rope scalings, tied heads, F32/BF16/F16, shards in and out) exported
 #      and read back by LoadHfModel: the same architecture, ModelConfig and
 #      bit-identical parameters, and byte-identical tensors where the dtype
-#      is kept (hf_model_check same);
+#      is kept (hf_check same);
 #  (b) the independent PyTorch reference (hf_reference.py, our "would
 #      transformers load it" oracle) gives the same logits and loss, bit for
 #      bit, on the exported folder as on the original;
@@ -23,8 +23,8 @@ set -euo pipefail
 BUILD="$(cd "$1" && pwd)"
 SRC="$2"
 MYRIAD="$3"
-CHECK="$BUILD/hf/hf_model_check"
-[ -x "$CHECK" ] || { echo "FAIL: $CHECK is not built (hint: ninja -C $BUILD hf_model_check)"; exit 1; }
+CHECK="$BUILD/hf/hf_check"
+[ -x "$CHECK" ] || { echo "FAIL: $CHECK is not built (hint: ninja -C $BUILD hf_check)"; exit 1; }
 source "$SRC/tests/e2e/lib.sh" "$MYRIAD" "$SRC"
 PY=/usr/bin/python3
 export OMP_NUM_THREADS=2
