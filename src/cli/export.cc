@@ -21,6 +21,7 @@ struct Source {
   std::string tokenizer;  // "" none
   int64_t bos = -1;
   std::vector<int64_t> eos;
+  bool rope_interleave = true;  // DeepSeek-V3's RoPE row layout: the source folder's, else DeepSeek's own
 };
 
 bool IsHfFolder(const std::string& path) {
@@ -41,6 +42,7 @@ Result<Source> LoadSource(const std::string& path) {
     // config.json's bos id, and a tokenizer only where the folder has one.
     if (auto info = hf::ReadHfConfig(lm.hf_dir); info.ok()) {
       src.bos = info->bos_token_id;
+      if (info->config.mla()) src.rope_interleave = info->rope_interleave;
       if (src.eos.empty()) src.eos = info->eos_token_ids;
     }
     namespace fs = std::filesystem;
@@ -84,6 +86,7 @@ int RunExport(int argc, char** argv) {
   opt.dtype = dtype == "bf16" ? "BF16" : dtype == "f16" ? "F16" : "F32";
   opt.max_shard_bytes = max_shard;
   opt.drop_mtp = drop_mtp;
+  opt.rope_interleave = src->rope_interleave;
   opt.overwrite = force;
   opt.bos_token_id = src->bos;
   opt.eos_token_ids = src->eos;

@@ -3,7 +3,7 @@
 # docs/open-models.md): tiny Hugging Face folders (make_tiny.py: Qwen3-MoE,
 # and a tied Llama) trained from with a config that has no [model] section.
 #  - 40 steps on one rank lower the validation loss of the folder's model
-#    on the data (hf_model_check loss: trainer.h's Evaluate, as `myriad eval`);
+#    on the data (hf_check loss: trainer.h's Evaluate, as `myriad eval`);
 #  - the first step's loss from the same folder is the same under dp2, tp2,
 #    and for the MoE ep2, pp2 and dp2 with ZeRO-3, as on one rank (<= 1e-5
 #    relative); a folder of the same
@@ -19,7 +19,7 @@
 #    refused with one line naming it; a training-only key is accepted.
 # Usage: hf_finetune.sh BUILD_DIR SOURCE_DIR MYRIAD_BINARY
 source "$(dirname "$0")/dist_lib.bash" "$@"
-CHECK="$BUILD/hf/hf_model_check"
+CHECK="$BUILD/hf/hf_check"
 [ -x "$CHECK" ] || { echo "FAIL: $CHECK is not built"; exit 1; }
 # Vocabulary 512: the tiny data's tokenizer.
 "$PY" "$SRC/tests/hf/make_tiny.py" --family qwen3_moe --vocab 512 --mlp-only-layers 0 --out "$WORK/qm" >/dev/null

@@ -16,6 +16,8 @@
                                   [N, V], Myriad's rows for the same ids), the largest
                                   |ours - reference| / max(1, max |reference|) over the
                                   rows both decoded ("-" without LOGITS)
+  export_check.py bias FOLDER     prints the largest |e_score_correction_bias| of FOLDER
+                                  and how many such tensors it holds
 
 Nothing here uses Myriad's code: the reference reads the folders as Hugging Face
 would (tests/hf/README.md).
@@ -33,7 +35,9 @@ import hf_reference as ref  # noqa: E402
 import make_tiny  # noqa: E402
 
 # name, make_tiny options, myriad export options. Every family the export
-# writes, each rope scaling, tied and untied, the three dtypes, shards in and out.
+# writes, each rope scaling, tied and untied, the three dtypes, shards in and
+# out; DeepSeek-V3 with q_b_proj and q_proj, interleaved and rotate-half RoPE,
+# an MTP layer and none.
 VARIANTS = [
     ("llama", ["--family", "llama"], []),
     ("llama_llama3_tied", ["--family", "llama", "--rope-scaling", "llama3", "--tie"], []),
@@ -47,6 +51,12 @@ VARIANTS = [
     ("qwen3_moe_step2_bf16_tied", ["--family", "qwen3_moe", "--layers", "2", "--mlp-only-layers", "",
                                    "--decoder-sparse-step", "2", "--norm-topk-prob", "0", "--tie", "--dtype", "bf16"],
      ["--dtype", "bf16", "--max-shard-size", "100KB"]),
+    ("deepseek_v3", ["--family", "deepseek_v3"], []),  # q_lora_rank 32, yarn mscale, interleaved, MTP 1
+    ("deepseek_v3_q_proj", ["--family", "deepseek_v3", "--q-lora-rank", "0"], []),
+    ("deepseek_v3_bf16_shards", ["--family", "deepseek_v3", "--dtype", "bf16", "--shards", "3"],
+     ["--dtype", "bf16", "--max-shard-size", "300KB"]),
+    ("deepseek_v3_rotate_half", ["--family", "deepseek_v3", "--no-rope-interleave"], []),
+    ("deepseek_v3_no_mtp_no_yarn", ["--family", "deepseek_v3", "--mtp", "0", "--set", "rope_scaling=null"], []),
 ]
 
 
@@ -86,6 +96,13 @@ def greedy(folder, prompt, n, logits=None):
     return 0
 
 
+def bias(folder):
+    _, tensors = ref.load_folder(folder)
+    b = [t.float().abs().max().item() for n, t in tensors.items() if n.endswith("e_score_correction_bias")]
+    print(f"{max(b) if b else 0:.3g} {len(b)}")
+    return 0
+
+
 def main(argv):
     torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
     try:
@@ -96,6 +113,8 @@ def main(argv):
             return compare(argv[1], argv[2], argv[3:])
         if argv[0] == "greedy":
             return greedy(*argv[1:])
+        if argv[0] == "bias":
+            return bias(argv[1])
     except ref.ReferenceError as e:
         print(f"[export_check] error: {e}", file=sys.stderr)
         return 1

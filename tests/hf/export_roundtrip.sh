@@ -4,25 +4,27 @@
 #      rope scalings, tied heads, F32/BF16/F16, shards in and out) exported
 #      and read back by LoadHfModel: the same architecture, ModelConfig and
 #      bit-identical parameters, and byte-identical tensors where the dtype
-#      is kept (hf_model_check same);
+#      is kept (hf_check same);
 #  (b) the independent PyTorch reference (hf_reference.py, our "would
 #      transformers load it" oracle) gives the same logits and loss, bit for
 #      bit, on the exported folder as on the original;
-#  (c) a Qwen3-MoE-shaped tiny model trained by `myriad train` (the demo's own
-#      config has shared experts and sigmoid scores, which only DeepSeek-V3's
-#      MLA family has: it is refused with that reason) exports, loads back
-#      with LoadHfModel and greedy-decodes the same 32 tokens as its
-#      checkpoint; the reference on the exported folder gives them too
-#      (where its top1-top2 margin is not within 1e-4 of a tie). A dense
-#      (Llama-shaped) run does the same.
-#  And the verb's errors: a non-empty output, a DSA or demo-shaped run, MTP.
+#  (c) a model exported from a demo run: configs/tiny.toml (the demo's
+#      architecture: shared experts, sigmoid scores with a trained selection
+#      bias, a dense prefix, MTP) with MLA turned on, trained by `myriad train`,
+#      exports as DeepseekV3ForCausalLM, loads back with LoadHfModel and
+#      greedy-decodes the same 32 tokens as its checkpoint; the reference on
+#      the exported folder gives them too (where its top1-top2 margin is not
+#      within 1e-4 of a tie). A Qwen3-MoE-shaped and a dense (Llama-shaped)
+#      run do the same.
+#  And the verb's errors: a non-empty output, the demo config with GQA (it
+#  needs MLA), MTP without DeepSeek-V3.
 # Args: build dir, source dir, myriad binary.
 set -euo pipefail
 BUILD="$(cd "$1" && pwd)"
 SRC="$2"
 MYRIAD="$3"
-CHECK="$BUILD/hf/hf_model_check"
-[ -x "$CHECK" ] || { echo "FAIL: $CHECK is not built (hint: ninja -C $BUILD hf_model_check)"; exit 1; }
+CHECK="$BUILD/hf/hf_check"
+[ -x "$CHECK" ] || { echo "FAIL: $CHECK is not built (hint: ninja -C $BUILD hf_check)"; exit 1; }
 source "$SRC/tests/e2e/lib.sh" "$MYRIAD" "$SRC"
 PY=/usr/bin/python3
 export OMP_NUM_THREADS=2
@@ -41,7 +43,7 @@ while read -r name args; do
   else fail "$name: $out"; fi
   names+=("$name")
 done <"$WORK/variants"
-[ "${#names[@]}" -ge 9 ] || fail "only ${#names[@]} variants exported"
+[ "${#names[@]}" -ge 14 ] || fail "only ${#names[@]} variants exported"
 [ -f "$WORK/out/qwen2/model.safetensors.index.json" ] && [ ! -f "$WORK/out/qwen2/model.safetensors" ] &&
   pass "qwen2 exported in shards (--max-shard-size 60KB)" || fail "qwen2: no shards"
 while read -r line; do
@@ -70,6 +72,8 @@ roundtrip_run() {  # NAME ARCH
   hf=$("$CHECK" greedy "$WORK/$name-hf" "$PROMPT" 32 "$WORK/$name.logits")
   [ "$ck" = "$hf" ] && pass "$name: 32 greedy tokens of the export (LoadHfModel) == the checkpoint's: $ck" ||
     fail "$name: greedy differs: checkpoint $ck, export $hf"
+  [ "$(tr , '\n' <<<"$ck" | sort -u | wc -l)" -ge 3 ] && pass "$name: the greedy tokens are not one or two repeated" ||
+    fail "$name: too little training: the greedy tokens are $ck"
   read -r ref margin diff < <("$PY" "$SRC/tests/hf/export_check.py" greedy "$WORK/$name-hf" "$PROMPT" 32 "$WORK/$name.logits")
   if [ "$ref" = "$ck" ]; then
     if "$PY" -c "import sys; sys.exit(0 if float('$diff') <= 1e-4 else 1)"; then
@@ -79,6 +83,15 @@ roundtrip_run() {  # NAME ARCH
     echo "note: $name: the reference differs at a near-tie (margin $margin): $ref"
   else fail "$name: the reference on the export decodes $ref, the checkpoint $ck (min margin $margin)"; fi
 }
+MLA=(model.score_func=sigmoid model.mtp_after_final_norm=true model.kv_lora_rank=16 model.q_lora_rank=16
+     model.qk_nope_head_dim=8 model.qk_rope_head_dim=4 model.v_head_dim=8)
+if train_run demo_mla "${MLA[@]}" train.lr=6e-3; then
+  roundtrip_run demo_mla DeepseekV3ForCausalLM
+  read -r b n < <("$PY" "$SRC/tests/hf/export_check.py" bias "$WORK/demo_mla-hf")
+  "$PY" -c "import sys; sys.exit(0 if float('$b') > 0 and int('$n') == 2 else 1)" &&
+    pass "demo_mla: the trained selection biases exported as e_score_correction_bias ($n tensors, max |b| $b)" ||
+    fail "demo_mla: e_score_correction_bias: $n tensors, max |b| $b"
+fi
 MOE=(model.n_shared_experts=0 model.qk_norm=true model.bias_update_rate=0 model.mtp_depth=0)
 train_run qwen3moe "${MOE[@]}" && roundtrip_run qwen3moe Qwen3MoeForCausalLM
 train_run dense model.n_routed_experts=0 model.n_dense_layers=2 model.mtp_depth=0 &&
@@ -92,8 +105,8 @@ expect_error "a non-empty output is refused" "busy: exists and is not empty \(hi
 "$MYRIAD" export "$WORK/qwen3moe" --hf "$WORK/busy" --force 2>/dev/null && [ ! -e "$WORK/busy/file" ] &&
   [ -f "$WORK/busy/config.json" ] && pass "--force replaces it" || fail "--force did not replace it"
 train_run demo_shaped train.steps=5 || true
-expect_error "the tiny config (shared experts, MTP) is refused with the reason" \
-  "shared experts \(model.n_shared_experts=1\) have no Qwen3MoeForCausalLM equivalent; DeepseekV3ForCausalLM has them but its attention is multi-head latent attention" \
+expect_error "the tiny config with GQA (shared experts, MTP) is refused: DeepSeek-V3 needs MLA" \
+  "shared experts \(model.n_shared_experts=1\) have no Qwen3MoeForCausalLM equivalent, and DeepseekV3ForCausalLM, which has them, needs MLA: set model.kv_lora_rank" \
   "$MYRIAD" export "$WORK/demo_shaped" --hf "$WORK/demo_shaped-hf"
 [ ! -e "$WORK/demo_shaped-hf" ] && pass "and nothing is written" || fail "a refused export left a folder"
 train_run mtp "${MOE[@]}" model.mtp_depth=1 train.steps=20 || true

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <filesystem>
 #include <set>
 
@@ -31,24 +32,6 @@ std::string DeepseekOnlyFeatures(const ModelConfig& c) {
   std::string out;
   for (size_t i = 0; i < f.size(); ++i) out += (i == 0 ? "" : i + 1 == f.size() ? " and " : ", ") + f[i];
   return out;
-}
-
-// DeepseekV3ForCausalLM: the family of our own MoE (shared experts, sigmoid
-// scores with a selection bias, groups, a routing scale, MTP), whose
-// attention is always MLA. The hook for when ModelConfig has MLA (branch
-// i16-mla): map MLA + these features to DeepSeek's keys (kv_lora_rank,
-// q_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim,
-// n_shared_experts, n_routed_experts, scoring_func, topk_method "noaux_tc",
-// n_group, topk_group, routed_scaling_factor, first_k_dense_replace,
-// moe_layer_freq 1, num_nextn_predict_layers), MTP modules as layers
-// L + j (HfTensorName) with their own embed_tokens and shared_head.head
-// copies, and e_score_correction_bias kept F32.
-Result<nlohmann::ordered_json> DeepseekV3ConfigFor(const ModelConfig& c, const std::string& features) {
-  return Status::Error("model: " + features + " have no Qwen3MoeForCausalLM equivalent; DeepseekV3ForCausalLM has " +
-                       "them but its attention is multi-head latent attention (MLA), and this model's is GQA " +
-                       "(model.n_kv_heads=" + std::to_string(c.n_kv_heads) + "), so no Hugging Face family computes "
-                       "this model (hint: a dense, or a Qwen3-MoE-shaped model — softmax scores, no shared experts, "
-                       "model.qk_norm = true — exports; MLA models will export as DeepseekV3ForCausalLM)");
 }
 
 nlohmann::ordered_json RopeScalingJson(const ModelConfig& c) {
@@ -83,6 +66,81 @@ nlohmann::ordered_json EosJson(const std::vector<int64_t>& ids) {
   return ids;
 }
 
+// DeepseekV3ForCausalLM: MLA attention with our own MoE (shared experts,
+// sigmoid scores with the selection bias as e_score_correction_bias, groups,
+// a routing scale, a dense prefix, MTP modules as layers L + j). The inverse
+// of hf_model.cc's MapDeepseekV3; what DeepSeek-V3 cannot express is refused.
+Result<nlohmann::ordered_json> DeepseekV3ConfigFor(const ModelConfig& c, const HfExportOptions& options) {
+  auto refuse = [](const std::string& what) {
+    return Status::Error("model: " + what + " has no DeepseekV3ForCausalLM equivalent");
+  };
+  // (Validate already refuses qkv_bias, qk_norm, d_head and DSA with MLA.)
+  const bool moe = HasMoeLayers(c);
+  if (!c.dense_layers.empty()) {
+    std::string l;
+    for (int64_t v : c.dense_layers) l += (l.empty() ? "" : ",") + std::to_string(v);
+    return refuse("dense layers after the first MoE layer (model.dense_layers=[" + l +
+                  "]; its dense layers are a prefix, first_k_dense_replace)");
+  }
+  if (moe && !c.sigmoid_scores())
+    return refuse("softmax routing scores (model.score_func=\"" + c.score_func + "\"; its router is sigmoid)");
+  const int64_t mtp = options.drop_mtp ? 0 : c.mtp_depth;
+  if (mtp > 0 && !c.mtp_after_final_norm)
+    return Status::Error("model: multi-token prediction modules reading the hidden state before the final norm "
+                         "(model.mtp_after_final_norm=false) have no DeepseekV3ForCausalLM equivalent: its MTP layers "
+                         "read it after the norm (hint: train with model.mtp_after_final_norm = true, or --drop-mtp "
+                         "exports the main model without them)");
+  nlohmann::ordered_json j = {{"architectures", {"DeepseekV3ForCausalLM"}},
+                              {"model_type", "deepseek_v3"},
+                              {"vocab_size", c.vocab_size},
+                              {"hidden_size", c.d_model},
+                              {"intermediate_size", c.d_ff},
+                              {"moe_intermediate_size", c.d_expert},
+                              {"num_hidden_layers", c.n_layers},
+                              {"num_nextn_predict_layers", mtp},
+                              {"num_attention_heads", c.n_heads},
+                              {"num_key_value_heads", c.n_heads},  // (unused by MLA; DeepSeek writes n_heads)
+                              {"n_shared_experts", c.n_shared_experts},
+                              {"n_routed_experts", c.n_routed_experts},
+                              {"routed_scaling_factor", c.routed_scaling_factor},
+                              {"kv_lora_rank", c.kv_lora_rank}};
+  j["q_lora_rank"] = c.q_lora_rank > 0 ? nlohmann::ordered_json(c.q_lora_rank) : nlohmann::ordered_json(nullptr);
+  j["qk_rope_head_dim"] = c.qk_rope_head_dim;
+  j["v_head_dim"] = c.v_head_dim;
+  j["qk_nope_head_dim"] = c.qk_nope_head_dim;
+  j["topk_method"] = "noaux_tc";
+  j["n_group"] = c.n_group;
+  j["topk_group"] = c.topk_group;
+  j["num_experts_per_tok"] = c.top_k;
+  j["moe_layer_freq"] = 1;
+  // Layer l is MoE when l >= first_k_dense_replace; with no MoE layer, none
+  // is (MTP layers included).
+  j["first_k_dense_replace"] = c.n_moe_layers() > 0 ? c.n_dense_layers : c.n_layers + mtp;
+  j["norm_topk_prob"] = c.norm_topk_prob;
+  j["scoring_func"] = "sigmoid";
+  j["hidden_act"] = "silu";
+  j["max_position_embeddings"] = c.max_seq_len;
+  j["initializer_range"] = c.init_std;
+  j["rms_norm_eps"] = c.norm_eps;
+  j["use_cache"] = true;
+  if (options.bos_token_id >= 0) j["bos_token_id"] = options.bos_token_id;
+  if (!options.eos_token_ids.empty()) j["eos_token_id"] = EosJson(options.eos_token_ids);
+  j["tie_word_embeddings"] = c.tie_embeddings;
+  j["rope_theta"] = c.rope_theta;
+  nlohmann::ordered_json rs = RopeScalingJson(c);
+  // DeepSeek's own form of an attention factor of 1: mscale = mscale_all_dim.
+  if (c.rope_scaling == "yarn" && c.rope_mscale_all_dim > 0 && c.rope_attention_factor == 1.0) {
+    rs.erase("attention_factor");
+    rs["mscale"] = c.rope_mscale_all_dim;
+  }
+  j["rope_scaling"] = rs;
+  j["rope_interleave"] = options.rope_interleave;
+  j["attention_bias"] = false;
+  j["attention_dropout"] = 0.0;
+  j["torch_dtype"] = TorchDtype(options.dtype);
+  return j;
+}
+
 }  // namespace
 
 const std::vector<std::string>& TokenizerFileNames() {
@@ -106,17 +164,25 @@ Result<nlohmann::ordered_json> HfConfigFor(const ModelConfig& c, const HfExportO
       "mtp_loss_weight", "tie_embeddings", "rope_theta", "norm_eps", "max_seq_len", "init_std", "d_head", "qkv_bias",
       "qk_norm", "rope_truncate", "norm_topk_prob", "rope_scaling", "rope_factor", "rope_low_freq_factor",
       "rope_high_freq_factor", "rope_original_max_pos", "rope_beta_fast", "rope_beta_slow", "rope_attention_factor",
-      "rope_mscale_all_dim", "routed_scaling_factor", "n_group", "topk_group", "dense_layers"};
+      "rope_mscale_all_dim", "routed_scaling_factor", "n_group", "topk_group", "dense_layers", "q_lora_rank",
+      "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "mtp_after_final_norm"};
   const nlohmann::json ours = c.ToJson();
   for (auto it = ours.begin(); it != ours.end(); ++it)
     if (!kMapped.count(it.key()))
       return Status::Error("model: model." + it.key() + "=" + it.value().dump() +
                            " is not known to the Hugging Face export yet (hint: the feature has no mapping to a "
                            "family in src/model/hf/hf_export.cc)");
+  if (c.mla()) return DeepseekV3ConfigFor(c, options);
   std::string arch, type;
   const bool moe = HasMoeLayers(c);
   if (moe) {
-    if (std::string f = DeepseekOnlyFeatures(c); !f.empty()) return DeepseekV3ConfigFor(c, f);
+    if (std::string f = DeepseekOnlyFeatures(c); !f.empty())
+      return Status::Error("model: " + f + " have no Qwen3MoeForCausalLM equivalent, and DeepseekV3ForCausalLM, "
+                           "which has them, needs MLA: set model.kv_lora_rank > 0 (with q_lora_rank, "
+                           "qk_nope_head_dim, qk_rope_head_dim and v_head_dim; this model's attention is GQA, "
+                           "model.n_kv_heads=" + std::to_string(c.n_kv_heads) + ") to train a model that exports "
+                           "as DeepSeek-V3 (hint: a Qwen3-MoE-shaped model — softmax scores, no shared experts, "
+                           "model.qk_norm = true — exports too)");
     if (!c.qk_norm)
       return Status::Error("model: an MoE model without per-head q/k norms (model.qk_norm=false) has no Hugging Face "
                            "equivalent: Qwen3MoeForCausalLM, the MoE family with softmax routing, always normalises q "
@@ -187,8 +253,9 @@ Status WriteFolder(const Model& model, const std::string& dir, const nlohmann::o
   const std::string arch = config["architectures"][0];
   const auto& bias_names = model.layout().bias_names();
   auto is_mtp = [](const std::string& ours) { return ours.rfind("model.mtp.", 0) == 0; };
-  // No family but DeepSeek-V3 has a selection bias: a trained one must be zero.
-  for (size_t i = 0; i < bias_names.size(); ++i) {
+  const bool deepseek = arch == "DeepseekV3ForCausalLM";
+  // No family but DeepSeek-V3 has a selection bias: elsewhere a trained one must be zero.
+  for (size_t i = 0; i < bias_names.size() && !deepseek; ++i) {
     if (options.drop_mtp && is_mtp(bias_names[i])) continue;
     float max_abs = 0;
     for (float b : model.biases()[i]) max_abs = std::max(max_abs, std::fabs(b));
@@ -198,10 +265,39 @@ Status WriteFolder(const Model& model, const std::string& dir, const nlohmann::o
                            "model.bias_update_rate > 0; hint: train with bias_update_rate = 0 to export)");
   }
   const std::vector<float> params = model.ParamsToHost();
+  // The folder's layout where it differs from ours (FromOurLayout: DeepSeek's
+  // interleaved RoPE rows and eh_proj halves), in copies that outlive the write.
+  HfModelInfo layout_info;
+  layout_info.config = cfg;
+  layout_info.rope_interleave = config.value("rope_interleave", false);
+  std::deque<std::vector<float>> changed;
   std::vector<HfTensorToWrite> tensors;
+  const float* embed = nullptr;
+  const float* head = nullptr;
   for (const ParamInfo& p : model.layout().params()) {
     if (options.drop_mtp && is_mtp(p.name)) continue;
-    tensors.push_back({HfTensorName(cfg, p.name), p.shape, params.data() + p.offset, options.dtype});
+    const float* data = params.data() + p.offset;
+    std::vector<float> v(data, data + p.numel);
+    FromOurLayout(layout_info, p, &v);
+    if (!std::equal(v.begin(), v.end(), data)) data = changed.emplace_back(std::move(v)).data();
+    if (p.name == "model.embed_tokens.weight") embed = data;
+    if (p.name == "lm_head.weight") head = data;
+    tensors.push_back({HfTensorName(cfg, p.name), p.shape, data, options.dtype});
+  }
+  if (deepseek) {
+    // The selection biases as e_score_correction_bias (F32, as DeepSeek keeps
+    // them), and each MTP layer's own copies of the embedding and the head.
+    for (size_t i = 0; i < bias_names.size(); ++i) {
+      if (options.drop_mtp && is_mtp(bias_names[i])) continue;
+      tensors.push_back({HfTensorName(cfg, bias_names[i]), {cfg.n_routed_experts}, model.biases()[i].data(), "F32"});
+    }
+    const int64_t mtp = options.drop_mtp ? 0 : cfg.mtp_depth;
+    for (int64_t j = 0; j < mtp; ++j) {
+      const std::string layer = "model.layers." + std::to_string(cfg.n_layers + j) + ".";
+      tensors.push_back({layer + "embed_tokens.weight", {cfg.vocab_size, cfg.d_model}, embed, options.dtype});
+      tensors.push_back({layer + "shared_head.head.weight", {cfg.vocab_size, cfg.d_model},
+                         cfg.tie_embeddings ? embed : head, options.dtype});
+    }
   }
   LOG_INFO("export: %s, %zu tensors (%s) to %s", arch.c_str(), tensors.size(), options.dtype.c_str(), dir.c_str());
   HfWriteOptions wo;

@@ -12,9 +12,11 @@
 //   dense with per-head q/k norms              -> Qwen3ForCausalLM
 //   MoE: softmax scores, no shared experts, no groups, scale 1, q/k norms,
 //        no selection bias                     -> Qwen3MoeForCausalLM
-//   MoE with shared experts, sigmoid scores, groups or a routing scale
-//                                              -> DeepseekV3ForCausalLM, which
-//        needs multi-head latent attention (MLA): refused until MLA lands
+//   multi-head latent attention (MLA, model.kv_lora_rank > 0), dense or MoE
+//   (sigmoid scores, shared experts, groups, a routing scale, a dense prefix,
+//   MTP modules)                               -> DeepseekV3ForCausalLM
+//   MoE with shared experts, sigmoid scores, groups or a routing scale but
+//   GQA attention: refused (DeepSeek-V3's attention is MLA)
 // Anything else is refused with one line naming the feature that has no
 // equivalent ("shared experts (model.n_shared_experts=1) ... have no
 // Qwen3MoeForCausalLM equivalent ..."): never a folder that computes another
@@ -44,6 +46,10 @@ struct HfExportOptions {
   // Export the main model of a model with MTP modules, without them (no
   // family but DeepSeek-V3 has MTP layers; they do not change the logits).
   bool drop_mtp = false;
+  // DeepSeek-V3: q's and k_pe's RoPE rows in interleaved pairs (2i, 2i+1),
+  // config.json's rope_interleave, as DeepSeek's own folders have them;
+  // false keeps our rotate-half rows (i, i + d/2).
+  bool rope_interleave = true;
   // config.json's and generation_config.json's bos/eos ids (-1 / empty: unknown, not written).
   int64_t bos_token_id = -1;
   std::vector<int64_t> eos_token_ids;
@@ -67,7 +73,10 @@ Result<nlohmann::ordered_json> HfConfigFor(const ModelConfig& cfg, const HfExpor
 // non-empty out_dir is refused unless options.overwrite. Besides
 // HfConfigFor's refusals, a model whose MoE blocks hold a non-zero selection
 // bias (trained with bias_update_rate > 0) is refused for families without
-// one. Progress goes to the log (stderr).
+// one (DeepSeek-V3 stores it as mlp.gate.e_score_correction_bias). The
+// weights are in the family's layout (FromOurLayout), with DeepSeek's MTP
+// layers' own embed_tokens and shared_head.head copies. Progress goes to the
+// log (stderr).
 Status ExportHfModel(const Model& model, const std::string& out_dir, const HfExportOptions& options = {},
                      Env* env = Env::Default());
 

@@ -34,6 +34,23 @@ nlohmann::json MoeBase() {
   return j;
 }
 
+// DeepSeek-V3 as its own files have it: MLA with q_lora_rank, the sigmoid
+// group-limited router, shared experts, a dense prefix, an MTP layer, yarn
+// with mscale = mscale_all_dim, interleaved RoPE rows.
+nlohmann::json DeepseekBase() {
+  auto j = Base("DeepseekV3ForCausalLM");
+  j["num_key_value_heads"] = 4;
+  j.update({{"moe_intermediate_size", 32}, {"n_shared_experts", 1}, {"n_routed_experts", 8},
+            {"routed_scaling_factor", 2.5}, {"kv_lora_rank", 16}, {"q_lora_rank", 24}, {"qk_rope_head_dim", 8},
+            {"v_head_dim", 12}, {"qk_nope_head_dim", 16}, {"n_group", 4}, {"topk_group", 2},
+            {"num_experts_per_tok", 2}, {"first_k_dense_replace", 1}, {"moe_layer_freq", 1},
+            {"norm_topk_prob", true}, {"scoring_func", "sigmoid"}, {"topk_method", "noaux_tc"},
+            {"num_nextn_predict_layers", 1}, {"rope_interleave", true}, {"attention_bias", false},
+            {"rope_scaling", {{"type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 64},
+                              {"beta_fast", 32}, {"beta_slow", 1}, {"mscale", 1.0}, {"mscale_all_dim", 1.0}}}});
+  return j;
+}
+
 // Every family and the variants the import maps differently.
 std::vector<std::pair<std::string, nlohmann::json>> Variants() {
   std::vector<std::pair<std::string, nlohmann::json>> v;
@@ -91,6 +108,25 @@ std::vector<std::pair<std::string, nlohmann::json>> Variants() {
   j.erase("mlp_only_layers");
   j["decoder_sparse_step"] = 2;  // layers 1 and 3 MoE
   add("qwen3_moe decoder_sparse_step 2 over 5 layers", j);
+  add("deepseek_v3 (q_lora_rank, MTP 1, yarn mscale, interleaved)", DeepseekBase());
+  j = DeepseekBase();
+  j["q_lora_rank"] = nullptr;  // q_proj
+  j["num_nextn_predict_layers"] = 0;
+  j["rope_interleave"] = false;
+  j["rope_scaling"] = nullptr;
+  add("deepseek_v3 q_proj, no MTP, no yarn, rotate-half", j);
+  j = DeepseekBase();
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 8.0}, {"mscale", 0.7}, {"mscale_all_dim", 1.0}};
+  j.update({{"norm_topk_prob", false}, {"n_group", 1}, {"topk_group", 1}, {"routed_scaling_factor", 1.0},
+            {"first_k_dense_replace", 0}, {"n_shared_experts", 0}, {"tie_word_embeddings", true}});
+  add("deepseek_v3 all MoE, mscale != mscale_all_dim, unnormalised, tied", j);
+  j = DeepseekBase();
+  j.update({{"n_routed_experts", 0}, {"num_nextn_predict_layers", 2}});
+  add("deepseek_v3 dense, MTP 2", j);
+  j = DeepseekBase();
+  j.update({{"first_k_dense_replace", 3}});  // every main layer dense, the MTP layer MoE is refused by the import
+  j["num_nextn_predict_layers"] = 0;
+  add("deepseek_v3 experts but every layer dense", j);
   return v;
 }
 
@@ -102,6 +138,7 @@ TEST(HfExportConfig, InverseOfTheImportForEveryFamilyAndVariant) {
     HfExportOptions opt;
     opt.bos_token_id = in->bos_token_id;
     opt.eos_token_ids = in->eos_token_ids;
+    opt.rope_interleave = in->rope_interleave;
     auto out = HfConfigFor(in->config, opt);
     ASSERT_TRUE(out.ok()) << out.status().message();
     auto back = MapHfConfig(nlohmann::json::parse(out->dump()), "exported config.json");
@@ -110,6 +147,7 @@ TEST(HfExportConfig, InverseOfTheImportForEveryFamilyAndVariant) {
     EXPECT_EQ(back->config.ToJson(), in->config.ToJson()) << out->dump(2);
     EXPECT_EQ(back->eos_token_ids, in->eos_token_ids);
     EXPECT_EQ(back->bos_token_id, in->bos_token_id);
+    EXPECT_EQ(back->rope_interleave, in->rope_interleave);
   }
 }
 
@@ -138,11 +176,43 @@ TEST(HfExportConfig, OurConfigsMapToTheFamilyWithTheirFeatures) {
   c.n_shared_experts = 1;
   c.score_func = "sigmoid";
   EXPECT_EQ(arch(c), "model: shared experts (model.n_shared_experts=1) and sigmoid routing scores "
-                     "(model.score_func=\"sigmoid\") have no Qwen3MoeForCausalLM equivalent; DeepseekV3ForCausalLM "
-                     "has them but its attention is multi-head latent attention (MLA), and this model's is GQA "
-                     "(model.n_kv_heads=8), so no Hugging Face family computes this model (hint: a dense, or a "
-                     "Qwen3-MoE-shaped model — softmax scores, no shared experts, model.qk_norm = true — exports; "
-                     "MLA models will export as DeepseekV3ForCausalLM)");
+                     "(model.score_func=\"sigmoid\") have no Qwen3MoeForCausalLM equivalent, and "
+                     "DeepseekV3ForCausalLM, which has them, needs MLA: set model.kv_lora_rank > 0 (with q_lora_rank, "
+                     "qk_nope_head_dim, qk_rope_head_dim and v_head_dim; this model's attention is GQA, "
+                     "model.n_kv_heads=8) to train a model that exports as DeepSeek-V3 (hint: a Qwen3-MoE-shaped "
+                     "model — softmax scores, no shared experts, model.qk_norm = true — exports too)");
+  {
+    // With MLA: DeepSeek-V3, and what it cannot express refused by name.
+    ModelConfig m = c;
+    m.qk_norm = false;
+    m.kv_lora_rank = 16, m.q_lora_rank = 16, m.qk_nope_head_dim = 8, m.qk_rope_head_dim = 4, m.v_head_dim = 8;
+    EXPECT_EQ(arch(m), "DeepseekV3ForCausalLM");
+    m.mtp_depth = 1;
+    EXPECT_EQ(arch(m), "model: multi-token prediction modules reading the hidden state before the final norm "
+                       "(model.mtp_after_final_norm=false) have no DeepseekV3ForCausalLM equivalent: its MTP layers "
+                       "read it after the norm (hint: train with model.mtp_after_final_norm = true, or --drop-mtp "
+                       "exports the main model without them)");
+    EXPECT_TRUE(HfConfigFor(m, [] { HfExportOptions o; o.drop_mtp = true; return o; }()).ok());
+    m.mtp_after_final_norm = true;
+    EXPECT_EQ(arch(m), "DeepseekV3ForCausalLM");
+    m.score_func = "softmax";
+    EXPECT_EQ(arch(m), "model: softmax routing scores (model.score_func=\"softmax\"; its router is sigmoid) has no "
+                       "DeepseekV3ForCausalLM equivalent");
+    m.score_func = "sigmoid";
+    m.n_layers = 4;
+    m.dense_layers = {2};
+    EXPECT_EQ(arch(m), "model: dense layers after the first MoE layer (model.dense_layers=[2]; its dense layers are a "
+                       "prefix, first_k_dense_replace) has no DeepseekV3ForCausalLM equivalent");
+    m.dense_layers.clear();
+    m.qk_norm = true;  // a GQA-only key (Validate's refusal)
+    EXPECT_NE(arch(m).find("qkv_bias, qk_norm and d_head belong to q/k/v attention"), std::string::npos) << arch(m);
+    m.qk_norm = false;
+    m.n_routed_experts = 0;  // dense MLA: DeepSeek-V3 with first_k_dense_replace past every layer
+    m.n_dense_layers = m.n_layers;
+    auto j = HfConfigFor(m);
+    ASSERT_TRUE(j.ok()) << j.status().message();
+    EXPECT_EQ((*j)["first_k_dense_replace"], 5);
+  }
   c.n_shared_experts = 0;
   c.score_func = "softmax";
   c.n_group = 2;
@@ -178,8 +248,8 @@ TEST(HfExportConfig, OurConfigsMapToTheFamilyWithTheirFeatures) {
 }
 
 // The demo's model (configs/demo-moe.toml) and the tests' tiny one have
-// shared experts: refused with the reason.
-TEST(HfExportConfig, TheDemoConfigIsRefusedWithItsReason) {
+// shared experts and GQA: refused with the reason; with MLA, DeepSeek-V3.
+TEST(HfExportConfig, TheDemoConfigIsRefusedWithItsReasonAndExportsWithMla) {
   const char* src = std::getenv("MYRIAD_SOURCE_DIR");
   if (!src) GTEST_SKIP() << "needs MYRIAD_SOURCE_DIR (ctest sets it)";
   for (const char* name : {"configs/demo-moe.toml", "configs/tiny.toml"}) {
@@ -190,7 +260,15 @@ TEST(HfExportConfig, TheDemoConfigIsRefusedWithItsReason) {
     ASSERT_FALSE(j.ok()) << name;
     EXPECT_NE(j.status().message().find("shared experts (model.n_shared_experts=1)"), std::string::npos)
         << j.status().message();
-    EXPECT_NE(j.status().message().find("multi-head latent attention (MLA)"), std::string::npos);
+    EXPECT_NE(j.status().message().find("DeepseekV3ForCausalLM, which has them, needs MLA: set model.kv_lora_rank"),
+              std::string::npos);
+    ModelConfig m = c;
+    m.kv_lora_rank = 16, m.q_lora_rank = 16, m.qk_nope_head_dim = 8, m.qk_rope_head_dim = 4, m.v_head_dim = 8;
+    m.mtp_after_final_norm = true;
+    m.score_func = "sigmoid";
+    auto d = HfConfigFor(m);
+    ASSERT_TRUE(d.ok()) << name << ": " << d.status().message();
+    EXPECT_EQ((*d)["architectures"][0], "DeepseekV3ForCausalLM");
   }
 }
 
@@ -278,6 +356,53 @@ TEST_F(HfExportFolder, ATrainedSelectionBiasIsRefusedAndTheOldFolderKept) {
                          "model.bias_update_rate > 0; hint: train with bias_update_rate = 0 to export)");
   EXPECT_EQ(Read(out + "/keep"), "old");
   EXPECT_FALSE(fs::exists(out + ".tmp"));
+}
+
+// A DeepSeek-V3 model with a trained selection bias and an MTP layer: the
+// folder holds DeepSeek's own layout (interleaved RoPE rows, [embedding;
+// hidden] eh_proj, the MTP layer's embedding and head copies, the bias as
+// e_score_correction_bias in F32) and loads back bit for bit.
+TEST_F(HfExportFolder, DeepseekLoadsBackBitwiseInDeepseeksLayout) {
+  for (bool interleave : {true, false}) {
+    SCOPED_TRACE(interleave);
+    auto in = MapHfConfig(DeepseekBase(), "config.json");
+    ASSERT_TRUE(in.ok()) << in.status().message();
+    const ModelConfig& c = in->config;
+    Model m(c);
+    m.InitWeights(7);
+    for (auto& b : m.biases())
+      for (size_t e = 0; e < b.size(); ++e) b[e] = 0.01f * static_cast<float>(e) - 0.03f;
+    HfExportOptions opt;
+    opt.rope_interleave = interleave;
+    const std::string out = dir_ + "/out" + std::to_string(interleave);
+    ASSERT_TRUE(ExportHfModel(m, out, opt).ok());
+    HfModelInfo info;
+    auto back = LoadHfModel(out, &info);
+    ASSERT_TRUE(back.ok()) << back.status().message();
+    EXPECT_EQ(info.architecture, "DeepseekV3ForCausalLM");
+    EXPECT_EQ(info.rope_interleave, interleave);
+    EXPECT_EQ((*back)->config().ToJson(), c.ToJson());
+    EXPECT_EQ((*back)->ParamsToHost(), m.ParamsToHost());
+    EXPECT_EQ((*back)->biases(), m.biases());
+    auto w = HfWeights::Open(out);
+    ASSERT_TRUE(w.ok());
+    EXPECT_EQ(w->Find("model.layers.1.mlp.gate.e_score_correction_bias")->dtype, "F32");
+    EXPECT_TRUE(w->Find("model.layers.3.mlp.gate.e_score_correction_bias"));  // the MTP layer's
+    EXPECT_TRUE(w->Find("model.layers.3.shared_head.head.weight"));
+    // One row of the folder's q_b_proj is the row of ours its layout names:
+    // head 0's RoPE row 1 (interleaved: pair 0's second) is our row D/2.
+    const std::vector<float> ours = m.ParamsToHost();
+    const ParamInfo* q = nullptr;
+    for (const ParamInfo& p : m.layout().params())
+      if (p.name == "model.layers.0.self_attn.q_b_proj.weight") q = &p;
+    ASSERT_NE(q, nullptr);
+    auto theirs = w->ReadF32(q->name, q->shape);
+    ASSERT_TRUE(theirs.ok());
+    const int64_t cols = q->shape[1], row = c.qk_nope_head_dim + 1;
+    const int64_t our_row = c.qk_nope_head_dim + (interleave ? c.qk_rope_head_dim / 2 : 1);
+    EXPECT_TRUE(std::equal(theirs->begin() + row * cols, theirs->begin() + (row + 1) * cols,
+                           ours.begin() + q->offset + our_row * cols));
+  }
 }
 
 TEST_F(HfExportFolder, Bf16OnlyWhenExact) {

@@ -419,17 +419,39 @@ std::string HfTensorName(const ModelConfig& cfg, const std::string& ours) {
 namespace {
 
 // Rows [first, first + d) of each of `groups` blocks of `stride` rows of a
-// [rows, cols] matrix, from RoPE's interleaved pairs (2i, 2i+1) to
-// rotate-half pairs (i, i + d/2): new row i = old 2i, new d/2 + i = old 2i + 1.
-void DeinterleaveRows(std::vector<float>* m, int64_t cols, int64_t groups, int64_t stride, int64_t first, int64_t d) {
+// [rows, cols] matrix, between RoPE's interleaved pairs (2i, 2i+1) and
+// rotate-half pairs (i, i + d/2). De-interleaving: new row i = old 2i, new
+// d/2 + i = old 2i + 1; interleaving (!deinterleave) is its inverse.
+void PermuteRopeRows(std::vector<float>* m, int64_t cols, int64_t groups, int64_t stride, int64_t first, int64_t d,
+                     bool deinterleave) {
   std::vector<float> old(d * cols);
   for (int64_t g = 0; g < groups; ++g) {
     float* base = m->data() + (g * stride + first) * cols;
     std::copy(base, base + d * cols, old.begin());
-    for (int64_t i = 0; i < d / 2; ++i) {
-      std::copy(old.begin() + (2 * i) * cols, old.begin() + (2 * i + 1) * cols, base + i * cols);
-      std::copy(old.begin() + (2 * i + 1) * cols, old.begin() + (2 * i + 2) * cols, base + (d / 2 + i) * cols);
+    for (int64_t i = 0; i < d; ++i) {
+      // Rotate-half row r is interleaved row (r < d/2 ? 2r : 2(r - d/2) + 1).
+      const int64_t half = i < d / 2 ? 2 * i : 2 * (i - d / 2) + 1;
+      const int64_t to = deinterleave ? i : half, from = deinterleave ? half : i;
+      std::copy(old.begin() + from * cols, old.begin() + (from + 1) * cols, base + to * cols);
     }
+  }
+}
+
+// ToOurLayout (to_ours) or FromOurLayout: both permutations in one place.
+void ChangeLayout(const HfModelInfo& info, const ParamInfo& p, std::vector<float>* v, bool to_ours) {
+  const ModelConfig& c = info.config;
+  if (!c.mla()) return;
+  const int64_t Dr = c.qk_rope_head_dim, Dqk = c.qk_head_dim(), cols = p.shape.size() == 2 ? p.shape[1] : 1;
+  if (info.rope_interleave) {
+    if (p.name.ends_with("self_attn.q_b_proj.weight") || p.name.ends_with("self_attn.q_proj.weight"))
+      PermuteRopeRows(v, cols, c.n_heads, Dqk, c.qk_nope_head_dim, Dr, to_ours);
+    if (p.name.ends_with("self_attn.kv_a_proj_with_mqa.weight"))
+      PermuteRopeRows(v, cols, 1, 0, c.kv_lora_rank, Dr, to_ours);
+  }
+  // [embedding; hidden] <-> [hidden; embedding]: a swap, its own inverse.
+  if (p.name.starts_with("model.mtp.") && p.name.ends_with(".eh_proj.weight")) {
+    const int64_t C = c.d_model;
+    for (int64_t r = 0; r < C; ++r) std::swap_ranges(v->begin() + r * 2 * C, v->begin() + r * 2 * C + C, v->begin() + r * 2 * C + C);
   }
 }
 
@@ -437,20 +459,8 @@ bool IsSelectionBias(const std::string& ours) { return ours.ends_with(".mlp.gate
 
 }  // namespace
 
-void ToOurLayout(const HfModelInfo& info, const ParamInfo& p, std::vector<float>* v) {
-  const ModelConfig& c = info.config;
-  if (!c.mla()) return;
-  const int64_t Dr = c.qk_rope_head_dim, Dqk = c.qk_head_dim(), cols = p.shape.size() == 2 ? p.shape[1] : 1;
-  if (info.rope_interleave) {
-    if (p.name.ends_with("self_attn.q_b_proj.weight") || p.name.ends_with("self_attn.q_proj.weight"))
-      DeinterleaveRows(v, cols, c.n_heads, Dqk, c.qk_nope_head_dim, Dr);
-    if (p.name.ends_with("self_attn.kv_a_proj_with_mqa.weight")) DeinterleaveRows(v, cols, 1, 0, c.kv_lora_rank, Dr);
-  }
-  if (p.name.starts_with("model.mtp.") && p.name.ends_with(".eh_proj.weight")) {
-    const int64_t C = c.d_model;
-    for (int64_t r = 0; r < C; ++r) std::swap_ranges(v->begin() + r * 2 * C, v->begin() + r * 2 * C + C, v->begin() + r * 2 * C + C);
-  }
-}
+void ToOurLayout(const HfModelInfo& info, const ParamInfo& p, std::vector<float>* v) { ChangeLayout(info, p, v, true); }
+void FromOurLayout(const HfModelInfo& info, const ParamInfo& p, std::vector<float>* v) { ChangeLayout(info, p, v, false); }
 
 Result<HfModelReader> HfModelReader::Open(const std::string& dir) {
   ASSIGN_OR_RETURN(HfModelInfo info, ReadHfConfig(dir));

@@ -58,6 +58,10 @@ std::string HfTensorName(const ModelConfig& cfg, const std::string& ours);
 // MTP eh_proj's column halves swapped (DeepSeek's input is [embedding;
 // hidden], ours [hidden; embedding]). Both are permutations; a no-op elsewhere.
 void ToOurLayout(const HfModelInfo& info, const ParamInfo& p, std::vector<float>* v);
+// The inverse: our layout of p back into the folder's (the export), with
+// RoPE rows re-interleaved where info.rope_interleave.
+// FromOurLayout(ToOurLayout(v)) == v bit for bit.
+void FromOurLayout(const HfModelInfo& info, const ParamInfo& p, std::vector<float>* v);
 
 // A folder's weights under our names, for loaders that place them
 // themselves: LoadHfModel, and the trainer's train.init_from, where each
