@@ -18,12 +18,15 @@ SERVE_MODEL="${SERVE_MODEL:---ckpt $WORK/run}"
 # start_server ARGS...: `myriad serve $SERVE_MODEL --port 0 --model-name tiny ARGS` in the
 # background (SERVER_PID); sets URL from its "listening on" log line.
 start_server() {
+  # The previous server's log goes first: the new process truncates it only
+  # once it runs, and until then the loop below would read the old URL.
+  rm -f "$WORK/serve.log"
   # shellcheck disable=SC2086
   "$MYRIAD" serve $SERVE_MODEL --port 0 --model-name tiny "$@" 2>"$WORK/serve.log" &
   SERVER_PID=$!
   URL=""
   for _ in $(seq 1 600); do
-    URL=$(grep -oE 'listening on http://[0-9.:]+' "$WORK/serve.log" | awk '{print $3}' || true)
+    URL=$(grep -oE 'listening on http://[0-9.:]+' "$WORK/serve.log" 2>/dev/null | awk '{print $3}' || true)
     [ -n "$URL" ] && return 0
     kill -0 "$SERVER_PID" 2>/dev/null || break
     sleep 0.1

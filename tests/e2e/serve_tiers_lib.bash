@@ -94,11 +94,12 @@ A_URL="$URL"
 # sets PEER_PID and PEER_URL.
 start_peer() {
   local name="$1"; shift
+  rm -f "$WORK/serve_$name.log"  # (as start_server: never read an earlier server's URL)
   "$MYRIAD" serve $SERVE_MODEL --port 0 --model-name tiny --kv-redis "$REDIS" "$@" 2>"$WORK/serve_$name.log" &
   PEER_PID=$!
   PEER_URL=""
   for _ in $(seq 1 600); do
-    PEER_URL=$(grep -oE 'listening on http://[0-9.:]+' "$WORK/serve_$name.log" | awk '{print $3}' || true)
+    PEER_URL=$(grep -oE 'listening on http://[0-9.:]+' "$WORK/serve_$name.log" 2>/dev/null | awk '{print $3}' || true)
     [ -n "$PEER_URL" ] && return 0; sleep 0.1
   done
   fail "server $name did not start: $(tail -3 "$WORK/serve_$name.log")"; finish; exit 1
