@@ -9,6 +9,7 @@
 #include "data/tokenizer.h"
 #include "model/inference.h"
 #include "model/sampler.h"
+#include "model/speculative.h"
 
 namespace myriad::cli {
 
@@ -19,6 +20,8 @@ int RunGenerate(int argc, char** argv) {
   uint64_t seed = 1;
   SamplingParams sp;
   bool stats = false;
+  std::string speculative = "off";
+  int draft_tokens = 4;
   app.add_option("--ckpt", ckpt, "run directory or step directory (ours, or written by `myriad import`)");
   app.add_option("--hf", hf, "a Hugging Face model folder (config.json, safetensors, tokenizer)");
   app.add_option("--prompt,-p", prompt, "the prompt text")->required();
@@ -30,6 +33,11 @@ int RunGenerate(int argc, char** argv) {
   app.add_option("--weights", weights, "decode weight format: fp32, fp16 or int8");
   app.add_option("--tokenizer", tokenizer_path, "tokenizer model (default: the run's)");
   app.add_flag("--stats", stats, "print tokens/s to stderr at the end");
+  app.add_option("--speculative", speculative,
+                 "ngram: draft from the context's own n-gram matches (prompt lookup) and verify in one forward; "
+                 "off (the output's distribution is the same either way; greedy output is identical)")
+      ->check(CLI::IsMember({"off", "ngram"}));
+  app.add_option("--draft-tokens", draft_tokens, "tokens per draft")->check(CLI::Range(1, 64));
   CLI11_PARSE(app, argc, argv);
 
   WeightFormat fmt;
@@ -67,14 +75,42 @@ int RunGenerate(int argc, char** argv) {
   const float* logits = session.Forward(ids.data(), static_cast<int64_t>(ids.size()));
   auto t1 = std::chrono::steady_clock::now();
   int produced = 0;
-  for (; produced < max_tokens && session.len() < max_len; ++produced) {
-    int32_t next = SampleToken(logits, model.config().vocab_size, sp, &rng);
-    if (text.IsStop(next)) break;
-    std::string text = dec.Push(next);
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
-    if (session.len() >= max_len) break;
-    logits = session.Forward(&next, 1);
+  SpeculativeStats spec;
+  if (speculative == "off") {
+    for (; produced < max_tokens && session.len() < max_len; ++produced) {
+      int32_t next = SampleToken(logits, model.config().vocab_size, sp, &rng);
+      if (text.IsStop(next)) break;
+      std::string piece = dec.Push(next);
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+      if (session.len() >= max_len) break;
+      logits = session.Forward(&next, 1);
+    }
+  } else {
+    // The pending token is chosen, emitted, and fed by the next verification.
+    const NgramDrafter drafter;
+    std::vector<int32_t> context = ids;
+    std::vector<int32_t> emit = {SampleToken(logits, model.config().vocab_size, sp, &rng)};
+    bool done = false;
+    while (!done) {
+      for (int32_t t : emit) {
+        if (produced >= max_tokens || text.IsStop(t)) {
+          done = true;
+          break;
+        }
+        std::string piece = dec.Push(t);
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        context.push_back(t);
+        ++produced;
+      }
+      std::fflush(stdout);
+      // Room for the pending token and its draft.
+      const int64_t room = max_len - session.len() - 1;
+      if (done || produced >= max_tokens || room <= 0) break;  // (plain decoding stops there too)
+      const int k = static_cast<int>(std::min<int64_t>({draft_tokens, room, max_tokens - produced}));
+      const std::vector<int32_t> draft = drafter.Draft(context, k);
+      emit = VerifyDraft(&session, context.back(), draft, model.config().vocab_size, sp, &rng, &spec);
+    }
   }
   std::string rest = dec.Finish();
   std::fwrite(rest.data(), 1, rest.size(), stdout);
@@ -84,8 +120,15 @@ int RunGenerate(int argc, char** argv) {
   if (stats) {
     double pre = std::chrono::duration<double>(t1 - t0).count();
     double gen = std::chrono::duration<double>(t2 - t1).count();
-    std::fprintf(stderr, "[prompt %zu tokens in %.3fs; generated %d tokens at %.1f tok/s, weights %s]\n", ids.size(),
+    std::fprintf(stderr, "[prompt %zu tokens in %.3fs; generated %d tokens at %.1f tok/s, weights %s", ids.size(),
                  pre, produced, produced / std::max(gen, 1e-9), WeightFormatName(fmt));
+    if (speculative != "off") {
+      std::fprintf(stderr, "; speculative %s: %lld verifications, mean accepted length %.2f, acceptance", speculative.c_str(),
+                   static_cast<long long>(spec.steps), spec.MeanAcceptedLength());
+      for (size_t i = 0; i < spec.proposed.size(); ++i)
+        std::fprintf(stderr, " %s%.2f", i ? "" : "by position ", spec.proposed[i] ? double(spec.accepted[i]) / spec.proposed[i] : 0.0);
+    }
+    std::fprintf(stderr, "]\n");
   }
   return 0;
 }

@@ -423,18 +423,35 @@ InferenceSession::InferenceSession(const Model& model, int64_t max_len, WeightFo
 
 InferenceSession::~InferenceSession() = default;
 
-const float* InferenceSession::Forward(const int32_t* tokens, int64_t n) {
+const float* InferenceSession::Run(const int32_t* tokens, int64_t n, bool all_rows) {
   CHECK_MSG(n > 0 && len_ + n <= max_len_, "context of %lld tokens exceeds max_len %lld",
             static_cast<long long>(len_ + n), static_cast<long long>(max_len_));
   pos_.resize(n);
   for (int64_t i = 0; i < n; ++i) pos_[i] = static_cast<int32_t>(len_ + i);
   cache_->start = len_;
   cache_->n = n;
-  logits_.resize(cfg_.vocab_size);
-  const int64_t last = n - 1;
-  InferenceForward(weights_, tokens, pos_.data(), n, cache_.get(), &last, 1, &scratch_, logits_.data());
+  std::vector<int64_t> rows;
+  if (all_rows) {
+    rows.resize(n);
+    for (int64_t i = 0; i < n; ++i) rows[i] = i;
+  } else {
+    rows = {n - 1};
+  }
+  logits_.resize(rows.size() * cfg_.vocab_size);
+  InferenceForward(weights_, tokens, pos_.data(), n, cache_.get(), rows.data(), static_cast<int64_t>(rows.size()),
+                   &scratch_, logits_.data());
   len_ += n;
   return logits_.data();
+}
+
+const float* InferenceSession::Forward(const int32_t* tokens, int64_t n) { return Run(tokens, n, false); }
+
+const float* InferenceSession::ForwardAll(const int32_t* tokens, int64_t n) { return Run(tokens, n, true); }
+
+void InferenceSession::Truncate(int64_t len) {
+  CHECK_MSG(len >= 0 && len <= len_, "Truncate(%lld) outside [0, %lld]", static_cast<long long>(len),
+            static_cast<long long>(len_));
+  len_ = len;
 }
 
 }  // namespace myriad

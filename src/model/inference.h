@@ -158,14 +158,21 @@ class InferenceSession {
   // Appends tokens at positions [len(), len()+n) and returns the logits [V]
   // of the last one. Fails (CHECK) past max_len: callers check len() first.
   const float* Forward(const int32_t* tokens, int64_t n);
+  // The same, returning the logits [n, V] of every one of the n positions
+  // (speculative decoding verifies a draft with one such call).
+  const float* ForwardAll(const int32_t* tokens, int64_t n);
   int64_t len() const { return len_; }
   int64_t max_len() const { return max_len_; }
   void Reset() { len_ = 0; }
+  // Forgets every position from `len` on (a rejected draft's keys and
+  // values); the next Forward writes over them.
+  void Truncate(int64_t len);
   // Bytes of weights read per decoded token (for the roofline).
   int64_t WeightBytesPerToken() const { return weights_.WeightBytesPerToken(); }
 
  private:
   class ContiguousCache;
+  const float* Run(const int32_t* tokens, int64_t n, bool all_rows);
   const ModelConfig cfg_;
   int64_t max_len_, len_ = 0;
   InferenceWeights weights_;
