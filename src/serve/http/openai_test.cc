@@ -124,5 +124,30 @@ TEST(ChatTemplateTest, DefaultCustomAndStoredWithTheCheckpoint) {
   EXPECT_EQ(origin, "default");
 }
 
+// A Hugging Face folder's Jinja template: ForModel prefers it to the
+// checkpoint's formats, renders with the generation prompt, writes its own
+// bos, and a raise_exception is an error (the server's 400), not a prompt.
+TEST(ChatTemplateTest, AHuggingFaceFoldersJinjaTemplate) {
+  TempDir dir("chat_template_hf");
+  const std::string hf = dir.path() + "/hf";
+  std::filesystem::create_directories(hf);
+  std::ofstream(hf + "/tokenizer_config.json") << R"({"bos_token": "<s>", "chat_template":
+    "{{ bos_token }}{% for m in messages %}{% if m.role == 'tool' %}{{ raise_exception('no tools here') }}{% endif %}[{{ m.role }}] {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}"})";
+  std::string origin;
+  auto t = ChatTemplate::ForModel(dir.path() + "/nowhere", hf, &origin);
+  ASSERT_TRUE(t.ok()) << t.status().message();
+  EXPECT_EQ(origin, hf + "/tokenizer_config.json (Jinja)");
+  EXPECT_TRUE(t->writes_own_bos());
+  EXPECT_EQ(*t->Render({{"user", "Hi"}}), "<s>[user] Hi\n[assistant] ");
+  auto refused = t->Render({{"tool", "42"}});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("no tools here"), std::string::npos) << refused.status().message();
+  // A folder without a template: the checkpoint's (here the default).
+  auto plain = ChatTemplate::ForModel(dir.path() + "/nowhere", dir.path(), &origin);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->writes_own_bos());
+  EXPECT_EQ(origin, "default");
+}
+
 }  // namespace
 }  // namespace myriad::serve
