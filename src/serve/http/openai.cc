@@ -14,7 +14,9 @@ std::string ErrorJson(const ApiError& e) {
               {"type", e.type},
               {"param", e.param.empty() ? json(nullptr) : json(e.param)},
               {"code", e.code.empty() ? json(nullptr) : json(e.code)}}}};
-  return j.dump();
+  // A message may quote the client's bytes (a JSON parse error does):
+  // invalid UTF-8 becomes U+FFFD rather than an exception (and a 500).
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 ApiError ErrorForStatus(int status) {
@@ -131,7 +133,7 @@ bool ParseCompletionRequest(const std::string& body, Endpoint endpoint, Completi
   json j;
   try {
     j = json::parse(body);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // a syntax error, or a number out of range (406: 1e999)
     err->status = 400;
     err->message = std::string("the body is not valid JSON: ") + e.what() +
                    " (hint: send Content-Type: application/json with a JSON object)";

@@ -94,6 +94,22 @@ TEST(Billing, PricesPerMillion) {
   EXPECT_EQ(FormatMoney(1.5, "USD"), "$1.500000");
 }
 
+// Bodies that used to be 500s: a number beyond a double, invalid UTF-8
+// (whose parse error quotes the bad bytes back into the error JSON).
+TEST(OpenAiParse, HugeNumbersAndInvalidUtf8AreBadRequests) {
+  CompletionRequest r;
+  ApiError e;
+  EXPECT_FALSE(ParseCompletionRequest(R"({"model":"m","prompt":"p","temperature":1e999})", Endpoint::kCompletion, &r, &e));
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.code, "invalid_json");
+  EXPECT_NE(e.message.find("1e999"), std::string::npos) << e.message;
+  e = ApiError();
+  EXPECT_FALSE(ParseCompletionRequest("{\"model\":\"m\",\"prompt\":\"\xff\xfe\"}", Endpoint::kCompletion, &r, &e));
+  EXPECT_EQ(e.status, 400);
+  const std::string body = ErrorJson(e);  // must not throw on the quoted bytes
+  EXPECT_TRUE(nlohmann::json::accept(body)) << body;
+}
+
 TEST(ChatTemplateTest, DefaultCustomAndStoredWithTheCheckpoint) {
   std::vector<ChatMessage> msgs = {{"system", "Be brief."}, {"user", "Hi {content}"}};
   EXPECT_EQ(*ChatTemplate().Render(msgs), "<|system|>\nBe brief.\n<|user|>\nHi {content}\n<|assistant|>\n");
