@@ -105,7 +105,7 @@ class EngineImpl : public Engine {
       return Status::Error("engine: request needs " + std::to_string(r->reserve) + " KV blocks of " +
                            std::to_string(kBlockTokens) + " tokens, the pool has " +
                            std::to_string(pool_.num_blocks()) +
-                           " (hint: lower max_tokens or raise kv_pool_blocks)");
+                           " (hint: lower max_tokens, or raise the pool: myriad serve --kv-blocks)");
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return Status::Error("engine: shutting down");
     if (static_cast<int>(waiting_.size()) >= cfg_.max_queue) {

@@ -5,7 +5,10 @@
 #     TCP_NODELAY, Nagle's algorithm and the client's delayed ACK added
 #     ~40 ms to every response);
 #   - a body with invalid UTF-8, and a number too large for a double (1e999),
-#     are 400 invalid_json, not 500; the server keeps serving.
+#     are 400 invalid_json, not 500; the server keeps serving;
+#   - with a small KV pool (--kv-blocks 2: 32 tokens), a chat request without
+#     max_tokens is served with what fits (finish_reason "length"), and a
+#     prompt that leaves no room is a 400 naming --kv-blocks.
 # Usage: serve_http_front.sh MYRIAD_BINARY SOURCE_DIR
 source "$(dirname "$0")/lib.sh" "$1" "$2"
 source "$(dirname "$0")/serve_lib.bash"
@@ -50,5 +53,22 @@ for c in utf8 huge; do
 done
 r=$(curl -sf "$URL/v1/completions" -H 'Content-Type: application/json' -d '{"model":"tiny","prompt":"The","max_tokens":3}') &&
   pass "still serving after the bad bodies" || fail "a completion after the bad bodies failed"
+stop_server || fail "server exit"
+
+start_server --kv-blocks 2
+r=$(curl -s "$URL/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"model":"tiny","messages":[{"role":"user","content":"Hi"}],"temperature":0}')
+"$PY" - "$r" <<'PYEOF' && pass "--kv-blocks 2: a chat without max_tokens is served with what fits" || fail "--kv-blocks 2 chat: $r"
+import json, sys
+j = json.loads(sys.argv[1])
+u = j["usage"]
+print(f"prompt {u['prompt_tokens']} + completion {u['completion_tokens']} tokens, finish_reason {j['choices'][0]['finish_reason']}")
+sys.exit(0 if u["prompt_tokens"] + u["completion_tokens"] <= 32 and u["completion_tokens"] >= 1 else 1)
+PYEOF
+long=$("$PY" -c 'print(" ".join(["checkpoint", "manifest"] * 4))')  # 32-63 tokens: within the context, beyond the pool
+r=$(curl -s -w ' %{http_code}' "$URL/v1/completions" -H 'Content-Type: application/json' \
+  -d "{\"model\":\"tiny\",\"prompt\":\"$long\",\"max_tokens\":2}")
+grep -q -- '--kv-blocks' <<<"$r" && [ "${r##* }" = 400 ] && pass "a prompt that fills the pool: 400 naming --kv-blocks" ||
+  fail "a prompt that fills the pool: $r"
 stop_server || fail "server exit"
 finish

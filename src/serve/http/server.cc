@@ -18,6 +18,7 @@
 
 #include "core/log.h"
 #include "serve/http/openai.h"
+#include "serve/kvcache/tier.h"
 
 namespace myriad::serve {
 
@@ -352,8 +353,24 @@ void HttpServer::Impl::HandleCompletion(const httplib::Request& req, httplib::Re
   }
 
   GenerationParams gp;
-  // Output is clamped to what fits in the context (finish_reason "length").
-  gp.max_tokens = static_cast<int>(std::min<int64_t>(cr.max_tokens.value_or(context - prompt_len), context - prompt_len));
+  // Output is clamped to what fits in the context and in the KV pool
+  // (finish_reason "length"), so a small pool (--kv-blocks) serves every
+  // prompt that leaves room for a reply, whatever max_tokens says.
+  int64_t room = context - prompt_len;
+  const int64_t pool_tokens = engine->stats().kv_blocks_total * kBlockTokens;
+  if (pool_tokens > 0) {
+    if (pool_tokens - prompt_len < 1) {
+      err.status = 400;
+      err.param = ep == Endpoint::kChat ? "messages" : "prompt";
+      err.message = "the prompt (" + std::to_string(prompt_len) + " tokens) leaves no room for a reply in this "
+                    "server's KV pool of " + std::to_string(pool_tokens) + " tokens (hint: a shorter prompt, or "
+                    "restart myriad serve with a larger --kv-blocks)";
+      SendError(res, err);
+      return;
+    }
+    room = std::min(room, pool_tokens - prompt_len);
+  }
+  gp.max_tokens = static_cast<int>(std::min<int64_t>(cr.max_tokens.value_or(room), room));
   gp.sampling.temperature = cr.temperature;
   gp.sampling.top_p = cr.top_p;
   gp.sampling.top_k = cr.top_k;
