@@ -213,6 +213,26 @@ def greedy_decode(decoder, prompt, n_new):
 # Commands
 # ----------------------------------------------------------------------------
 
+def time_steps(step, total, warmup, B, T):
+    """Runs step(s) -> loss for s in range(total), timing each; the fields of
+    the result line that every training mode shares."""
+    times, cpu_times, losses = [], [], []
+    for s in range(total):
+        t0, c0 = time.perf_counter(), time.process_time()
+        loss = step(s)
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
+        losses.append(float(loss))
+        if s >= warmup:
+            times.append(dt)
+            cpu_times.append(dc)
+        print(f"step {s + 1}/{total}: {dt * 1e3:.1f} ms loss {float(loss):.4f}"
+              + ("" if s >= warmup else " (warmup)"), file=sys.stderr)
+    med = statistics.median(times)
+    return {"batch": B, "seq": T, "steps": total - warmup, "warmup": warmup,
+            "tokens_per_s": B * T / med, "step_ms_median": med * 1e3, "step_ms_min": min(times) * 1e3,
+            "step_cpu_ms_median": statistics.median(cpu_times) * 1e3, "final_loss": losses[-1]}
+
+
 def cmd_train(args):
     mcfg, tcfg, _ = load_config(args.config, args.set, need_train=True)
     B = args.batch or tcfg.batch_size
@@ -230,29 +250,17 @@ def cmd_train(args):
     buffers = model.init_buffers()
     trainer = Trainer(model, params, buffers, tcfg)
     tokens = torch.randint(0, mcfg.vocab_size, (total, B, T + 1), generator=gen)
-    times, cpu_times, losses = [], [], []
-    for s in range(total):
-        t0, c0 = time.perf_counter(), time.process_time()
+
+    def step(s):
         if args.autocast == "bf16":
             # PyTorch's own mixed precision on CPU: matmuls in bf16 under autocast.
             with torch.cpu.amp.autocast(dtype=torch.bfloat16):
-                loss, _, _ = trainer.step([tokens[s]])
-        else:
-            loss, _, _ = trainer.step([tokens[s]])
-        dt, dc = time.perf_counter() - t0, time.process_time() - c0
-        losses.append(float(loss))
-        if s >= args.warmup:
-            times.append(dt)
-            cpu_times.append(dc)
-        print(f"step {s + 1}/{total}: {dt * 1e3:.1f} ms loss {float(loss):.4f}"
-              + ("" if s >= args.warmup else " (warmup)"), file=sys.stderr)
-    med = statistics.median(times)
-    n_params = sum(x.numel() for x in params.values())
-    result = {"bench": "train", "peer": "pytorch", "config": os.path.basename(args.config),
-              "batch": B, "seq": T, "steps": args.steps, "warmup": args.warmup,
-              "tokens_per_s": B * T / med, "step_ms_median": med * 1e3,
-              "step_ms_min": min(times) * 1e3, "step_cpu_ms_median": statistics.median(cpu_times) * 1e3,
-              "params": n_params, "final_loss": losses[-1], "autocast": args.autocast}
+                return trainer.step([tokens[s]])[0]
+        return trainer.step([tokens[s]])[0]
+
+    timed = time_steps(step, total, args.warmup, B, T)
+    result = {"bench": "train", "peer": "pytorch", "config": os.path.basename(args.config), **timed,
+              "params": sum(x.numel() for x in params.values()), "autocast": args.autocast}
     result.update(environment(args.threads))
     print(json.dumps(result), flush=True)
 
@@ -270,27 +278,18 @@ def cmd_train_hf(args):
     B, T = args.batch, args.seq
     total = args.warmup + args.steps
     tokens = torch.randint(0, model.spec.vocab, (total, B, T + 1), generator=gen)
-    times, cpu_times, losses = [], [], []
-    for s in range(total):
-        t0, c0 = time.perf_counter(), time.process_time()
+
+    def step(s):
         opt.zero_grad(set_to_none=True)
         loss = model.losses(tokens[s])["loss"]
         loss.backward()
         torch.nn.utils.clip_grad_norm_([model.w[n] for n in names], 1.0)
         opt.step()
-        dt, dc = time.perf_counter() - t0, time.process_time() - c0
-        losses.append(float(loss))
-        if s >= args.warmup:
-            times.append(dt)
-            cpu_times.append(dc)
-        print(f"step {s + 1}/{total}: {dt * 1e3:.1f} ms loss {float(loss):.4f}"
-              + ("" if s >= args.warmup else " (warmup)"), file=sys.stderr)
-    med = statistics.median(times)
-    result = {"bench": "train", "peer": "pytorch", "model": os.path.basename(os.path.normpath(args.hf)),
-              "batch": B, "seq": T, "steps": args.steps, "warmup": args.warmup,
-              "tokens_per_s": B * T / med, "step_ms_median": med * 1e3, "step_ms_min": min(times) * 1e3,
-              "step_cpu_ms_median": statistics.median(cpu_times) * 1e3,
-              "params": sum(model.w[n].numel() for n in names), "final_loss": losses[-1]}
+        return loss
+
+    timed = time_steps(step, total, args.warmup, B, T)
+    result = {"bench": "train", "peer": "pytorch", "model": os.path.basename(os.path.normpath(args.hf)), **timed,
+              "params": sum(model.w[n].numel() for n in names)}
     result.update(environment(args.threads))
     print(json.dumps(result), flush=True)
 

@@ -54,8 +54,4 @@ Result<LoadedModel> LoadModelFor(const std::string& ckpt, const std::string& hf)
   return hf.empty() ? LoadModelFromCheckpoint(ckpt) : LoadModelFromHf(hf);
 }
 
-TextConventions ConventionsOf(const LoadedModel& lm, const Tokenizer& tok) {
-  return TextConventions::For(tok, lm.eos_token_ids);
-}
-
 }  // namespace myriad::cli

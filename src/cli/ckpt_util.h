@@ -10,7 +10,6 @@
 #include <vector>
 
 #include "core/status.h"
-#include "data/text_conventions.h"
 #include "data/tokenizer.h"
 #include "model/model.h"
 #include "train/train_config.h"
@@ -35,8 +34,5 @@ Result<LoadedModel> LoadModelFromCheckpoint(const std::string& path);
 Result<LoadedModel> LoadModelFromHf(const std::string& dir);
 // Exactly one of `ckpt` and `hf` is given (the verbs' --ckpt / --hf).
 Result<LoadedModel> LoadModelFor(const std::string& ckpt, const std::string& hf);
-
-// The prompt framing and stop ids of a loaded model with its tokenizer.
-TextConventions ConventionsOf(const LoadedModel& lm, const Tokenizer& tok);
 
 }  // namespace myriad::cli

@@ -6,6 +6,7 @@
 
 #include "cli/ckpt_util.h"
 #include "cli/verbs.h"
+#include "data/text_conventions.h"
 #include "data/tokenizer.h"
 #include "model/inference.h"
 #include "model/sampler.h"
@@ -56,7 +57,7 @@ int RunGenerate(int argc, char** argv) {
     std::fprintf(stderr, "myriad generate: %s\n", tok.status().message().c_str());
     return 1;
   }
-  const TextConventions text = ConventionsOf(*lm, *tok);
+  const TextConventions text = TextConventions::For(*tok, lm->eos_token_ids);
   std::vector<int32_t> ids = text.prompt_prefix;
   tok->EncodeTo(prompt, &ids);
   const Model& model = *lm->model;

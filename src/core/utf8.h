@@ -1,11 +1,14 @@
-// UTF-8 decoding, one sequence at a time (the one decoder: corpus checks and
-// the Jinja renderer's string operations use it).
+// UTF-8, one sequence at a time: the one decoder and encoder (corpus checks,
+// the tokenizers, the Jinja renderer's string operations).
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string_view>
 
 namespace myriad {
+
+inline constexpr char kUtf8ReplacementChar[] = "\xEF\xBF\xBD";  // U+FFFD
 
 // The length of the well-formed UTF-8 sequence that starts at s[i], with its
 // code point in *cp; 0 when the bytes there are malformed (a stray
@@ -41,6 +44,44 @@ inline size_t Utf8SequenceLength(std::string_view s, size_t i, char32_t* cp) {
   if (v < kMin[n] || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
   *cp = v;
   return n;
+}
+
+
+// Length of the well-formed UTF-8 character at s[i], or 0 when the byte there
+// does not start one (malformed, truncated, overlong or surrogate).
+inline size_t Utf8CharLength(std::string_view s, size_t i) {
+  char32_t cp;
+  return Utf8SequenceLength(s, i, &cp);
+}
+
+// The code point of the well-formed character of `len` bytes at s[i]
+// (len from Utf8CharLength, > 0).
+inline uint32_t Utf8Decode(std::string_view s, size_t i, size_t len) {
+  auto b = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
+  if (len == 1) return b(0);
+  uint32_t cp = b(0) & (0x7F >> len);
+  for (size_t k = 1; k < len; ++k) cp = (cp << 6) | (b(k) & 0x3F);
+  return cp;
+}
+
+// Appends the UTF-8 encoding of code point `cp` (<= 0x10FFFF) to `out`.
+template <typename String>
+void Utf8Append(uint32_t cp, String* out) {
+  if (cp < 0x80) {
+    out->push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
 }
 
 }  // namespace myriad

@@ -69,6 +69,16 @@ Result<ChatTemplate> ChatTemplate::FromString(const std::string& source, const s
 }
 
 Result<ChatTemplate> ChatTemplate::FromHfDir(const std::string& dir, const std::string& template_name) {
+  ASSIGN_OR_RETURN(std::optional<ChatTemplate> ct, FindInHfDir(dir, template_name));
+  if (!ct) {
+    return Status::Error(dir + ": no chat template (looked for chat_template.jinja, chat_template.json and "
+                               "\"chat_template\" in tokenizer_config.json; hint: a base model may have none)");
+  }
+  return std::move(*ct);
+}
+
+Result<std::optional<ChatTemplate>> ChatTemplate::FindInHfDir(const std::string& dir,
+                                                             const std::string& template_name) {
   Env* env = Env::Default();
   const std::string config_path = dir + "/tokenizer_config.json";
   ojson config = ojson::object();
@@ -94,10 +104,7 @@ Result<ChatTemplate> ChatTemplate::FromHfDir(const std::string& dir, const std::
     ASSIGN_OR_RETURN(Source s, PickTemplate(config["chat_template"], config_path, template_name));
     source = std::move(s);
   }
-  if (!source) {
-    return Status::Error(dir + ": no chat template (looked for chat_template.jinja, chat_template.json and "
-                               "\"chat_template\" in tokenizer_config.json; hint: a base model may have none)");
-  }
+  if (!source) return std::optional<ChatTemplate>();
 
   std::map<std::string, std::string> tokens;
   for (const char* key : kSpecialTokens) {
@@ -127,7 +134,7 @@ Result<ChatTemplate> ChatTemplate::FromHfDir(const std::string& dir, const std::
       }
     }
   }
-  return ct;
+  return std::optional<ChatTemplate>(std::move(ct));
 }
 
 nlohmann::ordered_json ChatTemplate::Variables(const ojson& messages, bool add_generation_prompt,

@@ -21,6 +21,7 @@
 #include <ctime>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,9 @@ class ChatTemplate {
   // Loads the template named `template_name` ("default" is what
   // transformers uses when the folder has several). Errors name the file.
   static Result<ChatTemplate> FromHfDir(const std::string& dir, const std::string& template_name = "default");
+  // The same, but a folder without a template is no error: nullopt.
+  static Result<std::optional<ChatTemplate>> FindInHfDir(const std::string& dir,
+                                                         const std::string& template_name = "default");
   // A template from text; `name` prefixes its errors. `special_tokens` maps
   // variable names (bos_token, eos_token, ...) to token text.
   static Result<ChatTemplate> FromString(const std::string& source, const std::string& name,

@@ -10,7 +10,7 @@
 #include "core/env.h"
 #include "data/bpe.h"
 #include "data/hf_pretokenizer.h"
-#include "data/utf8.h"
+#include "core/utf8.h"
 
 namespace myriad {
 namespace {

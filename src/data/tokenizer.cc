@@ -7,7 +7,7 @@
 #include "core/log.h"
 #include "data/hf_tokenizer.h"
 #include "data/tokenizer_backend.h"
-#include "data/utf8.h"
+#include "core/utf8.h"
 
 namespace myriad {
 namespace {

@@ -15,7 +15,7 @@
 #include "core/checksum.h"
 #include "core/env.h"
 #include "core/log.h"
-#include "data/utf8.h"
+#include "core/utf8.h"
 
 // SentencePiece logs every training stage at INFO to stderr; the library
 // exports its level setter but its header does not declare it.

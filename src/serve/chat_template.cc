@@ -112,24 +112,11 @@ ChatTemplate ChatTemplate::FromJinja(::myriad::ChatTemplate jinja) {
 
 Result<ChatTemplate> ChatTemplate::ForModel(const std::string& step_dir, const std::string& hf_dir,
                                             std::string* origin) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
   if (!hf_dir.empty()) {
-    // The files FromHfDir reads, in its order: the first present names the origin.
-    std::string found;
-    for (const char* name : {"chat_template.jinja", "chat_template.json"})
-      if (found.empty() && fs::exists(fs::path(hf_dir) / name, ec)) found = name;
-    if (found.empty()) {
-      std::ifstream tc(fs::path(hf_dir) / "tokenizer_config.json");
-      if (tc) {
-        nlohmann::json j = nlohmann::json::parse(tc, nullptr, /*allow_exceptions=*/false);
-        if (j.is_object() && j.contains("chat_template")) found = "tokenizer_config.json";
-      }
-    }
-    if (!found.empty()) {
-      ASSIGN_OR_RETURN(::myriad::ChatTemplate jt, ::myriad::ChatTemplate::FromHfDir(hf_dir));
-      if (origin) *origin = (fs::path(hf_dir) / found).string() + " (Jinja)";
-      return FromJinja(std::move(jt));
+    ASSIGN_OR_RETURN(std::optional<::myriad::ChatTemplate> jt, ::myriad::ChatTemplate::FindInHfDir(hf_dir));
+    if (jt) {
+      if (origin) *origin = jt->name() + " (Jinja)";
+      return FromJinja(std::move(*jt));
     }
   }
   return ForCheckpoint(step_dir, origin);

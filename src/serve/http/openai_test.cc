@@ -152,7 +152,7 @@ TEST(ChatTemplateTest, AHuggingFaceFoldersJinjaTemplate) {
   std::string origin;
   auto t = ChatTemplate::ForModel(dir.path() + "/nowhere", hf, &origin);
   ASSERT_TRUE(t.ok()) << t.status().message();
-  EXPECT_EQ(origin, hf + "/tokenizer_config.json (Jinja)");
+  EXPECT_EQ(origin, hf + "/tokenizer_config.json[chat_template] (Jinja)");  // the source the renderer names
   EXPECT_TRUE(t->writes_own_bos());
   EXPECT_EQ(*t->Render({{"user", "Hi"}}), "<s>[user] Hi\n[assistant] ");
   auto refused = t->Render({{"tool", "42"}});
