@@ -35,9 +35,10 @@ int RunGenerate(int argc, char** argv) {
   app.add_option("--tokenizer", tokenizer_path, "tokenizer model (default: the run's)");
   app.add_flag("--stats", stats, "print tokens/s to stderr at the end");
   app.add_option("--speculative", speculative,
-                 "ngram: draft from the context's own n-gram matches (prompt lookup) and verify in one forward; "
-                 "off (the output's distribution is the same either way; greedy output is identical)")
-      ->check(CLI::IsMember({"off", "ngram"}));
+                 "mtp: the model's MTP modules draft; ngram: drafts from the context's own n-gram matches "
+                 "(prompt lookup); auto: n-gram where the context repeats, MTP elsewhere; off. Drafts are "
+                 "verified in one forward: the output's distribution is the same either way, greedy output identical")
+      ->check(CLI::IsMember({"off", "ngram", "mtp", "auto"}));
   app.add_option("--draft-tokens", draft_tokens, "tokens per draft")->check(CLI::Range(1, 64));
   CLI11_PARSE(app, argc, argv);
 
@@ -67,7 +68,18 @@ int RunGenerate(int argc, char** argv) {
                  ids.size(), static_cast<long long>(max_len));
     return 1;
   }
+  DraftMode mode = DraftMode::kOff;
+  ParseDraftMode(speculative, &mode);
+  if (mode == DraftMode::kMtp && !SpeculativeDecoder::HasMtp(model.config())) {
+    std::fprintf(stderr,
+                 "myriad generate: --speculative mtp needs a model with MTP modules; this one has %s (hint: "
+                 "--speculative ngram, or train with model.mtp_depth >= 1)\n",
+                 model.config().dsa() ? "DSA attention, which MTP drafts do not support" : "model.mtp_depth = 0");
+    return 2;
+  }
   InferenceSession session(model, max_len, fmt);
+  std::unique_ptr<SpeculativeDecoder> spec_dec;
+  if (mode != DraftMode::kOff) spec_dec = std::make_unique<SpeculativeDecoder>(&session, mode, draft_tokens);
   Rng rng(seed);
   TokenStreamDecoder dec(&*tok);
   std::fputs(prompt.c_str(), stdout);
@@ -76,8 +88,7 @@ int RunGenerate(int argc, char** argv) {
   const float* logits = session.Forward(ids.data(), static_cast<int64_t>(ids.size()));
   auto t1 = std::chrono::steady_clock::now();
   int produced = 0;
-  SpeculativeStats spec;
-  if (speculative == "off") {
+  if (mode == DraftMode::kOff) {
     for (; produced < max_tokens && session.len() < max_len; ++produced) {
       int32_t next = SampleToken(logits, model.config().vocab_size, sp, &rng);
       if (text.IsStop(next)) break;
@@ -89,7 +100,6 @@ int RunGenerate(int argc, char** argv) {
     }
   } else {
     // The pending token is chosen, emitted, and fed by the next verification.
-    const NgramDrafter drafter;
     std::vector<int32_t> context = ids;
     std::vector<int32_t> emit = {SampleToken(logits, model.config().vocab_size, sp, &rng)};
     bool done = false;
@@ -105,12 +115,9 @@ int RunGenerate(int argc, char** argv) {
         ++produced;
       }
       std::fflush(stdout);
-      // Room for the pending token and its draft.
-      const int64_t room = max_len - session.len() - 1;
-      if (done || produced >= max_tokens || room <= 0) break;  // (plain decoding stops there too)
-      const int k = static_cast<int>(std::min<int64_t>({draft_tokens, room, max_tokens - produced}));
-      const std::vector<int32_t> draft = drafter.Draft(context, k);
-      emit = VerifyDraft(&session, context.back(), draft, model.config().vocab_size, sp, &rng, &spec);
+      // Room for the pending token (plain decoding stops there too).
+      if (done || produced >= max_tokens || session.len() + 1 >= max_len) break;
+      emit = spec_dec->Step(context, max_tokens - produced, sp, &rng);
     }
   }
   std::string rest = dec.Finish();
@@ -123,11 +130,15 @@ int RunGenerate(int argc, char** argv) {
     double gen = std::chrono::duration<double>(t2 - t1).count();
     std::fprintf(stderr, "[prompt %zu tokens in %.3fs; generated %d tokens at %.1f tok/s, weights %s", ids.size(),
                  pre, produced, produced / std::max(gen, 1e-9), WeightFormatName(fmt));
-    if (speculative != "off") {
+    if (spec_dec) {
+      const SpeculativeStats& spec = spec_dec->stats();
       std::fprintf(stderr, "; speculative %s: %lld verifications, mean accepted length %.2f, acceptance", speculative.c_str(),
                    static_cast<long long>(spec.steps), spec.MeanAcceptedLength());
       for (size_t i = 0; i < spec.proposed.size(); ++i)
         std::fprintf(stderr, " %s%.2f", i ? "" : "by position ", spec.proposed[i] ? double(spec.accepted[i]) / spec.proposed[i] : 0.0);
+      if (mode == DraftMode::kAuto)
+        std::fprintf(stderr, "; drafts: %lld n-gram, %lld MTP", static_cast<long long>(spec_dec->ngram_steps()),
+                     static_cast<long long>(spec_dec->mtp_steps()));
     }
     std::fprintf(stderr, "]\n");
   }

@@ -80,58 +80,70 @@ int64_t InferLinear::bytes() const {
 
 InferenceWeights::InferenceWeights(const Model& model, WeightFormat fmt)
     : model_(model), cfg_(model.config()), fmt_(fmt) {
-  const int64_t C = cfg_.d_model, D = cfg_.head_dim(), H = cfg_.n_heads, Hkv = cfg_.n_kv_heads;
+  const int64_t C = cfg_.d_model;
   auto W = model.layout().Bind(const_cast<float*>(model.params()));
   biases_.resize(model.biases().size());
   for (size_t i = 0; i < biases_.size(); ++i) FromHost(&biases_[i], model.biases()[i]);
   embed_ = W.embed;
   norm_ = W.norm;
   head_.Init(W.head, cfg_.vocab_size, C, fmt);
-  int bias_i = 0;
+  int bias_i = 0;  // the model's biases: MoE layers in order, then the MTP blocks'
   layers_.resize(cfg_.n_layers);
-  for (int64_t l = 0; l < cfg_.n_layers; ++l) {
-    const auto& w = W.layers[l];
-    Layer& L = layers_[l];
-    L.moe = w.moe;
-    L.attn_norm = w.attn_norm;
-    L.ffn_norm = w.ffn_norm;
-    L.bqkv = w.bq;
-    L.q_norm = w.q_norm;
-    L.k_norm = w.k_norm;
-    if (w.mla) {
-      L.mla = true;
-      L.mla_w = w;
-      L.wo.Init(w.wo, C, H * cfg_.v_head_dim, fmt);
-    } else {
-      L.wq.Init(w.wq, H * D, C, fmt);
-      L.wk.Init(w.wk, Hkv * D, C, fmt);
-      L.wv.Init(w.wv, Hkv * D, C, fmt);
-      L.wo.Init(w.wo, C, H * D, fmt);
+  for (int64_t l = 0; l < cfg_.n_layers; ++l) InitLayer(W.layers[l], fmt, &layers_[l], &bias_i);
+  mtp_.resize(cfg_.mtp_depth);
+  for (int64_t j = 0; j < cfg_.mtp_depth; ++j) {
+    const auto& m = W.mtp[j];
+    Mtp& M = mtp_[j];
+    M.enorm = m.enorm;
+    M.hnorm = m.hnorm;
+    M.norm = m.norm;
+    M.eh_proj.Init(m.eh_proj, C, 2 * C, fmt);
+    InitLayer(m.block, fmt, &M.block, &bias_i);
+  }
+}
+
+void InferenceWeights::InitLayer(const BlockWeights<float*>& w, WeightFormat fmt, Layer* Lp, int* bias_i) {
+  const int64_t C = cfg_.d_model, D = cfg_.head_dim(), H = cfg_.n_heads, Hkv = cfg_.n_kv_heads;
+  Layer& L = *Lp;
+  L.moe = w.moe;
+  L.attn_norm = w.attn_norm;
+  L.ffn_norm = w.ffn_norm;
+  L.bqkv = w.bq;
+  L.q_norm = w.q_norm;
+  L.k_norm = w.k_norm;
+  if (w.mla) {
+    L.mla = true;
+    L.mla_w = w;
+    L.wo.Init(w.wo, C, H * cfg_.v_head_dim, fmt);
+  } else {
+    L.wq.Init(w.wq, H * D, C, fmt);
+    L.wk.Init(w.wk, Hkv * D, C, fmt);
+    L.wv.Init(w.wv, Hkv * D, C, fmt);
+    L.wo.Init(w.wo, C, H * D, fmt);
+  }
+  if (w.indexer) {
+    // iq, ik and iw are adjacent in the parameter buffer (one GEMM in training too).
+    CHECK(w.ik == w.iq + cfg_.dsa_index_heads * cfg_.dsa_index_dim * C &&
+          w.iw == w.ik + cfg_.dsa_index_dim * C);
+    L.indexer = w.iq;
+  }
+  if (!w.moe) {
+    // gate_proj and up_proj are adjacent: one [2F, C] matrix.
+    L.w_gate.Init(w.w_gate, 2 * cfg_.d_ff, C, fmt);
+    L.w_down.Init(w.w_down, C, cfg_.d_ff, fmt);
+  } else {
+    const int64_t F = cfg_.d_expert, E = cfg_.n_routed_experts;
+    L.router = w.router;
+    L.bias = biases_[(*bias_i)++].data();
+    L.e_gate.resize(E); L.e_down.resize(E);
+    for (int64_t e = 0; e < E; ++e) {
+      L.e_gate[e].Init(w.e_gate[e], 2 * F, C, fmt);
+      L.e_down[e].Init(w.e_down[e], C, F, fmt);
     }
-    if (w.indexer) {
-      // iq, ik and iw are adjacent in the parameter buffer (one GEMM in training too).
-      CHECK(w.ik == w.iq + cfg_.dsa_index_heads * cfg_.dsa_index_dim * C &&
-            w.iw == w.ik + cfg_.dsa_index_dim * C);
-      L.indexer = w.iq;
-    }
-    if (!w.moe) {
-      // gate_proj and up_proj are adjacent: one [2F, C] matrix.
-      L.w_gate.Init(w.w_gate, 2 * cfg_.d_ff, C, fmt);
-      L.w_down.Init(w.w_down, C, cfg_.d_ff, fmt);
-    } else {
-      const int64_t F = cfg_.d_expert, E = cfg_.n_routed_experts;
-      L.router = w.router;
-      L.bias = biases_[bias_i++].data();
-      L.e_gate.resize(E); L.e_down.resize(E);
-      for (int64_t e = 0; e < E; ++e) {
-        L.e_gate[e].Init(w.e_gate[e], 2 * F, C, fmt);
-        L.e_down[e].Init(w.e_down[e], C, F, fmt);
-      }
-      if (w.s_gate) {
-        const int64_t SF = cfg_.n_shared_experts * F;
-        L.s_gate.Init(w.s_gate, 2 * SF, C, fmt);
-        L.s_down.Init(w.s_down, C, SF, fmt);
-      }
+    if (w.s_gate) {
+      const int64_t SF = cfg_.n_shared_experts * F;
+      L.s_gate.Init(w.s_gate, 2 * SF, C, fmt);
+      L.s_down.Init(w.s_down, C, SF, fmt);
     }
   }
 }
@@ -293,17 +305,62 @@ void DsaAttend(const ModelConfig& cfg, int64_t n, int64_t Tk, const float* q, co
   ops::SparseAttention(sp);
 }
 
-void InferenceForward(const InferenceWeights& w, const int32_t* tokens, const int32_t* pos, int64_t N,
-                      KvAttention* attn, const int64_t* out_rows, int64_t n_out, InferenceScratch* s,
-                      float* logits) {
+namespace {
+
+// One block over the N rows of s->x (in place): attention through `attn` as
+// cache layer `cache_layer`, then the FFN. pos: device positions.
+void LayerForward(const InferenceWeights& w, const InferenceWeights::Layer& L, int cache_layer, int64_t N,
+                  const int32_t* pos, KvAttention* attn, InferenceScratch* s) {
   const ModelConfig& cfg = w.config();
   const int64_t C = cfg.d_model, D = cfg.head_dim(), H = cfg.n_heads, Hkv = cfg.n_kv_heads;
   const float eps = static_cast<float>(cfg.norm_eps);
   const RopeTables& rope = w.model().rope();
-  s->x.resize(N * C); s->a.resize(N * C); s->q.resize(N * H * D); s->att.resize(N * H * D);
+  s->a.resize(N * C); s->q.resize(N * H * D); s->att.resize(N * H * D);
   s->k.resize(N * Hkv * D); s->v.resize(N * Hkv * D);
   s->f.resize(N * C); s->tmp.resize(N * C); s->rstd.resize(N);
-  // Tokens and positions are host data: checked here, then copied over.
+  ops::RmsNorm(s->x.data(), L.attn_norm, eps, N, C, s->a.data(), s->rstd.data());
+  if (L.mla) {
+    // The absorbed form: the cache holds each token's latent row only.
+    const int64_t R = cfg.kv_lora_rank, Dr = cfg.qk_rope_head_dim, Wl = R + Dr;
+    s->q.resize(N * H * cfg.qk_head_dim()); s->qa.resize(N * H * Wl); s->lat.resize(N * Wl);
+    s->att_lat.resize(N * H * Wl); s->att.resize(N * H * cfg.v_head_dim);
+    MlaProject(cfg, L.mla_w, s->a.data(), N, pos, rope, &s->mla, s->q.data());
+    MlaAbsorbQuery(cfg, L.mla_w.kv_b, s->q.data(), N, s->qa.data());
+    ops::CopyRows(s->mla.c.data(), R, s->lat.data(), Wl, N, R);
+    ops::CopyRows(s->mla.lat.data() + R, Wl, s->lat.data() + R, Wl, N, Dr);
+    attn->Attend(cache_layer, s->qa.data(), s->lat.data(), s->lat.data(), s->att_lat.data(), nullptr);
+    MlaValueUp(cfg, L.mla_w.kv_b, s->att_lat.data(), N, s->att.data());
+  } else {
+    L.wq.Apply(s->a.data(), N, s->q.data());
+    L.wk.Apply(s->a.data(), N, s->k.data());
+    L.wv.Apply(s->a.data(), N, s->v.data());
+    if (L.bqkv) {
+      AddBias(L.bqkv, N, H * D, s->q.data(), &s->ones);
+      AddBias(L.bqkv + H * D, N, Hkv * D, s->k.data(), &s->ones);
+      AddBias(L.bqkv + (H + Hkv) * D, N, Hkv * D, s->v.data(), &s->ones);
+    }
+    if (L.q_norm) {  // per head, as training: rows of D
+      s->qn.resize(N * H * D); s->rstd_h.resize(N * H);
+      ops::Copy(s->q.data(), N * H * D, s->qn.data());
+      ops::RmsNorm(s->qn.data(), L.q_norm, eps, N * H, D, s->q.data(), s->rstd_h.data());
+      ops::Copy(s->k.data(), N * Hkv * D, s->qn.data());
+      ops::RmsNorm(s->qn.data(), L.k_norm, eps, N * Hkv, D, s->k.data(), s->rstd_h.data());
+    }
+    ops::Rope(s->q.data(), N, H, D, pos, rope.cos.data(), rope.sin.data(), false);
+    ops::Rope(s->k.data(), N, Hkv, D, pos, rope.cos.data(), rope.sin.data(), false);
+    DsaRows rows;
+    if (L.indexer) IndexerRows(cfg, L.indexer, s->a.data(), N, pos, w.model().index_rope(), s, &rows);
+    attn->Attend(cache_layer, s->q.data(), s->k.data(), s->v.data(), s->att.data(), L.indexer ? &rows : nullptr);
+  }
+  L.wo.Apply(s->att.data(), N, s->tmp.data());
+  ops::AddScaled(s->x.data(), s->tmp.data(), 1.f, N * C, s->x.data());
+  ops::RmsNorm(s->x.data(), L.ffn_norm, eps, N, C, s->f.data(), s->rstd.data());
+  Ffn(cfg, L, s->f.data(), N, s, s->tmp.data());
+  ops::AddScaled(s->x.data(), s->tmp.data(), 1.f, N * C, s->x.data());
+}
+
+// Tokens and positions are host data: checked here, then copied to s->tok, s->pos.
+void UploadTokens(const ModelConfig& cfg, const int32_t* tokens, const int32_t* pos, int64_t N, InferenceScratch* s) {
   for (int64_t i = 0; i < N; ++i) {
     CHECK_MSG(tokens[i] >= 0 && tokens[i] < cfg.vocab_size, "token id %d out of range", tokens[i]);
     CHECK_MSG(pos[i] >= 0 && pos[i] < cfg.max_seq_len, "position %d out of range", pos[i]);
@@ -311,51 +368,14 @@ void InferenceForward(const InferenceWeights& w, const int32_t* tokens, const in
   s->tok.resize(N); s->pos.resize(N);
   ops::CopyToDevice(s->tok.data(), tokens, N * sizeof(int32_t));
   ops::CopyToDevice(s->pos.data(), pos, N * sizeof(int32_t));
-  pos = s->pos.data();
-  ops::MoeGather(w.embed(), s->tok.data(), N, C, s->x.data());  // the embedding: a gather of table rows
-  for (int l = 0; l < static_cast<int>(w.layers().size()); ++l) {
-    const auto& L = w.layers()[l];
-    ops::RmsNorm(s->x.data(), L.attn_norm, eps, N, C, s->a.data(), s->rstd.data());
-    if (L.mla) {
-      // The absorbed form: the cache holds each token's latent row only.
-      const int64_t R = cfg.kv_lora_rank, Dr = cfg.qk_rope_head_dim, Wl = R + Dr;
-      s->q.resize(N * H * cfg.qk_head_dim()); s->qa.resize(N * H * Wl); s->lat.resize(N * Wl);
-      s->att_lat.resize(N * H * Wl); s->att.resize(N * H * cfg.v_head_dim);
-      MlaProject(cfg, L.mla_w, s->a.data(), N, pos, rope, &s->mla, s->q.data());
-      MlaAbsorbQuery(cfg, L.mla_w.kv_b, s->q.data(), N, s->qa.data());
-      ops::CopyRows(s->mla.c.data(), R, s->lat.data(), Wl, N, R);
-      ops::CopyRows(s->mla.lat.data() + R, Wl, s->lat.data() + R, Wl, N, Dr);
-      attn->Attend(l, s->qa.data(), s->lat.data(), s->lat.data(), s->att_lat.data(), nullptr);
-      MlaValueUp(cfg, L.mla_w.kv_b, s->att_lat.data(), N, s->att.data());
-    } else {
-      L.wq.Apply(s->a.data(), N, s->q.data());
-      L.wk.Apply(s->a.data(), N, s->k.data());
-      L.wv.Apply(s->a.data(), N, s->v.data());
-      if (L.bqkv) {
-        AddBias(L.bqkv, N, H * D, s->q.data(), &s->ones);
-        AddBias(L.bqkv + H * D, N, Hkv * D, s->k.data(), &s->ones);
-        AddBias(L.bqkv + (H + Hkv) * D, N, Hkv * D, s->v.data(), &s->ones);
-      }
-      if (L.q_norm) {  // per head, as training: rows of D
-        s->qn.resize(N * H * D); s->rstd_h.resize(N * H);
-        ops::Copy(s->q.data(), N * H * D, s->qn.data());
-        ops::RmsNorm(s->qn.data(), L.q_norm, eps, N * H, D, s->q.data(), s->rstd_h.data());
-        ops::Copy(s->k.data(), N * Hkv * D, s->qn.data());
-        ops::RmsNorm(s->qn.data(), L.k_norm, eps, N * Hkv, D, s->k.data(), s->rstd_h.data());
-      }
-      ops::Rope(s->q.data(), N, H, D, pos, rope.cos.data(), rope.sin.data(), false);
-      ops::Rope(s->k.data(), N, Hkv, D, pos, rope.cos.data(), rope.sin.data(), false);
-      DsaRows rows;
-      if (L.indexer) IndexerRows(cfg, L.indexer, s->a.data(), N, pos, w.model().index_rope(), s, &rows);
-      attn->Attend(l, s->q.data(), s->k.data(), s->v.data(), s->att.data(), L.indexer ? &rows : nullptr);
-    }
-    L.wo.Apply(s->att.data(), N, s->tmp.data());
-    ops::AddScaled(s->x.data(), s->tmp.data(), 1.f, N * C, s->x.data());
-    ops::RmsNorm(s->x.data(), L.ffn_norm, eps, N, C, s->f.data(), s->rstd.data());
-    Ffn(cfg, L, s->f.data(), N, s, s->tmp.data());
-    ops::AddScaled(s->x.data(), s->tmp.data(), 1.f, N * C, s->x.data());
-  }
-  // Only the requested rows' logits are needed.
+}
+
+// The logits [n_out, V] of rows out_rows of s->x (N rows), through `norm`
+// and the head, copied to the host.
+void HeadRows(const InferenceWeights& w, const float* norm, int64_t N, const int64_t* out_rows, int64_t n_out,
+              InferenceScratch* s, float* logits) {
+  const ModelConfig& cfg = w.config();
+  const int64_t C = cfg.d_model;
   std::vector<int32_t> rows(n_out);
   for (int64_t r = 0; r < n_out; ++r) {
     CHECK(out_rows[r] >= 0 && out_rows[r] < N);
@@ -366,10 +386,59 @@ void InferenceForward(const InferenceWeights& w, const int32_t* tokens, const in
   ops::MoeGather(s->x.data(), s->rows.data(), n_out, C, s->last.data());
   s->rstd.resize(std::max(N, n_out));
   s->a.resize(std::max(N, n_out) * C);
-  ops::RmsNorm(s->last.data(), w.norm(), eps, n_out, C, s->a.data(), s->rstd.data());
+  ops::RmsNorm(s->last.data(), norm, static_cast<float>(cfg.norm_eps), n_out, C, s->a.data(), s->rstd.data());
   s->logits.resize(n_out * cfg.vocab_size);
   w.head().Apply(s->a.data(), n_out, s->logits.data());
   ops::CopyToHost(logits, s->logits.data(), n_out * cfg.vocab_size * sizeof(float));  // the sampler's
+}
+
+}  // namespace
+
+void InferenceForward(const InferenceWeights& w, const int32_t* tokens, const int32_t* pos, int64_t N,
+                      KvAttention* attn, const int64_t* out_rows, int64_t n_out, InferenceScratch* s,
+                      float* logits, float* hidden) {
+  const ModelConfig& cfg = w.config();
+  const int64_t C = cfg.d_model;
+  UploadTokens(cfg, tokens, pos, N, s);
+  s->x.resize(N * C);
+  ops::MoeGather(w.embed(), s->tok.data(), N, C, s->x.data());  // the embedding: a gather of table rows
+  for (int l = 0; l < static_cast<int>(w.layers().size()); ++l)
+    LayerForward(w, w.layers()[l], l, N, s->pos.data(), attn, s);
+  if (hidden) {  // what MTP module 1 reads: the last residual, or its final norm
+    if (cfg.mtp_after_final_norm) {
+      s->a.resize(N * C); s->rstd.resize(N);
+      ops::RmsNorm(s->x.data(), w.norm(), static_cast<float>(cfg.norm_eps), N, C, s->a.data(), s->rstd.data());
+      ops::CopyToHost(hidden, s->a.data(), N * C * sizeof(float));
+    } else {
+      ops::CopyToHost(hidden, s->x.data(), N * C * sizeof(float));
+    }
+  }
+  // Only the requested rows' logits are needed.
+  HeadRows(w, w.norm(), N, out_rows, n_out, s, logits);
+}
+
+void MtpForward(const InferenceWeights& w, int j, const float* h, const int32_t* tokens, const int32_t* pos,
+                int64_t N, KvAttention* attn, const int64_t* out_rows, int64_t n_out, InferenceScratch* s,
+                float* logits, float* out_hidden) {
+  const ModelConfig& cfg = w.config();
+  CHECK_MSG(j >= 0 && j < static_cast<int>(w.mtp().size()), "MTP module %d of %zu", j, w.mtp().size());
+  const auto& M = w.mtp()[j];
+  const int64_t C = cfg.d_model;
+  const float eps = static_cast<float>(cfg.norm_eps);
+  UploadTokens(cfg, tokens, pos, N, s);
+  // cat = [RmsNorm(h, hnorm) | RmsNorm(embed(t), enorm)], then eh_proj.
+  s->xe.resize(N * C); s->ye.resize(N * 2 * C); s->a.resize(N * C); s->rstd.resize(N);
+  ops::CopyToDevice(s->xe.data(), h, N * C * sizeof(float));
+  ops::RmsNorm(s->xe.data(), M.hnorm, eps, N, C, s->a.data(), s->rstd.data());
+  ops::CopyRows(s->a.data(), C, s->ye.data(), 2 * C, N, C);
+  ops::MoeGather(w.embed(), s->tok.data(), N, C, s->xe.data());
+  ops::RmsNorm(s->xe.data(), M.enorm, eps, N, C, s->a.data(), s->rstd.data());
+  ops::CopyRows(s->a.data(), C, s->ye.data() + C, 2 * C, N, C);
+  s->x.resize(N * C);
+  M.eh_proj.Apply(s->ye.data(), N, s->x.data());
+  LayerForward(w, M.block, static_cast<int>(cfg.n_layers) + j, N, s->pos.data(), attn, s);
+  if (out_hidden) ops::CopyToHost(out_hidden, s->x.data(), N * C * sizeof(float));
+  HeadRows(w, M.norm, N, out_rows, n_out, s, logits);
 }
 
 // One sequence's keys and values, contiguous: [max_len, Hkv*D] per layer;
@@ -378,8 +447,9 @@ class InferenceSession::ContiguousCache : public KvAttention {
  public:
   ContiguousCache(const ModelConfig& cfg, int64_t max_len) : cfg_(cfg), max_len_(max_len) {
     const int64_t kvd = cfg.kv_cache_heads() * cfg.kv_cache_dim();
-    k_.resize(cfg.n_layers);
-    v_.resize(cfg.kv_cache_v_is_k() ? 0 : cfg.n_layers);
+    const int64_t layers = cfg.n_layers + cfg.mtp_depth;  // the MTP blocks' after the model's
+    k_.resize(layers);
+    v_.resize(cfg.kv_cache_v_is_k() ? 0 : layers);
     ki_.resize(cfg.dsa_indexer_layers());
     for (auto& b : k_) b.zero(max_len * kvd);
     for (auto& b : v_) b.zero(max_len * kvd);
@@ -439,9 +509,24 @@ const float* InferenceSession::Run(const int32_t* tokens, int64_t n, bool all_ro
   }
   logits_.resize(rows.size() * cfg_.vocab_size);
   InferenceForward(weights_, tokens, pos_.data(), n, cache_.get(), rows.data(), static_cast<int64_t>(rows.size()),
-                   &scratch_, logits_.data());
+                   &scratch_, logits_.data(), keep_hidden_ ? hidden_.data() + len_ * cfg_.d_model : nullptr);
   len_ += n;
   return logits_.data();
+}
+
+const float* InferenceSession::MtpForward(int j, const float* h, const int32_t* tokens, int64_t start, int64_t n,
+                                          float* out_hidden) {
+  CHECK_MSG(n > 0 && start >= 0 && start + n <= max_len_, "MTP rows [%lld, %lld) outside max_len %lld",
+            static_cast<long long>(start), static_cast<long long>(start + n), static_cast<long long>(max_len_));
+  pos_.resize(n);
+  for (int64_t i = 0; i < n; ++i) pos_[i] = static_cast<int32_t>(start + i);
+  cache_->start = start;
+  cache_->n = n;
+  const int64_t last = n - 1;
+  mtp_logits_.resize(cfg_.vocab_size);
+  myriad::MtpForward(weights_, j, h, tokens, pos_.data(), n, cache_.get(), &last, 1, &scratch_, mtp_logits_.data(),
+                     out_hidden);
+  return mtp_logits_.data();
 }
 
 const float* InferenceSession::Forward(const int32_t* tokens, int64_t n) { return Run(tokens, n, false); }

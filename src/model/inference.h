@@ -3,7 +3,8 @@
 // and the serving engine's batched runner (serve/runner.h), many sequences
 // over paged KV blocks. Weights are read from a Model (fp32), or from
 // converted copies in fp16 or int8 (per-output-row scales) for decode, which
-// is bound by weight bytes per token. MTP modules are not used here.
+// is bound by weight bytes per token. The MTP modules draft tokens for
+// speculative decoding (MtpForward; model/speculative.h).
 #pragma once
 
 #include <cstdint>
@@ -69,15 +70,26 @@ class InferenceWeights {
     BlockWeights<float*> mla_w;
   };
   const std::vector<Layer>& layers() const { return layers_; }
+  // The MTP modules (mtp_depth): module j maps [RmsNorm(h, hnorm) |
+  // RmsNorm(embed(t), enorm)] through eh_proj into its block, whose output's
+  // RmsNorm(norm) the shared head reads (as Model::Forward trains them).
+  struct Mtp {
+    const float *enorm = nullptr, *hnorm = nullptr, *norm = nullptr;
+    InferLinear eh_proj;  // [C, 2C]
+    Layer block;
+  };
+  const std::vector<Mtp>& mtp() const { return mtp_; }
   const float* embed() const { return embed_; }
   const float* norm() const { return norm_; }
   const InferLinear& head() const { return head_; }
 
  private:
+  void InitLayer(const BlockWeights<float*>& w, WeightFormat fmt, Layer* L, int* bias_i);
   const Model& model_;
   const ModelConfig cfg_;
   WeightFormat fmt_;
   std::vector<Layer> layers_;
+  std::vector<Mtp> mtp_;
   const float* embed_ = nullptr;
   const float* norm_ = nullptr;
   InferLinear head_;
@@ -144,10 +156,23 @@ struct InferenceScratch {  // device buffers, but `count`
 // any mix of sequences; `attn` knows which row is whose) through every
 // layer, batched through the projections, the FFN and the MoE experts
 // (tokens grouped by expert). Writes the logits [n_out, V] of rows
-// out_rows[0..n_out) (usually each sequence's last new token).
+// out_rows[0..n_out) (usually each sequence's last new token). With
+// `hidden` [N, C] (host) it also writes every row's hidden state as MTP
+// module 1 reads it (the last residual, or its final norm under
+// mtp_after_final_norm).
 void InferenceForward(const InferenceWeights& w, const int32_t* tokens, const int32_t* pos, int64_t N,
                       KvAttention* attn, const int64_t* out_rows, int64_t n_out, InferenceScratch* s,
-                      float* logits);
+                      float* logits, float* hidden = nullptr);
+
+// MTP module j over N rows: row i reads h[i] (the previous level's hidden
+// state: `hidden` above for j = 0, module j-1's output otherwise) and the
+// embedding of tokens[i], at position pos[i], and predicts the token after
+// tokens[i]. Its block attends through `attn` as cache layer n_layers + j.
+// Writes the logits of out_rows and, with out_hidden [N, C] (host), every
+// row's output (what module j+1 reads).
+void MtpForward(const InferenceWeights& w, int j, const float* h, const int32_t* tokens, const int32_t* pos,
+                int64_t N, KvAttention* attn, const int64_t* out_rows, int64_t n_out, InferenceScratch* s,
+                float* logits, float* out_hidden);
 
 class InferenceSession {
  public:
@@ -169,6 +194,19 @@ class InferenceSession {
   void Truncate(int64_t len);
   // Bytes of weights read per decoded token (for the roofline).
   int64_t WeightBytesPerToken() const { return weights_.WeightBytesPerToken(); }
+  const ModelConfig& config() const { return cfg_; }
+
+  // MTP drafting (model/speculative.h). With KeepHidden() every Forward
+  // keeps its rows' hidden states (InferenceForward's `hidden`): hidden(p)
+  // is position p's [C] row, valid while p < len().
+  void KeepHidden() { keep_hidden_ = true, hidden_.resize(static_cast<size_t>(max_len_ * cfg_.d_model)); }
+  bool keeps_hidden() const { return keep_hidden_; }
+  const float* hidden(int64_t p) const { return hidden_.data() + p * cfg_.d_model; }
+  // MTP module j over its cache rows [start, start + n) (positions start..):
+  // h [n, C] and tokens [n] as MtpForward reads them; writes the rows'
+  // outputs to out_hidden [n, C] and returns the last row's logits [V].
+  const float* MtpForward(int j, const float* h, const int32_t* tokens, int64_t start, int64_t n,
+                          float* out_hidden);
 
  private:
   class ContiguousCache;
@@ -178,8 +216,10 @@ class InferenceSession {
   InferenceWeights weights_;
   std::unique_ptr<ContiguousCache> cache_;
   InferenceScratch scratch_;
-  std::vector<float> logits_;
+  std::vector<float> logits_, mtp_logits_;
   std::vector<int32_t> pos_;
+  bool keep_hidden_ = false;
+  std::vector<float> hidden_;  // [max_len, C] with keep_hidden_
 };
 
 }  // namespace myriad

@@ -30,23 +30,32 @@ double SpeculativeStats::AcceptanceRate() const {
   return p ? static_cast<double>(a) / p : 0.0;
 }
 
-int32_t AcceptOrResample(const TokenDistribution& p, int32_t draft, Rng* rng, bool* accepted) {
-  const double pd = p.ProbOf(draft);
-  if (pd > 0 && rng->Uniform() < pd) {
+int32_t AcceptOrResample(const TokenDistribution& p, const TokenDistribution* q, int32_t draft, Rng* rng,
+                         bool* accepted) {
+  const double pd = p.ProbOf(draft), qd = q ? q->ProbOf(draft) : 1.0;
+  CHECK_MSG(qd > 0, "AcceptOrResample: draft token %d has no probability under its draft distribution", draft);
+  if (pd > 0 && rng->Uniform() * qd < pd) {  // U < min(1, p/q)
     *accepted = true;
     return draft;
   }
   *accepted = false;
-  // The residual: p without the draft token, renormalised.
+  // The residual max(0, p - q), renormalised (p without the draft for a point mass).
   TokenDistribution r;
-  for (size_t i = 0; i < p.ids.size(); ++i)
-    if (p.ids[i] != draft) r.ids.push_back(p.ids[i]), r.prob.push_back(p.prob[i] / (1.0 - pd));
-  CHECK_MSG(!r.ids.empty(), "AcceptOrResample: a rejected draft with nothing left to draw");
+  double z = 0;
+  for (size_t i = 0; i < p.ids.size(); ++i) {
+    const double d = p.prob[i] - (q ? q->ProbOf(p.ids[i]) : (p.ids[i] == draft ? 1.0 : 0.0));
+    if (d > 0) r.ids.push_back(p.ids[i]), r.prob.push_back(d), z += d;
+  }
+  CHECK_MSG(!r.ids.empty() && z > 0, "AcceptOrResample: a rejected draft with nothing left to draw");
+  for (double& x : r.prob) x /= z;
   return r.Draw(rng->Uniform());
 }
 
 std::vector<int32_t> VerifyDraft(InferenceSession* session, int32_t pending, const std::vector<int32_t>& draft,
-                                 int64_t vocab, const SamplingParams& sp, Rng* rng, SpeculativeStats* stats) {
+                                 const std::vector<TokenDistribution>* q, int64_t vocab, const SamplingParams& sp,
+                                 Rng* rng, SpeculativeStats* stats, AcceptRule rule) {
+  CHECK(!q || q->size() == draft.size());
+  if (!rule) rule = AcceptOrResample;
   std::vector<int32_t> fed = {pending};
   fed.insert(fed.end(), draft.begin(), draft.end());
   const int64_t base = session->len();
@@ -56,7 +65,7 @@ std::vector<int32_t> VerifyDraft(InferenceSession* session, int32_t pending, con
   for (; i < draft.size(); ++i) {
     const TokenDistribution p = SamplingDistribution(rows + static_cast<int64_t>(i) * vocab, vocab, sp);
     bool ok = false;
-    const int32_t t = AcceptOrResample(p, draft[i], rng, &ok);
+    const int32_t t = rule(p, q ? &(*q)[i] : nullptr, draft[i], rng, &ok);
     if (stats) {
       if (stats->proposed.size() <= i) stats->proposed.resize(i + 1), stats->accepted.resize(i + 1);
       stats->proposed[i]++;
@@ -74,6 +83,126 @@ std::vector<int32_t> VerifyDraft(InferenceSession* session, int32_t pending, con
     stats->steps++;
     stats->emitted += static_cast<int64_t>(out.size());
   }
+  return out;
+}
+
+MtpDrafter::MtpDrafter(InferenceSession* session)
+    : s_(session), depth_(static_cast<int>(session->config().mtp_depth)), C_(session->config().d_model),
+      V_(session->config().vocab_size) {
+  CHECK_MSG(depth_ >= 1, "MTP drafts need a model with MTP modules (model.mtp_depth >= 1)");
+  CHECK_MSG(!session->config().dsa(), "MTP drafts are not supported for DSA models");
+  CHECK_MSG(session->keeps_hidden(), "MtpDrafter: the session must KeepHidden() from its first Forward");
+  valid_.assign(depth_, 0);
+  computed_.assign(depth_, 0);
+  out_.resize(depth_);
+  for (auto& o : out_) o.resize(static_cast<size_t>(session->max_len() * C_));
+}
+
+void MtpDrafter::Reset() {
+  valid_.assign(depth_, 0);
+  computed_.assign(depth_, 0);
+  drafted_at_ = -1;
+}
+
+std::vector<int32_t> MtpDrafter::Draft(const std::vector<int32_t>& context, int k, const SamplingParams& sp,
+                                       Rng* rng, std::vector<TokenDistribution>* q) {
+  const int64_t len = s_->len();
+  CHECK_MSG(static_cast<int64_t>(context.size()) == len + 1,
+            "MtpDrafter: context of %zu tokens for a session of %lld (the last token is the pending one)",
+            context.size(), static_cast<long long>(len));
+  q->clear();
+  drafted_at_ = len;
+  std::vector<int32_t> ext = context, drafts;
+  k = static_cast<int>(std::min<int64_t>(k, s_->max_len() - len - 1));
+  auto draw = [&](const float* logits) {
+    TokenDistribution d = SamplingDistribution(logits, V_, sp);
+    const int32_t t = sp.temperature <= 0.f ? d.ids[0] : d.Draw(rng->Uniform());
+    q->push_back(std::move(d));
+    drafts.push_back(t);
+    ext.push_back(t);
+  };
+  // Module j, rows [valid_j, len): row i reads the previous level's row i
+  // and token i + j + 1 (drafts for the last j rows); its last row drafts
+  // token len + j + 1.
+  for (int j = 0; j < depth_ && static_cast<int>(drafts.size()) < k; ++j) {
+    const int64_t r0 = valid_[j], n = len - r0;
+    CHECK(n >= 1);
+    const float* h = j == 0 ? s_->hidden(r0) : out_[j - 1].data() + r0 * C_;
+    draw(s_->MtpForward(j, h, ext.data() + r0 + j + 1, r0, n, out_[j].data() + r0 * C_));
+    computed_[j] = len;
+  }
+  // Past the depth: the last module on its own previous output.
+  for (int64_t r = len; static_cast<int>(drafts.size()) < k; ++r) {
+    const int j = depth_ - 1;
+    draw(s_->MtpForward(j, out_[j].data() + (r - 1) * C_, ext.data() + r + j + 1, r, 1, out_[j].data() + r * C_));
+    computed_[j] = r + 1;
+  }
+  return drafts;
+}
+
+void MtpDrafter::Verified(int accepted) {
+  CHECK_MSG(drafted_at_ >= 0, "MtpDrafter::Verified without a Draft");
+  // Row i of module j read tokens up to i + j + 1: exact while those drafts
+  // were accepted; rows past the depth (on approximate inputs) never are.
+  for (int j = 0; j < depth_; ++j)
+    valid_[j] = std::max<int64_t>(0, std::min({computed_[j], drafted_at_, drafted_at_ + accepted - j}));
+  drafted_at_ = -1;
+}
+
+bool ParseDraftMode(const std::string& s, DraftMode* out) {
+  if (s == "off") return *out = DraftMode::kOff, true;
+  if (s == "ngram") return *out = DraftMode::kNgram, true;
+  if (s == "mtp") return *out = DraftMode::kMtp, true;
+  if (s == "auto") return *out = DraftMode::kAuto, true;
+  return false;
+}
+
+const char* DraftModeName(DraftMode m) {
+  switch (m) {
+    case DraftMode::kOff: return "off";
+    case DraftMode::kNgram: return "ngram";
+    case DraftMode::kMtp: return "mtp";
+    case DraftMode::kAuto: return "auto";
+  }
+  return "?";
+}
+
+SpeculativeDecoder::SpeculativeDecoder(InferenceSession* session, DraftMode mode, int draft_tokens)
+    : s_(session), mode_(mode), k_(std::max(0, draft_tokens)) {
+  CHECK_MSG(session->len() == 0 || session->keeps_hidden(),
+            "SpeculativeDecoder: the session must be fresh, or keep hidden states from its first Forward");
+  if (mode_ == DraftMode::kAuto && !HasMtp(session->config())) mode_ = DraftMode::kNgram;
+  if (mode_ == DraftMode::kMtp || mode_ == DraftMode::kAuto) {
+    CHECK_MSG(HasMtp(session->config()), "--speculative mtp needs a model with MTP modules (model.mtp_depth >= 1)");
+    session->KeepHidden();
+    mtp_ = std::make_unique<MtpDrafter>(session);
+  }
+}
+
+std::vector<int32_t> SpeculativeDecoder::Step(const std::vector<int32_t>& context, int max_new, const SamplingParams& sp,
+                                              Rng* rng) {
+  const int64_t V = s_->config().vocab_size;
+  const int64_t room = s_->max_len() - s_->len() - 1;  // after the pending token
+  const int k = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>({k_, room, max_new - 1})));
+  std::vector<int32_t> draft;
+  std::vector<TokenDistribution> q;
+  bool use_mtp = false;
+  if (k > 0 && mode_ != DraftMode::kOff) {
+    if (mode_ != DraftMode::kMtp) draft = ngram_.Draft(context, k);
+    // auto: the n-gram draft only when the context repeats at full length.
+    const bool ngram_ok = mode_ == DraftMode::kNgram ||
+                          (static_cast<int>(draft.size()) == k && context.size() > static_cast<size_t>(ngram_.max_ngram) &&
+                           !NgramDrafter{ngram_.max_ngram, ngram_.max_ngram}.Draft(context, 1).empty());
+    if (mode_ == DraftMode::kMtp || (mode_ == DraftMode::kAuto && !ngram_ok)) {
+      draft = mtp_->Draft(context, k, sp, rng, &q);
+      use_mtp = true;
+    }
+  }
+  (use_mtp ? mtp_steps_ : ngram_steps_) += draft.empty() ? 0 : 1;
+  std::vector<int32_t> out = VerifyDraft(s_, context.back(), draft, use_mtp ? &q : nullptr, V, sp, rng, &stats_, rule_);
+  // (After an n-gram step under auto the MTP caches catch up from the
+  // session's hidden states at their next draft.)
+  if (use_mtp) mtp_->Verified(static_cast<int>(out.size()) - 1);
   return out;
 }
 

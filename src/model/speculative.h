@@ -1,19 +1,29 @@
-// Speculative decoding with a draft that needs no model: prompt lookup
-// (n-gram matches in the sequence's own context), verified by one forward
-// over the draft (InferenceSession::ForwardAll).
+// Speculative decoding: a cheap drafter proposes k tokens, one forward of
+// the model over them (InferenceSession::ForwardAll) verifies them, and the
+// accepted prefix plus one more token is emitted. Two drafters:
+//  - NgramDrafter, with no model: prompt lookup (n-gram matches in the
+//    sequence's own context), for code, RAG and edits;
+//  - MtpDrafter, the model's own multi-token-prediction modules (depth D),
+//    chained: module 1 drafts the next token from the last hidden state,
+//    module j+1 the one after from module j's output; past D the last
+//    module runs on its own output (docs/speculative.md).
 //
-// Exactness. A draft token d comes from a deterministic drafter, a point
-// mass q = delta(d). It is accepted with probability min(1, p(d) / q(d)) =
-// p(d), where p is the distribution the sampler would draw from at that
-// position (SamplingDistribution: temperature, top-k, top-p); on rejection
-// the token is drawn from the residual max(0, p - q) normalised, which is p
-// without d. So every emitted token has exactly the distribution p of plain
-// decoding (P(d) = p(d); P(x != d) = (1 - p(d)) p(x) / (1 - p(d)) = p(x)).
-// Greedy is the case p = delta(argmax): a draft token is kept iff it is the
-// argmax, and the output is identical to plain greedy decoding.
+// Exactness. A draft token d is drawn from the drafter's distribution q (a
+// point mass for the n-gram drafter and for greedy MTP drafts). It is
+// accepted with probability min(1, p(d) / q(d)), where p is the
+// distribution the sampler would draw from at that position
+// (SamplingDistribution: temperature, top-k, top-p); on rejection the token
+// is drawn from the residual max(0, p - q) normalised. Then every emitted
+// token has exactly the distribution p of plain decoding: P(x) =
+// q(x) min(1, p(x)/q(x)) + (1 - sum_y min(p(y), q(y))) (p(x) - q(x))+ / Z =
+// min(p, q)(x) + (p - q)+(x) = p(x), since Z = 1 - sum min(p, q). Greedy is
+// p = delta(argmax): a draft token is kept iff it is the argmax, and the
+// output is identical to plain greedy decoding.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "core/rng.h"
@@ -43,17 +53,95 @@ struct SpeculativeStats {
   double AcceptanceRate() const;
 };
 
+// The multi-token-prediction drafter over a session whose model has MTP
+// modules (mtp_depth >= 1). It keeps one cache layer per module in the
+// session (rows at their positions, as trained) and every module's output
+// rows; rows computed from draft tokens stay only while those drafts are
+// accepted (Verified). The session must keep hidden states (KeepHidden)
+// from its first Forward.
+class MtpDrafter {
+ public:
+  explicit MtpDrafter(InferenceSession* session);
+  // Up to k tokens to follow `context`, whose last token is pending (chosen,
+  // not fed: context.size() == session->len() + 1). Drafts are drawn from
+  // each module's SamplingDistribution under `sp` (the argmax when greedy);
+  // *q receives those distributions (VerifyDraft's q).
+  std::vector<int32_t> Draft(const std::vector<int32_t>& context, int k, const SamplingParams& sp, Rng* rng,
+                             std::vector<TokenDistribution>* q);
+  // After VerifyDraft of the last Draft: `accepted` of its tokens were kept.
+  void Verified(int accepted);
+  // A new sequence in the session (after session->Reset()).
+  void Reset();
+
+ private:
+  InferenceSession* s_;
+  int depth_;
+  int64_t C_, V_;
+  std::vector<int64_t> valid_, computed_;   // per module: exact rows, rows written
+  std::vector<std::vector<float>> out_;     // per module: output rows [max_len, C]
+  int64_t drafted_at_ = -1;                 // session len at the last Draft
+};
+
 // One verification of `draft` after the chosen-but-not-fed token `pending`,
 // with the session holding every earlier token. Feeds [pending, draft...],
 // keeps the accepted prefix in the cache (the rest is truncated away) and
 // returns the tokens it emits: the accepted drafts, then one more token (the
 // bonus after a fully accepted draft, or the replacement of the first
 // rejected one), which is the next call's `pending` and is not fed yet.
+// `q` holds each draft token's draft distribution, or is null for point
+// masses. `rule` replaces AcceptOrResample (tests check that a wrong rule is
+// caught).
+using AcceptRule = int32_t (*)(const TokenDistribution& p, const TokenDistribution* q, int32_t draft, Rng* rng,
+                               bool* accepted);
 std::vector<int32_t> VerifyDraft(InferenceSession* session, int32_t pending, const std::vector<int32_t>& draft,
-                                 int64_t vocab, const SamplingParams& sp, Rng* rng, SpeculativeStats* stats);
+                                 const std::vector<TokenDistribution>* q, int64_t vocab, const SamplingParams& sp,
+                                 Rng* rng, SpeculativeStats* stats, AcceptRule rule = nullptr);
 
 // The accept-or-resample rule above for one position: returns the token to
-// emit and whether it is the draft token.
-int32_t AcceptOrResample(const TokenDistribution& p, int32_t draft, Rng* rng, bool* accepted);
+// emit and whether it is the draft token. q: the draft's distribution (null:
+// a point mass on `draft`).
+int32_t AcceptOrResample(const TokenDistribution& p, const TokenDistribution* q, int32_t draft, Rng* rng,
+                         bool* accepted);
+
+// Which drafter speculates: none, prompt lookup, MTP, or per step the
+// n-gram draft when the context repeats (a match of max_ngram tokens with a
+// full draft after it) and MTP otherwise (n-gram alone without MTP modules).
+enum class DraftMode { kOff, kNgram, kMtp, kAuto };
+// "off" | "ngram" | "mtp" | "auto"; false when unknown.
+bool ParseDraftMode(const std::string& s, DraftMode* out);
+const char* DraftModeName(DraftMode m);
+
+// Speculative decoding of one sequence in an InferenceSession: the loop
+// `myriad generate`, the tests and the benchmarks share.
+class SpeculativeDecoder {
+ public:
+  // `session` must be fresh (len 0), or keep hidden states since its first
+  // Forward (KeepHidden): MTP drafts read them. mtp/auto on a model without MTP modules fail
+  // (CHECK; callers check HasMtp first).
+  SpeculativeDecoder(InferenceSession* session, DraftMode mode, int draft_tokens);
+  static bool HasMtp(const ModelConfig& cfg) { return cfg.mtp_depth >= 1 && !cfg.dsa(); }
+  // One verification: `context` is every token so far, the last one pending
+  // (chosen, not fed; the prompt itself is fed with session->Forward).
+  // Drafts at most min(draft_tokens, max_new - 1) tokens (room permitting)
+  // and returns the tokens to emit (at least one), the last of which is the
+  // next call's pending token.
+  std::vector<int32_t> Step(const std::vector<int32_t>& context, int max_new, const SamplingParams& sp, Rng* rng);
+  const SpeculativeStats& stats() const { return stats_; }
+  // Verifications that used each drafter (auto).
+  int64_t ngram_steps() const { return ngram_steps_; }
+  int64_t mtp_steps() const { return mtp_steps_; }
+  // Tests: a different accept rule (VerifyDraft's `rule`).
+  void set_rule(AcceptRule rule) { rule_ = rule; }
+
+ private:
+  InferenceSession* s_;
+  DraftMode mode_;
+  int k_;
+  NgramDrafter ngram_;
+  std::unique_ptr<MtpDrafter> mtp_;
+  SpeculativeStats stats_;
+  int64_t ngram_steps_ = 0, mtp_steps_ = 0;
+  AcceptRule rule_ = nullptr;
+};
 
 }  // namespace myriad
