@@ -85,7 +85,7 @@ int RunGenerate(int argc, char** argv) {
   std::fputs(prompt.c_str(), stdout);
   std::fflush(stdout);
   auto t0 = std::chrono::steady_clock::now();
-  const float* logits = session.Forward(ids.data(), static_cast<int64_t>(ids.size()));
+  const float* logits = spec_dec ? spec_dec->Prefill(ids) : session.Forward(ids.data(), static_cast<int64_t>(ids.size()));
   auto t1 = std::chrono::steady_clock::now();
   int produced = 0;
   if (mode == DraftMode::kOff) {

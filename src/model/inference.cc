@@ -441,59 +441,53 @@ void MtpForward(const InferenceWeights& w, int j, const float* h, const int32_t*
   HeadRows(w, M.norm, N, out_rows, n_out, s, logits);
 }
 
-// One sequence's keys and values, contiguous: [max_len, Hkv*D] per layer;
-// for DSA also the indexer keys [max_len, Di] per sharing group.
-class InferenceSession::ContiguousCache : public KvAttention {
- public:
-  ContiguousCache(const ModelConfig& cfg, int64_t max_len) : cfg_(cfg), max_len_(max_len) {
-    const int64_t kvd = cfg.kv_cache_heads() * cfg.kv_cache_dim();
-    const int64_t layers = cfg.n_layers + cfg.mtp_depth;  // the MTP blocks' after the model's
-    k_.resize(layers);
-    v_.resize(cfg.kv_cache_v_is_k() ? 0 : layers);
-    ki_.resize(cfg.dsa_indexer_layers());
-    for (auto& b : k_) b.zero(max_len * kvd);
-    for (auto& b : v_) b.zero(max_len * kvd);
-    for (auto& b : ki_) b.zero(max_len * cfg.dsa_index_dim);
-  }
-  void Attend(int layer, const float* q, const float* k, const float* v, float* att,
-              const DsaRows* dsa) override {
-    const int64_t D = cfg_.kv_cache_dim(), H = cfg_.n_heads, Hkv = cfg_.kv_cache_heads(), kvd = Hkv * D;
-    ops::Copy(k, n * kvd, k_[layer].data() + start * kvd);
-    if (!cfg_.kv_cache_v_is_k()) ops::Copy(v, n * kvd, v_[layer].data() + start * kvd);
-    const float* v_cache = cfg_.kv_cache_v_is_k() ? k_[layer].data() : v_[layer].data();
-    if (cfg_.dsa()) {
-      const int64_t Di = cfg_.dsa_index_dim;
-      Buf<float>& ki = ki_[layer / cfg_.dsa_index_share];
-      if (dsa) ops::Copy(dsa->ki, n * Di, ki.data() + start * Di);
-      DsaAttend(cfg_, n, start + n, q, k_[layer].data(), v_[layer].data(), ki.data(),
-                dsa ? dsa->qi : nullptr, dsa ? dsa->wi : nullptr, dsa != nullptr, &idx_, att);
-      return;
-    }
-    AttentionParams p;
-    p.B = 1; p.Tq = static_cast<int>(n); p.Tk = static_cast<int>(start + n);
-    p.H = static_cast<int>(H); p.Hkv = static_cast<int>(Hkv); p.D = static_cast<int>(D);
-    p.scale = AttentionScale(cfg_);
-    p.causal = true;
-    p.q_batch_stride = n * H * D; p.kv_batch_stride = max_len_ * kvd; p.out_batch_stride = n * H * D;
-    p.q = q; p.k = k_[layer].data(); p.v = v_cache; p.out = att; p.lse = nullptr;
-    ops::Attention(p);
-  }
-  int64_t start = 0, n = 0;  // the new tokens of the current forward
+ContiguousKv::ContiguousKv(const ModelConfig& cfg, int layer0, int n_layers, int64_t max_len)
+    : cfg_(cfg), layer0_(layer0), max_len_(max_len) {
+  const int64_t kvd = cfg.kv_cache_heads() * cfg.kv_cache_dim();
+  k_.resize(n_layers);
+  v_.resize(cfg.kv_cache_v_is_k() ? 0 : n_layers);
+  ki_.resize(layer0 == 0 ? cfg.dsa_indexer_layers() : 0);
+  for (auto& b : k_) b.zero(max_len * kvd);
+  for (auto& b : v_) b.zero(max_len * kvd);
+  for (auto& b : ki_) b.zero(max_len * cfg.dsa_index_dim);
+}
 
- private:
-  const ModelConfig& cfg_;
-  int64_t max_len_;
-  std::vector<Buf<float>> k_, v_, ki_;  // device
-  Buf<int32_t> idx_;  // the current group's selection [n, K]
-};
+void ContiguousKv::Attend(int layer, const float* q, const float* k, const float* v, float* att, const DsaRows* dsa) {
+  const int64_t D = cfg_.kv_cache_dim(), H = cfg_.n_heads, Hkv = cfg_.kv_cache_heads(), kvd = Hkv * D;
+  const int l = layer - layer0_;
+  CHECK_MSG(l >= 0 && l < static_cast<int>(k_.size()), "ContiguousKv: layer %d outside [%d, %d)", layer, layer0_,
+            layer0_ + static_cast<int>(k_.size()));
+  CHECK(start >= first_row && start + n <= max_len_);
+  ops::Copy(k, n * kvd, k_[l].data() + start * kvd);
+  if (!cfg_.kv_cache_v_is_k()) ops::Copy(v, n * kvd, v_[l].data() + start * kvd);
+  const float* v_cache = cfg_.kv_cache_v_is_k() ? k_[l].data() : v_[l].data();
+  if (cfg_.dsa()) {
+    CHECK_MSG(first_row == 0 && !ki_.empty(), "ContiguousKv: DSA layers need the model's own cache");
+    const int64_t Di = cfg_.dsa_index_dim;
+    Buf<float>& ki = ki_[l / cfg_.dsa_index_share];
+    if (dsa) ops::Copy(dsa->ki, n * Di, ki.data() + start * Di);
+    DsaAttend(cfg_, n, start + n, q, k_[l].data(), v_[l].data(), ki.data(), dsa ? dsa->qi : nullptr,
+              dsa ? dsa->wi : nullptr, dsa != nullptr, &idx_, att);
+    return;
+  }
+  // Keys [first_row, start + n): the new rows are the last n (causal).
+  AttentionParams p;
+  p.B = 1; p.Tq = static_cast<int>(n); p.Tk = static_cast<int>(start + n - first_row);
+  p.H = static_cast<int>(H); p.Hkv = static_cast<int>(Hkv); p.D = static_cast<int>(D);
+  p.scale = AttentionScale(cfg_);
+  p.causal = true;
+  p.q_batch_stride = n * H * D; p.kv_batch_stride = max_len_ * kvd; p.out_batch_stride = n * H * D;
+  p.q = q; p.k = k_[l].data() + first_row * kvd; p.v = v_cache + first_row * kvd; p.out = att; p.lse = nullptr;
+  ops::Attention(p);
+}
 
 InferenceSession::InferenceSession(const Model& model, int64_t max_len, WeightFormat fmt)
     : cfg_(model.config()), max_len_(std::min<int64_t>(max_len, model.config().max_seq_len)),
-      weights_(model, fmt), cache_(std::make_unique<ContiguousCache>(cfg_, max_len_)) {}
+      weights_(model, fmt), cache_(std::make_unique<ContiguousKv>(cfg_, 0, static_cast<int>(cfg_.n_layers), max_len_)) {}
 
 InferenceSession::~InferenceSession() = default;
 
-const float* InferenceSession::Run(const int32_t* tokens, int64_t n, bool all_rows) {
+const float* InferenceSession::Run(const int32_t* tokens, int64_t n, bool all_rows, float* hidden) {
   CHECK_MSG(n > 0 && len_ + n <= max_len_, "context of %lld tokens exceeds max_len %lld",
             static_cast<long long>(len_ + n), static_cast<long long>(max_len_));
   pos_.resize(n);
@@ -509,29 +503,18 @@ const float* InferenceSession::Run(const int32_t* tokens, int64_t n, bool all_ro
   }
   logits_.resize(rows.size() * cfg_.vocab_size);
   InferenceForward(weights_, tokens, pos_.data(), n, cache_.get(), rows.data(), static_cast<int64_t>(rows.size()),
-                   &scratch_, logits_.data(), keep_hidden_ ? hidden_.data() + len_ * cfg_.d_model : nullptr);
+                   &scratch_, logits_.data(), hidden);
   len_ += n;
   return logits_.data();
 }
 
-const float* InferenceSession::MtpForward(int j, const float* h, const int32_t* tokens, int64_t start, int64_t n,
-                                          float* out_hidden) {
-  CHECK_MSG(n > 0 && start >= 0 && start + n <= max_len_, "MTP rows [%lld, %lld) outside max_len %lld",
-            static_cast<long long>(start), static_cast<long long>(start + n), static_cast<long long>(max_len_));
-  pos_.resize(n);
-  for (int64_t i = 0; i < n; ++i) pos_[i] = static_cast<int32_t>(start + i);
-  cache_->start = start;
-  cache_->n = n;
-  const int64_t last = n - 1;
-  mtp_logits_.resize(cfg_.vocab_size);
-  myriad::MtpForward(weights_, j, h, tokens, pos_.data(), n, cache_.get(), &last, 1, &scratch_, mtp_logits_.data(),
-                     out_hidden);
-  return mtp_logits_.data();
+const float* InferenceSession::Forward(const int32_t* tokens, int64_t n, float* hidden) {
+  return Run(tokens, n, false, hidden);
 }
 
-const float* InferenceSession::Forward(const int32_t* tokens, int64_t n) { return Run(tokens, n, false); }
-
-const float* InferenceSession::ForwardAll(const int32_t* tokens, int64_t n) { return Run(tokens, n, true); }
+const float* InferenceSession::ForwardAll(const int32_t* tokens, int64_t n, float* hidden) {
+  return Run(tokens, n, true, hidden);
+}
 
 void InferenceSession::Truncate(int64_t len) {
   CHECK_MSG(len >= 0 && len <= len_, "Truncate(%lld) outside [0, %lld]", static_cast<long long>(len),

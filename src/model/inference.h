@@ -174,6 +174,28 @@ void MtpForward(const InferenceWeights& w, int j, const float* h, const int32_t*
                 int64_t N, KvAttention* attn, const int64_t* out_rows, int64_t n_out, InferenceScratch* s,
                 float* logits, float* out_hidden);
 
+// One sequence's keys and values in contiguous buffers, [max_len, kv_dim]
+// per cache layer, for layers [layer0, layer0 + n_layers) (the session's:
+// the model's; an MTP drafter's: the MTP blocks', n_layers + j); DSA
+// models also keep the indexer keys (the model's layers only). Each Attend
+// stores the n new rows at [start, start + n) and attends over the keys
+// [first_row, start + n): a drafter that starts after a prefix-cache hit
+// sees only the rows it computed.
+class ContiguousKv : public KvAttention {
+ public:
+  ContiguousKv(const ModelConfig& cfg, int layer0, int n_layers, int64_t max_len);
+  void Attend(int layer, const float* q, const float* k, const float* v, float* att, const DsaRows* dsa) override;
+  int64_t start = 0, n = 0;  // the new rows of the current forward
+  int64_t first_row = 0;
+
+ private:
+  const ModelConfig& cfg_;
+  int layer0_;
+  int64_t max_len_;
+  std::vector<Buf<float>> k_, v_, ki_;  // device
+  Buf<int32_t> idx_;  // DSA: the current group's selection [n, K]
+};
+
 class InferenceSession {
  public:
   // `model` must outlive the session (fp32 weights are read in place).
@@ -182,10 +204,12 @@ class InferenceSession {
 
   // Appends tokens at positions [len(), len()+n) and returns the logits [V]
   // of the last one. Fails (CHECK) past max_len: callers check len() first.
-  const float* Forward(const int32_t* tokens, int64_t n);
+  // With `hidden` [n, C] also the rows' hidden states (InferenceForward's;
+  // MTP drafts read them).
+  const float* Forward(const int32_t* tokens, int64_t n, float* hidden = nullptr);
   // The same, returning the logits [n, V] of every one of the n positions
   // (speculative decoding verifies a draft with one such call).
-  const float* ForwardAll(const int32_t* tokens, int64_t n);
+  const float* ForwardAll(const int32_t* tokens, int64_t n, float* hidden = nullptr);
   int64_t len() const { return len_; }
   int64_t max_len() const { return max_len_; }
   void Reset() { len_ = 0; }
@@ -195,31 +219,17 @@ class InferenceSession {
   // Bytes of weights read per decoded token (for the roofline).
   int64_t WeightBytesPerToken() const { return weights_.WeightBytesPerToken(); }
   const ModelConfig& config() const { return cfg_; }
-
-  // MTP drafting (model/speculative.h). With KeepHidden() every Forward
-  // keeps its rows' hidden states (InferenceForward's `hidden`): hidden(p)
-  // is position p's [C] row, valid while p < len().
-  void KeepHidden() { keep_hidden_ = true, hidden_.resize(static_cast<size_t>(max_len_ * cfg_.d_model)); }
-  bool keeps_hidden() const { return keep_hidden_; }
-  const float* hidden(int64_t p) const { return hidden_.data() + p * cfg_.d_model; }
-  // MTP module j over its cache rows [start, start + n) (positions start..):
-  // h [n, C] and tokens [n] as MtpForward reads them; writes the rows'
-  // outputs to out_hidden [n, C] and returns the last row's logits [V].
-  const float* MtpForward(int j, const float* h, const int32_t* tokens, int64_t start, int64_t n,
-                          float* out_hidden);
+  const InferenceWeights& weights() const { return weights_; }
 
  private:
-  class ContiguousCache;
-  const float* Run(const int32_t* tokens, int64_t n, bool all_rows);
+  const float* Run(const int32_t* tokens, int64_t n, bool all_rows, float* hidden);
   const ModelConfig cfg_;
   int64_t max_len_, len_ = 0;
   InferenceWeights weights_;
-  std::unique_ptr<ContiguousCache> cache_;
+  std::unique_ptr<ContiguousKv> cache_;
   InferenceScratch scratch_;
-  std::vector<float> logits_, mtp_logits_;
+  std::vector<float> logits_;
   std::vector<int32_t> pos_;
-  bool keep_hidden_ = false;
-  std::vector<float> hidden_;  // [max_len, C] with keep_hidden_
 };
 
 }  // namespace myriad

@@ -51,15 +51,11 @@ int32_t AcceptOrResample(const TokenDistribution& p, const TokenDistribution* q,
   return r.Draw(rng->Uniform());
 }
 
-std::vector<int32_t> VerifyDraft(InferenceSession* session, int32_t pending, const std::vector<int32_t>& draft,
+std::vector<int32_t> AcceptDraft(const float* rows, const std::vector<int32_t>& draft,
                                  const std::vector<TokenDistribution>* q, int64_t vocab, const SamplingParams& sp,
                                  Rng* rng, SpeculativeStats* stats, AcceptRule rule) {
   CHECK(!q || q->size() == draft.size());
   if (!rule) rule = AcceptOrResample;
-  std::vector<int32_t> fed = {pending};
-  fed.insert(fed.end(), draft.begin(), draft.end());
-  const int64_t base = session->len();
-  const float* rows = session->ForwardAll(fed.data(), static_cast<int64_t>(fed.size()));
   std::vector<int32_t> out;
   size_t i = 0;
   for (; i < draft.size(); ++i) {
@@ -77,8 +73,6 @@ std::vector<int32_t> VerifyDraft(InferenceSession* session, int32_t pending, con
   if (i == draft.size()) {  // all accepted: the bonus token from the last row
     out.push_back(SampleToken(rows + static_cast<int64_t>(i) * vocab, vocab, sp, rng));
   }
-  // Keep pending and the accepted drafts; the last emitted token is pending.
-  session->Truncate(base + 1 + static_cast<int64_t>(out.size()) - 1);
   if (stats) {
     stats->steps++;
     stats->emitted += static_cast<int64_t>(out.size());
@@ -86,34 +80,63 @@ std::vector<int32_t> VerifyDraft(InferenceSession* session, int32_t pending, con
   return out;
 }
 
-MtpDrafter::MtpDrafter(InferenceSession* session)
-    : s_(session), depth_(static_cast<int>(session->config().mtp_depth)), C_(session->config().d_model),
-      V_(session->config().vocab_size) {
-  CHECK_MSG(depth_ >= 1, "MTP drafts need a model with MTP modules (model.mtp_depth >= 1)");
-  CHECK_MSG(!session->config().dsa(), "MTP drafts are not supported for DSA models");
-  CHECK_MSG(session->keeps_hidden(), "MtpDrafter: the session must KeepHidden() from its first Forward");
-  valid_.assign(depth_, 0);
-  computed_.assign(depth_, 0);
-  out_.resize(depth_);
-  for (auto& o : out_) o.resize(static_cast<size_t>(session->max_len() * C_));
+std::vector<int32_t> VerifyDraft(InferenceSession* session, int32_t pending, const std::vector<int32_t>& draft,
+                                 const std::vector<TokenDistribution>* q, int64_t vocab, const SamplingParams& sp,
+                                 Rng* rng, SpeculativeStats* stats, AcceptRule rule, float* hidden) {
+  std::vector<int32_t> fed = {pending};
+  fed.insert(fed.end(), draft.begin(), draft.end());
+  const int64_t base = session->len();
+  const float* rows = session->ForwardAll(fed.data(), static_cast<int64_t>(fed.size()), hidden);
+  std::vector<int32_t> out = AcceptDraft(rows, draft, q, vocab, sp, rng, stats, rule);
+  // Keep pending and the accepted drafts; the last emitted token is pending.
+  session->Truncate(base + static_cast<int64_t>(out.size()));
+  return out;
 }
 
-void MtpDrafter::Reset() {
+MtpDrafter::MtpDrafter(const InferenceWeights& w, int64_t max_len)
+    : w_(w), depth_(static_cast<int>(w.config().mtp_depth)), C_(w.config().d_model), V_(w.config().vocab_size),
+      max_len_(max_len), cache_(w.config(), static_cast<int>(w.config().n_layers), depth_, max_len) {
+  CHECK_MSG(depth_ >= 1, "MTP drafts need a model with MTP modules (model.mtp_depth >= 1)");
+  CHECK_MSG(!w.config().dsa(), "MTP drafts are not supported for DSA models");
+  hidden_.resize(static_cast<size_t>(max_len * C_));
   valid_.assign(depth_, 0);
   computed_.assign(depth_, 0);
-  drafted_at_ = -1;
+  out_.assign(depth_, std::vector<float>(static_cast<size_t>(max_len * C_)));
+}
+
+void MtpDrafter::Observe(int64_t pos0, int64_t n, const float* hidden) {
+  CHECK_MSG(pos0 >= 0 && n >= 0 && pos0 + n <= max_len_, "MtpDrafter::Observe rows [%lld, %lld) outside max_len %lld",
+            static_cast<long long>(pos0), static_cast<long long>(pos0 + n), static_cast<long long>(max_len_));
+  if (first_row_ < 0) {
+    first_row_ = pos0;
+    cache_.first_row = pos0;
+    valid_.assign(depth_, pos0);
+    computed_.assign(depth_, pos0);
+  }
+  CHECK_MSG(pos0 >= first_row_, "MtpDrafter::Observe of row %lld before the first observed row %lld",
+            static_cast<long long>(pos0), static_cast<long long>(first_row_));
+  std::copy(hidden, hidden + n * C_, hidden_.begin() + pos0 * C_);
+}
+
+const float* MtpDrafter::Module(int j, const float* h, const int32_t* tokens, int64_t start, int64_t n, float* out) {
+  pos_.resize(n);
+  for (int64_t i = 0; i < n; ++i) pos_[i] = static_cast<int32_t>(start + i);
+  cache_.start = start;
+  cache_.n = n;
+  const int64_t last = n - 1;
+  logits_.resize(V_);
+  MtpForward(w_, j, h, tokens, pos_.data(), n, &cache_, &last, 1, &scratch_, logits_.data(), out);
+  return logits_.data();
 }
 
 std::vector<int32_t> MtpDrafter::Draft(const std::vector<int32_t>& context, int k, const SamplingParams& sp,
                                        Rng* rng, std::vector<TokenDistribution>* q) {
-  const int64_t len = s_->len();
-  CHECK_MSG(static_cast<int64_t>(context.size()) == len + 1,
-            "MtpDrafter: context of %zu tokens for a session of %lld (the last token is the pending one)",
-            context.size(), static_cast<long long>(len));
+  const int64_t len = static_cast<int64_t>(context.size()) - 1;  // positions fed to the main model
+  CHECK_MSG(first_row_ >= 0 && len > first_row_, "MtpDrafter::Draft before the main model's rows were observed");
   q->clear();
   drafted_at_ = len;
   std::vector<int32_t> ext = context, drafts;
-  k = static_cast<int>(std::min<int64_t>(k, s_->max_len() - len - 1));
+  k = static_cast<int>(std::min<int64_t>(k, max_len_ - len - 1));
   auto draw = [&](const float* logits) {
     TokenDistribution d = SamplingDistribution(logits, V_, sp);
     const int32_t t = sp.temperature <= 0.f ? d.ids[0] : d.Draw(rng->Uniform());
@@ -127,14 +150,14 @@ std::vector<int32_t> MtpDrafter::Draft(const std::vector<int32_t>& context, int 
   for (int j = 0; j < depth_ && static_cast<int>(drafts.size()) < k; ++j) {
     const int64_t r0 = valid_[j], n = len - r0;
     CHECK(n >= 1);
-    const float* h = j == 0 ? s_->hidden(r0) : out_[j - 1].data() + r0 * C_;
-    draw(s_->MtpForward(j, h, ext.data() + r0 + j + 1, r0, n, out_[j].data() + r0 * C_));
+    const float* h = j == 0 ? hidden_.data() + r0 * C_ : out_[j - 1].data() + r0 * C_;
+    draw(Module(j, h, ext.data() + r0 + j + 1, r0, n, out_[j].data() + r0 * C_));
     computed_[j] = len;
   }
   // Past the depth: the last module on its own previous output.
   for (int64_t r = len; static_cast<int>(drafts.size()) < k; ++r) {
     const int j = depth_ - 1;
-    draw(s_->MtpForward(j, out_[j].data() + (r - 1) * C_, ext.data() + r + j + 1, r, 1, out_[j].data() + r * C_));
+    draw(Module(j, out_[j].data() + (r - 1) * C_, ext.data() + r + j + 1, r, 1, out_[j].data() + r * C_));
     computed_[j] = r + 1;
   }
   return drafts;
@@ -145,7 +168,7 @@ void MtpDrafter::Verified(int accepted) {
   // Row i of module j read tokens up to i + j + 1: exact while those drafts
   // were accepted; rows past the depth (on approximate inputs) never are.
   for (int j = 0; j < depth_; ++j)
-    valid_[j] = std::max<int64_t>(0, std::min({computed_[j], drafted_at_, drafted_at_ + accepted - j}));
+    valid_[j] = std::max<int64_t>(first_row_, std::min({computed_[j], drafted_at_, drafted_at_ + accepted - j}));
   drafted_at_ = -1;
 }
 
@@ -169,14 +192,23 @@ const char* DraftModeName(DraftMode m) {
 
 SpeculativeDecoder::SpeculativeDecoder(InferenceSession* session, DraftMode mode, int draft_tokens)
     : s_(session), mode_(mode), k_(std::max(0, draft_tokens)) {
-  CHECK_MSG(session->len() == 0 || session->keeps_hidden(),
-            "SpeculativeDecoder: the session must be fresh, or keep hidden states from its first Forward");
   if (mode_ == DraftMode::kAuto && !HasMtp(session->config())) mode_ = DraftMode::kNgram;
   if (mode_ == DraftMode::kMtp || mode_ == DraftMode::kAuto) {
     CHECK_MSG(HasMtp(session->config()), "--speculative mtp needs a model with MTP modules (model.mtp_depth >= 1)");
-    session->KeepHidden();
-    mtp_ = std::make_unique<MtpDrafter>(session);
+    mtp_ = std::make_unique<MtpDrafter>(session->weights(), session->max_len());
   }
+}
+
+const float* SpeculativeDecoder::Prefill(const std::vector<int32_t>& prompt) {
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  if (!mtp_) return s_->Forward(prompt.data(), n);
+  CHECK_MSG(s_->len() == 0, "SpeculativeDecoder::Prefill: the session holds %lld tokens already",
+            static_cast<long long>(s_->len()));
+  hidden_.resize(static_cast<size_t>(n * s_->config().d_model));
+  const float* lg = s_->Forward(prompt.data(), n, hidden_.data());
+  mtp_ = std::make_unique<MtpDrafter>(s_->weights(), s_->max_len());  // a fresh sequence
+  mtp_->Observe(0, n, hidden_.data());
+  return lg;
 }
 
 std::vector<int32_t> SpeculativeDecoder::Step(const std::vector<int32_t>& context, int max_new, const SamplingParams& sp,
@@ -199,9 +231,13 @@ std::vector<int32_t> SpeculativeDecoder::Step(const std::vector<int32_t>& contex
     }
   }
   (use_mtp ? mtp_steps_ : ngram_steps_) += draft.empty() ? 0 : 1;
-  std::vector<int32_t> out = VerifyDraft(s_, context.back(), draft, use_mtp ? &q : nullptr, V, sp, rng, &stats_, rule_);
+  const int64_t base = s_->len();
+  if (mtp_) hidden_.resize(static_cast<size_t>((draft.size() + 1) * s_->config().d_model));
+  std::vector<int32_t> out = VerifyDraft(s_, context.back(), draft, use_mtp ? &q : nullptr, V, sp, rng, &stats_, rule_,
+                                         mtp_ ? hidden_.data() : nullptr);
+  if (mtp_) mtp_->Observe(base, static_cast<int64_t>(draft.size()) + 1, hidden_.data());
   // (After an n-gram step under auto the MTP caches catch up from the
-  // session's hidden states at their next draft.)
+  // observed hidden rows at their next draft.)
   if (use_mtp) mtp_->Verified(static_cast<int>(out.size()) - 1);
   return out;
 }

@@ -53,33 +53,42 @@ struct SpeculativeStats {
   double AcceptanceRate() const;
 };
 
-// The multi-token-prediction drafter over a session whose model has MTP
-// modules (mtp_depth >= 1). It keeps one cache layer per module in the
-// session (rows at their positions, as trained) and every module's output
-// rows; rows computed from draft tokens stay only while those drafts are
-// accepted (Verified). The session must keep hidden states (KeepHidden)
-// from its first Forward.
+// The multi-token-prediction drafter of one sequence, for a model with MTP
+// modules (mtp_depth >= 1). It keeps the main model's hidden rows it is
+// shown (Observe), each module's keys and values (a ContiguousKv over cache
+// layers n_layers + j; rows at their positions, as trained) and each
+// module's output rows; rows computed from draft tokens stay only while
+// those drafts are accepted (Verified). Used by SpeculativeDecoder and by
+// the serving engine, one per speculating request. `w` must outlive it.
 class MtpDrafter {
  public:
-  explicit MtpDrafter(InferenceSession* session);
+  MtpDrafter(const InferenceWeights& w, int64_t max_len);
+  // The main model's hidden rows [n, C] of positions [pos0, pos0 + n)
+  // (InferenceForward's `hidden`). The first call sets the first row the
+  // modules see: after a prefix-cache hit the drafter starts there.
+  void Observe(int64_t pos0, int64_t n, const float* hidden);
   // Up to k tokens to follow `context`, whose last token is pending (chosen,
-  // not fed: context.size() == session->len() + 1). Drafts are drawn from
-  // each module's SamplingDistribution under `sp` (the argmax when greedy);
-  // *q receives those distributions (VerifyDraft's q).
+  // not fed); every earlier position's hidden row must have been observed.
+  // Drafts are drawn from each module's SamplingDistribution under `sp`
+  // (the argmax when greedy); *q receives those distributions.
   std::vector<int32_t> Draft(const std::vector<int32_t>& context, int k, const SamplingParams& sp, Rng* rng,
                              std::vector<TokenDistribution>* q);
-  // After VerifyDraft of the last Draft: `accepted` of its tokens were kept.
+  // After the verification of the last Draft: `accepted` of its tokens were kept.
   void Verified(int accepted);
-  // A new sequence in the session (after session->Reset()).
-  void Reset();
 
  private:
-  InferenceSession* s_;
+  const float* Module(int j, const float* h, const int32_t* tokens, int64_t start, int64_t n, float* out);
+  const InferenceWeights& w_;
   int depth_;
-  int64_t C_, V_;
-  std::vector<int64_t> valid_, computed_;   // per module: exact rows, rows written
+  int64_t C_, V_, max_len_;
+  ContiguousKv cache_;
+  InferenceScratch scratch_;
+  std::vector<float> hidden_, logits_;      // main hidden rows [max_len, C]; the last module row's logits
+  int64_t first_row_ = -1;                  // the first observed position
+  std::vector<int64_t> valid_, computed_;   // per module: exact rows end, rows written end
   std::vector<std::vector<float>> out_;     // per module: output rows [max_len, C]
-  int64_t drafted_at_ = -1;                 // session len at the last Draft
+  int64_t drafted_at_ = -1;                 // len at the last Draft
+  std::vector<int32_t> pos_;
 };
 
 // One verification of `draft` after the chosen-but-not-fed token `pending`,
@@ -93,7 +102,14 @@ class MtpDrafter {
 // caught).
 using AcceptRule = int32_t (*)(const TokenDistribution& p, const TokenDistribution* q, int32_t draft, Rng* rng,
                                bool* accepted);
+// With `hidden` [draft.size() + 1, C] also the fed rows' hidden states.
 std::vector<int32_t> VerifyDraft(InferenceSession* session, int32_t pending, const std::vector<int32_t>& draft,
+                                 const std::vector<TokenDistribution>* q, int64_t vocab, const SamplingParams& sp,
+                                 Rng* rng, SpeculativeStats* stats, AcceptRule rule = nullptr,
+                                 float* hidden = nullptr);
+// The accepted prefix plus one of rows [draft.size() + 1, V] of logits (the
+// verification forward's): the part of VerifyDraft the engine shares.
+std::vector<int32_t> AcceptDraft(const float* rows, const std::vector<int32_t>& draft,
                                  const std::vector<TokenDistribution>* q, int64_t vocab, const SamplingParams& sp,
                                  Rng* rng, SpeculativeStats* stats, AcceptRule rule = nullptr);
 
@@ -115,13 +131,16 @@ const char* DraftModeName(DraftMode m);
 // `myriad generate`, the tests and the benchmarks share.
 class SpeculativeDecoder {
  public:
-  // `session` must be fresh (len 0), or keep hidden states since its first
-  // Forward (KeepHidden): MTP drafts read them. mtp/auto on a model without MTP modules fail
-  // (CHECK; callers check HasMtp first).
+  // mtp/auto on a model without MTP modules fail (CHECK; callers check
+  // HasMtp first). Feed the prompt with Prefill: MTP drafts read the
+  // session's hidden states from the first position.
   SpeculativeDecoder(InferenceSession* session, DraftMode mode, int draft_tokens);
+  // session->Forward of the prompt as a fresh sequence (session len 0),
+  // keeping its hidden rows for MTP drafts; returns the last row's logits.
+  const float* Prefill(const std::vector<int32_t>& prompt);
   static bool HasMtp(const ModelConfig& cfg) { return cfg.mtp_depth >= 1 && !cfg.dsa(); }
   // One verification: `context` is every token so far, the last one pending
-  // (chosen, not fed; the prompt itself is fed with session->Forward).
+  // (chosen, not fed; the prompt itself is fed with Prefill).
   // Drafts at most min(draft_tokens, max_new - 1) tokens (room permitting)
   // and returns the tokens to emit (at least one), the last of which is the
   // next call's pending token.
@@ -139,6 +158,7 @@ class SpeculativeDecoder {
   int k_;
   NgramDrafter ngram_;
   std::unique_ptr<MtpDrafter> mtp_;
+  std::vector<float> hidden_;
   SpeculativeStats stats_;
   int64_t ngram_steps_ = 0, mtp_steps_ = 0;
   AcceptRule rule_ = nullptr;

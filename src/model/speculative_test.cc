@@ -193,15 +193,25 @@ TEST(MtpDrafter, InferenceRowsMatchTheTrainingForward) {
     model.Step(t.data(), 1, T, false);
     const int64_t V = 61, C = 32;
     InferenceSession s(model, 96);
-    s.KeepHidden();
-    s.Forward(t.data(), T);
+    std::vector<float> hidden(T * C);
+    s.Forward(t.data(), T, hidden.data());
+    const InferenceWeights& w = s.weights();
+    ContiguousKv kv(model.config(), static_cast<int>(model.config().n_layers), cs.depth, 96);
+    InferenceScratch scratch;
+    std::vector<float> lg(V);
+    // Module j's row i at position i: one row at a time through the cache.
+    auto row = [&](int j, const float* h, int i, float* out) {
+      const int32_t pos = i;
+      const int64_t zero = 0;
+      kv.start = i, kv.n = 1;
+      MtpForward(w, j, h, &t[i + j + 1], &pos, 1, &kv, &zero, 1, &scratch, lg.data(), out);
+    };
     std::vector<std::vector<float>> out(cs.depth, std::vector<float>(T * C));
     for (int j = 0; j < cs.depth; ++j) {
       const std::vector<float> want = model.mtp_logits(j);  // [T-1-j, V]
       ASSERT_EQ(want.size(), static_cast<size_t>((T - 1 - j) * V));
       for (int i = 0; i < T - 1 - j; ++i) {
-        const float* h = j == 0 ? s.hidden(i) : out[j - 1].data() + i * C;
-        const float* lg = s.MtpForward(j, h, &t[i + j + 1], i, 1, out[j].data() + i * C);
+        row(j, j == 0 ? hidden.data() + i * C : out[j - 1].data() + i * C, i, out[j].data() + i * C);
         double err = 0, ref = 0;
         for (int64_t v = 0; v < V; ++v) err = std::max(err, std::fabs(double(lg[v]) - want[i * V + v])),
                                         ref = std::max(ref, std::fabs(double(want[i * V + v])));
@@ -210,7 +220,11 @@ TEST(MtpDrafter, InferenceRowsMatchTheTrainingForward) {
     }
     // Rows in one call equal rows one by one (the cache rows are the same).
     std::vector<float> o2(T * C);
-    const float* lg = s.MtpForward(0, s.hidden(0), &t[1], 0, T - 1, o2.data());
+    std::vector<int32_t> p32(T - 1);
+    for (int i = 0; i < T - 1; ++i) p32[i] = i;
+    const int64_t last = T - 2;
+    kv.start = 0, kv.n = T - 1;
+    MtpForward(w, 0, hidden.data(), &t[1], p32.data(), T - 1, &kv, &last, 1, &scratch, lg.data(), o2.data());
     const std::vector<float> want = model.mtp_logits(0);
     for (int64_t v = 0; v < V; ++v) ASSERT_NEAR(lg[v], want[(T - 2) * V + v], 1e-4f * (1 + std::fabs(want[(T - 2) * V + v])));
   }
@@ -235,7 +249,7 @@ std::vector<int32_t> DecodeSpeculative(const Model& m, const std::vector<int32_t
   InferenceSession s(m, 96);
   SpeculativeDecoder dec(&s, mode, k);
   dec.set_rule(rule);
-  const float* lg = s.Forward(prompt.data(), static_cast<int64_t>(prompt.size()));
+  const float* lg = dec.Prefill(prompt);
   Rng rng(seed);
   std::vector<int32_t> context = prompt, out;
   std::vector<int32_t> emit = {SampleToken(lg, m.config().vocab_size, sp, &rng)};
@@ -312,17 +326,15 @@ TEST(Speculative, ChiSquareKeepsTheJointDistribution) {
   }
   ASSERT_EQ(want.size(), 16u);
   const int kSamples = 10000;
-  // One session, the prompt fed once: each sample rolls back to it.
   InferenceSession s(model, 96);
-  s.KeepHidden();
-  s.Forward(prompt.data(), prompt.size());
   auto chi2 = [&](DraftMode mode, AcceptRule rule, double* acceptance) {
     std::map<std::pair<int32_t, int32_t>, int> got;
     int64_t proposed = 0, accepted = 0;
     for (int n = 0; n < kSamples; ++n) {
-      s.Truncate(prompt.size());
+      s.Truncate(0);
       SpeculativeDecoder dec(&s, mode, 2);
       dec.set_rule(rule);
+      dec.Prefill(prompt);
       Rng rng(1000 + n);
       std::vector<int32_t> c = ctx, out;
       while (out.size() < 2) {
