@@ -95,7 +95,7 @@ sleep 1.5  # past the retry interval: the next command reconnects
 r=$(complete "$URL" "$P3"); [ "$(cut -f1 <<<"$r")" = "$REF" ] && pass "after the thaw: same greedy output as without a cache" || fail "after the thaw: '$(cut -f1 <<<"$r")' vs '$REF'"
 complete "$URL" "A fresh question after the thaw, about the manifest of checksums that a loader reads first" >/dev/null || true
 sleep 0.5
-grep -E "redis kv tier .*outage" "$WORK/serve.log" | head -3
+grep -E "redis kv tier .*outage:" "$WORK/serve.log" | head -3
 grep -E "redis kv tier .*reconnected" "$WORK/serve.log" | head -3
 no=$(grep -cE "redis kv tier .*outage:" "$WORK/serve.log" || true)
 nr=$(grep -cE "redis kv tier .*reconnected" "$WORK/serve.log" || true)
