@@ -6,6 +6,15 @@
 #include <vector>
 
 namespace myriad {
+namespace {
+
+// The order of ids by likelihood: higher logit first, ties lower id first.
+struct MoreLikely {
+  const float* logits;
+  bool operator()(int32_t a, int32_t b) const { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); }
+};
+
+}  // namespace
 
 TokenDistribution SamplingDistribution(const float* logits, int64_t V, const SamplingParams& p) {
   TokenDistribution d;
@@ -17,7 +26,7 @@ TokenDistribution SamplingDistribution(const float* logits, int64_t V, const Sam
   std::vector<int32_t> idx(V);
   std::iota(idx.begin(), idx.end(), 0);
   int64_t keep = V;
-  auto before = [&](int32_t a, int32_t b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  const MoreLikely before{logits};
   if (p.top_k > 0 && p.top_k < V) {
     keep = p.top_k;
     std::partial_sort(idx.begin(), idx.begin() + keep, idx.end(), before);
@@ -44,6 +53,26 @@ TokenDistribution SamplingDistribution(const float* logits, int64_t V, const Sam
   d.ids.assign(idx.begin(), idx.begin() + keep);
   d.prob.assign(prob.begin(), prob.begin() + keep);
   return d;
+}
+
+TokenLogprobs LogprobsOf(const float* logits, int64_t V, int32_t token, int top_n) {
+  double mx = logits[0];
+  for (int64_t i = 1; i < V; ++i) mx = std::max<double>(mx, logits[i]);
+  double sum = 0;
+  for (int64_t i = 0; i < V; ++i) sum += std::exp(static_cast<double>(logits[i]) - mx);
+  const double log_z = mx + std::log(sum);
+  TokenLogprobs out;
+  out.token = token;
+  out.logprob = static_cast<float>(static_cast<double>(logits[token]) - log_z);
+  const int64_t n = std::min<int64_t>(std::max(top_n, 0), V);
+  if (n > 0) {
+    std::vector<int32_t> idx(V);
+    std::iota(idx.begin(), idx.end(), 0);
+    std::partial_sort(idx.begin(), idx.begin() + n, idx.end(), MoreLikely{logits});
+    for (int64_t i = 0; i < n; ++i)
+      out.top.emplace_back(idx[i], static_cast<float>(static_cast<double>(logits[idx[i]]) - log_z));
+  }
+  return out;
 }
 
 double TokenDistribution::ProbOf(int32_t id) const {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/rng.h"
@@ -28,5 +29,17 @@ struct TokenDistribution {
   int32_t Draw(double u) const;
 };
 TokenDistribution SamplingDistribution(const float* logits, int64_t V, const SamplingParams& p);
+
+// Log-probabilities under the model's own distribution, log_softmax(logits)
+// in double precision -- before temperature, top-k and top-p, as OpenAI and
+// vLLM report them: of `token` (whichever way it was chosen), and of the
+// top_n most likely ids, most likely first (ties: lower id first, as
+// SamplingDistribution and greedy order them).
+struct TokenLogprobs {
+  int32_t token = -1;
+  float logprob = 0.f;
+  std::vector<std::pair<int32_t, float>> top;  // (id, logprob)
+};
+TokenLogprobs LogprobsOf(const float* logits, int64_t V, int32_t token, int top_n);
 
 }  // namespace myriad

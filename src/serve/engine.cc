@@ -47,6 +47,9 @@ struct Request {
   int64_t generated = 0, emitted = 0;
   bool cancelled = false;
   std::shared_ptr<PrefixLoad> load;  // non-null while its prefix hit is being read
+  bool remote_asked = false;                  // StartRemoteLookup was called (waiting)
+  std::shared_ptr<RemoteLookup> remote;       // its answer, until admission
+  std::vector<TokenLogprobs> logprobs;        // per generated token, when params.logprobs >= 0
 };
 
 using Events = std::vector<std::pair<Request*, TokenEvent>>;
@@ -64,6 +67,7 @@ PrefixCacheConfig CacheConfig(const EngineConfig& cfg) {
   c.tiers = cfg.tiers;
   c.load_or_recompute = cfg.load_or_recompute;
   c.write_through = cfg.write_through;
+  c.remote_lookup_timeout_s = cfg.remote_lookup_timeout_s;
   return c;
 }
 
@@ -139,6 +143,7 @@ class EngineImpl : public Engine {
     s.tier_hits = c.tier_hits;
     s.recomputed_hit_tokens = c.recomputed_hit_tokens;
     s.skipped_lookups = c.skipped_lookups;
+    s.late_lookups = c.late_lookups;
     return s;
   }
 
@@ -160,6 +165,7 @@ class EngineImpl : public Engine {
   void Step();
   void ApplyCancellations(Events* events);
   void Admit();
+  void StartRemoteLookups();
   bool TryAdmit(Request* r);
   int64_t SpareBlocks(const Request& r, int64_t shared_blocks) const;
   void StartAt(Request* r, const ChainCursor& chain);
@@ -169,6 +175,7 @@ class EngineImpl : public Engine {
   void RunBatch(const Batch& batch, Events* events);
   void AfterForward(Request* r, const float* logits, Events* events);
   void Retire();
+  void Emit(Request* r, int64_t i, Events* events);
   void Finish(Request* r, const std::string& reason, Events* events);
   void ReleaseBlocks(Request* r);
   void WarmUp();
@@ -189,6 +196,7 @@ class EngineImpl : public Engine {
 
   std::vector<std::unique_ptr<Request>> running_;  // scheduler thread only (admitted, incl. loading)
   std::vector<std::unique_ptr<Request>> finished_;  // this step's, events still to send
+  bool head_awaits_lookup_ = false;  // the first waiting request waits for its remote lookup
   std::thread thread_;
 };
 
@@ -222,9 +230,13 @@ void EngineImpl::Loop() {
       };
       if (running_.empty() || loading_only()) {
         if (running_.empty() && waiting_.empty() && stopping_) break;
-        // Wake on a new request, a cancel, shutdown, or (polling) a prefetch.
-        cv_.wait_for(lock, std::chrono::milliseconds(running_.empty() ? 50 : 1),
-                     [&] { return !waiting_.empty() || !cancel_.empty() || stopping_; });
+        // Wake on a new request, a cancel, shutdown, or (polling) a prefetch
+        // or a remote lookup (the head of the queue waits for it: polled).
+        if (head_awaits_lookup_)
+          cv_.wait_for(lock, std::chrono::milliseconds(1), [&] { return !cancel_.empty() || stopping_; });
+        else
+          cv_.wait_for(lock, std::chrono::milliseconds(running_.empty() ? 50 : 1),
+                       [&] { return !waiting_.empty() || !cancel_.empty() || stopping_; });
         if (running_.empty() && waiting_.empty()) {
           if (stopping_) break;
           continue;
@@ -336,13 +348,37 @@ void EngineImpl::Retire() {
   stats_.kv_blocks_used = pool_.used();
 }
 
+void EngineImpl::StartRemoteLookups() {
+  // Every waiting request's remote-tier lookup starts as soon as it is seen
+  // (on the lookup thread), so its answer is there by the time it is first
+  // in line. Requests leave waiting_ only on this thread: the pointers hold.
+  std::vector<Request*> fresh;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& r : waiting_)
+      if (!r->remote_asked) fresh.push_back(r.get());
+  }
+  for (Request* r : fresh) {
+    r->remote_asked = true;
+    r->remote = cache_.StartRemoteLookup(r->tokens.data(), cache_.MatchableBlocks(r->prompt_len));
+  }
+}
+
 void EngineImpl::Admit() {
+  StartRemoteLookups();
+  head_awaits_lookup_ = false;
   for (;;) {
     Request* r = nullptr;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (waiting_.empty() || static_cast<int>(running_.size()) >= cfg_.max_batch) return;
       r = waiting_.front().get();
+    }
+    // Its remote answer is on its way: it waits in line (the running
+    // requests keep decoding) until the answer or the deadline comes.
+    if (r->remote && !r->remote->settled()) {
+      head_awaits_lookup_ = true;
+      return;
     }
     if (!TryAdmit(r)) return;  // first come, first served: wait for blocks
     std::lock_guard<std::mutex> lock(mu_);
@@ -365,7 +401,8 @@ bool EngineImpl::TryAdmit(Request* r) {
   // 3. Admitted: the rest of the match is loaded (or recomputed) by the cache.
   r->blocks = std::move(run);
   StartAt(r, after_run);
-  r->load = cache_.Extend(r->tokens.data(), n_full, after_run, spare, &r->blocks);
+  r->load = cache_.Extend(r->tokens.data(), n_full, after_run, spare, &r->blocks, r->remote.get());
+  r->remote.reset();
   if (r->load && r->load->ready()) FinishLoad(r);  // read at once: computes its tail in this step
   return true;
 }
@@ -394,6 +431,7 @@ void EngineImpl::AfterForward(Request* r, const float* logits, Events* events) {
   cache_.PublishFull(r->tokens.data(), r->computed, r->blocks, &r->chain);
   if (r->computed < static_cast<int64_t>(r->tokens.size())) return;  // a prefill chunk short of the end
   const int32_t tok = SampleToken(logits, runner_.vocab(), r->params.sampling, &r->rng);
+  if (r->params.logprobs >= 0) r->logprobs.push_back(LogprobsOf(logits, runner_.vocab(), tok, r->params.logprobs));
   r->tokens.push_back(tok);
   ++r->generated;
   // Stop sequences: finish without emitting the stop tokens; hold back a
@@ -406,11 +444,7 @@ void EngineImpl::AfterForward(Request* r, const float* logits, Events* events) {
     if (m == 0) continue;
     if (m <= out_len && std::equal(s.begin(), s.end(), r->tokens.end() - m)) {
       const int64_t keep = out_len - m;  // tokens before the stop sequence
-      for (int64_t i = r->emitted; i < keep; ++i) {
-        TokenEvent ev;
-        ev.token = r->tokens[out0 + i];
-        events->emplace_back(r, ev);
-      }
+      for (int64_t i = r->emitted; i < keep; ++i) Emit(r, i, events);
       r->emitted = std::max(r->emitted, keep);
       Finish(r, "stop", events);
       return;
@@ -425,13 +459,17 @@ void EngineImpl::AfterForward(Request* r, const float* logits, Events* events) {
   const bool at_limit = r->generated >= r->params.max_tokens ||
                         static_cast<int64_t>(r->tokens.size()) >= mcfg_.max_seq_len;
   if (at_limit) hold = 0;
-  for (int64_t i = r->emitted; i < out_len - hold; ++i) {
-    TokenEvent ev;
-    ev.token = r->tokens[out0 + i];
-    events->emplace_back(r, ev);
-  }
+  for (int64_t i = r->emitted; i < out_len - hold; ++i) Emit(r, i, events);
   r->emitted = std::max(r->emitted, out_len - hold);
   if (at_limit) Finish(r, "length", events);
+}
+
+void EngineImpl::Emit(Request* r, int64_t i, Events* events) {
+  // Generated token i (0-based in the output).
+  TokenEvent ev;
+  ev.token = r->tokens[r->prompt_len + i];
+  if (i < static_cast<int64_t>(r->logprobs.size())) ev.logprobs = r->logprobs[i];
+  events->emplace_back(r, std::move(ev));
 }
 
 void EngineImpl::Finish(Request* r, const std::string& reason, Events* events) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,9 @@ struct EngineConfig {
   // block as soon as it is full, so servers sharing a remote tier see each
   // other's prefixes while both run.
   bool write_through = false;
+  // A waiting request's lookup in a remote tier (Redis) runs on its own
+  // thread; after this long the request is admitted without its answer.
+  double remote_lookup_timeout_s = 0.05;
 };
 
 struct GenerationParams {
@@ -39,6 +43,10 @@ struct GenerationParams {
   SamplingParams sampling{0.f, 0, 1.f};  // greedy by default
   uint64_t seed = 1;
   std::vector<std::vector<int32_t>> stop_token_seqs;  // stop when the output ends with one
+  // >= 0: every token event carries the token's log-probability under the
+  // model (LogprobsOf: before temperature/top-k/top-p) and the `logprobs`
+  // most likely alternatives. -1: none (nothing computed).
+  int logprobs = -1;
 };
 
 // What happened to a request, streamed to its callback from the engine thread.
@@ -48,6 +56,7 @@ struct TokenEvent {
   std::string finish_reason;  // "stop", "length", "cancelled", "error"
   int64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;  // on the final event
   std::string error;       // when finish_reason == "error"
+  std::optional<TokenLogprobs> logprobs;  // of `token`, when GenerationParams::logprobs >= 0
 };
 
 struct EngineStats {
@@ -57,6 +66,7 @@ struct EngineStats {
   std::vector<std::pair<std::string, int64_t>> tier_hits;  // tokens served per lower tier
   int64_t recomputed_hit_tokens = 0;    // cached tokens the cost model chose to recompute
   int64_t skipped_lookups = 0;          // slow-tier lookups not made: no hit there could beat recomputing
+  int64_t late_lookups = 0;             // remote lookups past their deadline: admitted without a remote hit
   int running = 0, waiting = 0;
   int64_t kv_blocks_used = 0, kv_blocks_total = 0;
 };

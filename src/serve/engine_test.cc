@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -496,6 +497,113 @@ TEST_F(EngineTest, MixedWorkloadMatchesOracle) {
   EXPECT_GT(st.tier_hits[0].second, 0);  // the second round finds evicted blocks below
   EXPECT_EQ(st.running, 0);
   EXPECT_EQ(st.kv_blocks_used, 0);
+}
+
+// Logprobs: each token event carries log_softmax of the logits it was
+// chosen from, computed here from the oracle's own InferenceSession in long
+// double; greedy tokens are the most likely of their top list.
+TEST_F(EngineTest, LogprobsAreTheModelsLogSoftmax) {
+  EngineConfig cfg;
+  auto engine = Engine::Create(model(), cfg);
+  ASSERT_TRUE(engine.ok()) << engine.status().message();
+  const std::vector<int32_t> prompt = Prompt(91, 21);
+  GenerationParams p = GreedyParams(9);
+  p.logprobs = 4;
+  std::vector<TokenEvent> events;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  auto id = (*engine)->Submit(prompt, p, [&](const TokenEvent& ev) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (ev.done) done = true;
+    else events.push_back(ev);
+    cv.notify_all();
+  });
+  ASSERT_TRUE(id.ok());
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done; }));
+  }
+  ASSERT_EQ(events.size(), 9u);
+  InferenceSession s(model_, model_.config().max_seq_len);
+  const int64_t V = model_.config().vocab_size;
+  const float* logits = s.Forward(prompt.data(), static_cast<int64_t>(prompt.size()));
+  for (const TokenEvent& ev : events) {
+    ASSERT_TRUE(ev.logprobs.has_value());
+    long double z = 0;
+    for (int64_t i = 0; i < V; ++i) z += std::exp(static_cast<long double>(logits[i]));
+    auto ref = [&](int32_t t) { return static_cast<double>(static_cast<long double>(logits[t]) - std::log(z)); };
+    EXPECT_EQ(ev.logprobs->token, ev.token);
+    EXPECT_NEAR(ev.logprobs->logprob, ref(ev.token), 1e-4);
+    ASSERT_EQ(ev.logprobs->top.size(), 4u);
+    EXPECT_EQ(ev.logprobs->top[0].first, ev.token);  // greedy
+    for (const auto& [t, lp] : ev.logprobs->top) EXPECT_NEAR(lp, ref(t), 1e-4);
+    for (size_t i = 1; i < 4; ++i) EXPECT_GE(ev.logprobs->top[i - 1].second, ev.logprobs->top[i].second);
+    logits = s.Forward(&ev.token, 1);
+  }
+  // Not asked for: nothing computed.
+  std::vector<std::unique_ptr<Collector>> keep;
+  RunToEnd(engine->get(), prompt, GreedyParams(2), &keep);
+  (*engine)->Shutdown();
+}
+
+// A remote tier that hangs (every call waits on a gate, as a SIGSTOPped
+// Redis makes its client wait): requests keep being served, degraded to no
+// remote hit, because the scheduler never calls a remote tier.
+class HangingRemoteTier : public FakeTier {
+ public:
+  HangingRemoteTier() : FakeTier("remote", 1e-3) {}
+  bool remote() const override { return true; }
+  bool Contains(BlockKey key) override {
+    WaitOpen();
+    return FakeTier::Contains(key);
+  }
+  bool Get(BlockKey key, KvBlock* out) override {
+    WaitOpen();
+    return FakeTier::Get(key, out);
+  }
+  void Hang(bool hang) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      hang_ = hang;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  void WaitOpen() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !hang_; });
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool hang_ = false;
+};
+
+TEST_F(EngineTest, HungRemoteTierNeverStallsTheScheduler) {
+  HangingRemoteTier remote;
+  EngineConfig cfg;
+  cfg.tiers = {&remote};
+  cfg.write_through = true;
+  cfg.load_or_recompute = false;  // always ask, always load
+  auto engine = Engine::Create(model(), cfg);
+  ASSERT_TRUE(engine.ok()) << engine.status().message();
+  std::vector<std::unique_ptr<Collector>> keep;
+  const std::vector<int32_t> a = Prompt(101, 40), b = Prompt(102, 40);
+  RunToEnd(engine->get(), a, GreedyParams(4), &keep);
+  remote.Hang(true);  // from here every lookup and read waits until released
+  // A stream, and while it runs a new request whose prefix must be looked up.
+  keep.push_back(std::make_unique<Collector>());
+  Collector* stream = keep.back().get();
+  ASSERT_TRUE((*engine)->Submit(Prompt(103, 20), GreedyParams(60), stream->Callback()).ok());
+  Collector* fresh = RunToEnd(engine->get(), b, GreedyParams(6), &keep);
+  EXPECT_EQ(fresh->tokens, Oracle(b, 6));
+  EXPECT_EQ(fresh->final_event.cached_tokens, 0);  // degraded: no remote hit
+  stream->Wait();  // (Wait fails the test after 60 s: the tier hangs until released below)
+  EXPECT_EQ(stream->tokens, Oracle(Prompt(103, 20), 60));
+  EXPECT_GE((*engine)->stats().late_lookups, 1);
+  remote.Hang(false);
+  (*engine)->Shutdown();
 }
 
 TEST_F(EngineTest, CancelStopsARequest) {

@@ -40,6 +40,8 @@ PrefixCache::PrefixCache(KvPool* pool, const ModelFingerprint& fp, const PrefixC
         cfg_.tiers[t]->SetSpill([this, t](const KvBlock& blk) { WriteDownFrom(t + 1, blk); });
   }
   loader_ = std::make_unique<Worker>();
+  for (KvTier* t : cfg_.tiers)
+    if (t->remote()) lookup_ = std::make_unique<Worker>();
 }
 
 PrefixCache::~PrefixCache() { Close(); }
@@ -100,9 +102,39 @@ void PrefixCache::ReleaseRun(const std::vector<int32_t>& run) {
   for (int32_t b : run) pool_.Release(b);
 }
 
+std::shared_ptr<RemoteLookup> PrefixCache::StartRemoteLookup(const int32_t* tokens, int64_t n_blocks) {
+  if (!lookup_ || n_blocks <= 0) return nullptr;
+  auto lookup = std::make_shared<RemoteLookup>();
+  int64_t resident = 0;  // the leading run in T0 now: not asked about
+  for (int64_t i = 0; i < n_blocks; ++i) {
+    lookup->keys.push_back(KeyAt(tokens, i, i == 0 ? 0 : lookup->keys.back()));
+    if (resident == i && Find(lookup->keys.back()) >= 0) ++resident;
+  }
+  if (resident == n_blocks) return nullptr;
+  std::vector<size_t> ask;
+  lookup->found.resize(cfg_.tiers.size());
+  for (size_t t = 0; t < cfg_.tiers.size(); ++t)
+    if (cfg_.tiers[t]->remote() && WorthAsking(cfg_.tiers[t], n_blocks - resident)) ask.push_back(t);
+  if (ask.empty()) return nullptr;
+  lookup->deadline = std::chrono::steady_clock::now() +
+                     std::chrono::microseconds(static_cast<int64_t>(cfg_.remote_lookup_timeout_s * 1e6));
+  lookup_->Post([this, lookup, ask, resident] {
+    const std::vector<BlockKey> keys(lookup->keys.begin() + resident, lookup->keys.end());
+    for (size_t t : ask) {
+      std::vector<bool> got = cfg_.tiers[t]->ContainsMany(keys);
+      got.insert(got.begin(), resident, false);  // (T0's; never read from here)
+      lookup->found[t] = std::move(got);
+    }
+    lookup->done.store(true, std::memory_order_release);
+    if (on_load_done_) on_load_done_();
+  });
+  return lookup;
+}
+
 std::shared_ptr<PrefixLoad> PrefixCache::Extend(const int32_t* tokens, int64_t n_blocks, const ChainCursor& after_run,
-                                                int64_t spare_blocks, std::vector<int32_t>* table) {
-  std::vector<MatchedBlock> match = MatchBeyond(tokens, n_blocks, after_run, spare_blocks);
+                                                int64_t spare_blocks, std::vector<int32_t>* table,
+                                                const RemoteLookup* remote) {
+  std::vector<MatchedBlock> match = MatchBeyond(tokens, n_blocks, after_run, spare_blocks, remote);
   int64_t inline_blocks = 0;
   const LoadPlan plan = PlanLoad(match, &inline_blocks);
   {
@@ -116,11 +148,18 @@ std::shared_ptr<PrefixLoad> PrefixCache::Extend(const int32_t* tokens, int64_t n
 }
 
 std::vector<MatchedBlock> PrefixCache::MatchBeyond(const int32_t* tokens, int64_t n_blocks,
-                                                   const ChainCursor& after_run, int64_t spare_blocks) {
+                                                   const ChainCursor& after_run, int64_t spare_blocks,
+                                                   const RemoteLookup* remote) {
   // Block by block: in T0 again (after a gap), in the write-back queue, in
   // the first lower tier that has the key; the match ends at a key found
-  // nowhere. A tier is asked once, for all the remaining keys (one round
-  // trip to a remote store), when the walk first reaches it.
+  // nowhere. A local tier is asked once, for all the remaining keys, when
+  // the walk first reaches it; a remote tier's answers are the lookup's,
+  // made before admission (none when it is late: the tier counts as empty).
+  const bool remote_ready = remote && remote->ready();
+  if (remote && !remote_ready) {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    ++stats_.late_lookups;
+  }
   std::vector<BlockKey> keys;
   for (int64_t i = after_run.blocks; i < n_blocks; ++i)
     keys.push_back(KeyAt(tokens, i, keys.empty() ? after_run.last_key : keys.back()));
@@ -137,7 +176,13 @@ std::vector<MatchedBlock> PrefixCache::MatchBeyond(const int32_t* tokens, int64_
       ++t0_copies;
     } else if (!(m.pending = Pending(m.key))) {
       for (size_t t = 0; t < cfg_.tiers.size() && m.tier < 0; ++t) {
-        if (in_tier[t].empty()) {
+        if (in_tier[t].empty() && cfg_.tiers[t]->remote()) {
+          const int64_t first = after_run.blocks;
+          if (remote_ready && static_cast<int64_t>(remote->found[t].size()) >= n_blocks)
+            in_tier[t].assign(remote->found[t].begin() + first, remote->found[t].begin() + n_blocks);
+          else
+            in_tier[t].assign(keys.size(), false);
+        } else if (in_tier[t].empty()) {
           in_tier[t].assign(j, false);
           const std::vector<BlockKey> rest(keys.begin() + j, keys.end());
           if (WorthAsking(cfg_.tiers[t], static_cast<int64_t>(rest.size()))) {
@@ -181,12 +226,14 @@ LoadPlan PrefixCache::PlanLoad(const std::vector<MatchedBlock>& match, int64_t* 
   *inline_blocks = 0;
   for (const auto& m : match) {
     double s = 0.0;  // in memory already
+    bool may_stall = false;  // a remote tier is never read by the scheduler, however fast it was
     if (m.tier >= 0) {
       KvTier* t = cfg_.tiers[m.tier];
       s = cost_.TierSecondsPerBlock(t->name(), t->stats());
+      may_stall = t->remote();
     }
     secs.push_back(s);
-    inline_run = inline_run && s <= kInlineBlockSeconds && inline_secs + s <= kInlineBudgetSeconds;
+    inline_run = inline_run && !may_stall && s <= kInlineBlockSeconds && inline_secs + s <= kInlineBudgetSeconds;
     if (inline_run) {
       ++*inline_blocks;
       inline_secs += s;
@@ -382,6 +429,7 @@ void PrefixCache::Drain() {
 void PrefixCache::Close() {
   if (closed_) return;
   closed_ = true;
+  lookup_.reset();
   loader_.reset();
   writeback_.reset();  // drains the queued write-backs into the tiers
   pool_.set_on_evict(nullptr);

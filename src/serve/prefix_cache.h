@@ -6,6 +6,9 @@
 //     one), walked by prefix at admission;
 //   - the lookups through the tiers: T0, then the write-back queue, then the
 //     lower tiers in order (host, disk, Redis), one ContainsMany per tier;
+//     a remote tier (KvTier::remote) is asked ahead of admission on the
+//     lookup thread (StartRemoteLookup), so a hung server never stalls the
+//     scheduler: a request whose answer is late is admitted without it;
 //   - the load-or-recompute decision: its inputs (LoadCostModel, owned here,
 //     fed by the engine's measured steps) and the plan (ChooseLoadPlan);
 //   - the loads: fresh T0 blocks for the planned hit, memory copies at once,
@@ -20,12 +23,15 @@
 // recompute") describes the policy.
 //
 // Threads: every method except stats() is for the thread that owns the pool
-// (the engine's scheduler). Internally the write-back thread and the I/O
-// thread read the tiers and a PrefixLoad's blocks; the pool's block data
-// pointers are stable, so the I/O thread may fill blocks allocated for it.
+// (the engine's scheduler). Internally the write-back thread, the I/O
+// thread and the lookup thread call the tiers, and the I/O thread fills a
+// PrefixLoad's blocks; the pool's block data pointers are stable, so the
+// I/O thread may fill blocks allocated for it. The scheduler itself calls
+// only the local tiers (host, disk), and never waits for the other threads.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -47,6 +53,9 @@ struct PrefixCacheConfig {
   std::vector<KvTier*> tiers;      // host, disk, redis, in that order; not owned, outlive Close
   bool load_or_recompute = true;   // the cost model decides how much of a hit to load
   bool write_through = false;      // every published block also goes to every tier at once
+  // How long a waiting request waits for its remote-tier lookup before it is
+  // admitted without (a hung server: no remote hit, the prefix recomputed).
+  double remote_lookup_timeout_s = 0.05;
 };
 
 // How far a sequence's chain of published blocks goes: its first `blocks`
@@ -76,11 +85,25 @@ struct PrefixLoad {
   bool ready() const { return done.load(std::memory_order_acquire); }
 };
 
+// A prompt's remote-tier lookup, made on the lookup thread while the
+// request waits in the queue: which of its matchable blocks each remote
+// tier holds.
+struct RemoteLookup {
+  std::vector<BlockKey> keys;             // chain keys of blocks 0..n-1
+  std::vector<std::vector<bool>> found;   // per tier: per key (empty: not asked)
+  std::chrono::steady_clock::time_point deadline;  // admitted without it after this
+  std::atomic<bool> done{false};
+  bool ready() const { return done.load(std::memory_order_acquire); }
+  // Ready, or given up on: the request may be admitted.
+  bool settled() const { return ready() || std::chrono::steady_clock::now() >= deadline; }
+};
+
 struct PrefixCacheStats {
   int64_t t0_hits = 0;                // prompt tokens served from the device pool
   std::vector<std::pair<std::string, int64_t>> tier_hits;  // tokens loaded per lower tier
   int64_t recomputed_hit_tokens = 0;  // matched tokens the plan chose to recompute
   int64_t skipped_lookups = 0;        // slow-tier lookups not made: no hit there could pay
+  int64_t late_lookups = 0;           // remote lookups not answered in time: admitted without
 };
 
 class PrefixCache {
@@ -103,6 +126,11 @@ class PrefixCache {
   std::vector<int32_t> AcquireResidentRun(const int32_t* tokens, int64_t n_blocks, ChainCursor* cursor);
   // Admission refused: drops the run's references.
   void ReleaseRun(const std::vector<int32_t>& run);
+  // Before admission: asks the remote tiers (on the lookup thread) which of
+  // the first n_blocks blocks of `tokens` they hold. Null when there is
+  // nothing to ask (no remote tier, the prefix resident in T0, or the cost
+  // model says no hit there could pay); `tokens` is read only in this call.
+  std::shared_ptr<RemoteLookup> StartRemoteLookup(const int32_t* tokens, int64_t n_blocks);
   // Admission, step 2, once the request is admitted with its run (whose
   // tokens count as T0 hits from here): match blocks [after_run.blocks,
   // n_blocks) in T0 (copies: at most spare_blocks of them), the write-back
@@ -110,8 +138,11 @@ class PrefixCache {
   // planned one (appended to *table) and read what is in memory at once.
   // Returns null when nothing is loaded; else a load that is ready() at
   // once or when the I/O thread is done. Either way, CompleteLoad follows.
+  // The remote tiers' answers come from `remote` (StartRemoteLookup's, when
+  // ready; else the remote tiers count as missing).
   std::shared_ptr<PrefixLoad> Extend(const int32_t* tokens, int64_t n_blocks, const ChainCursor& after_run,
-                                     int64_t spare_blocks, std::vector<int32_t>* table);
+                                     int64_t spare_blocks, std::vector<int32_t>* table,
+                                     const RemoteLookup* remote = nullptr);
   // A ready load: its intact leading blocks are published and credited to
   // where they came from; returns the chain after them. The blocks after
   // the first failed read stay in the table, to be recomputed.
@@ -150,7 +181,7 @@ class PrefixCache {
   bool WritesBack() const { return cfg_.enabled && !cfg_.tiers.empty(); }
   // Extend's parts.
   std::vector<MatchedBlock> MatchBeyond(const int32_t* tokens, int64_t n_blocks, const ChainCursor& after_run,
-                                        int64_t spare_blocks);
+                                        int64_t spare_blocks, const RemoteLookup* remote);
   bool WorthAsking(KvTier* tier, int64_t n_blocks);
   LoadPlan PlanLoad(const std::vector<MatchedBlock>& match, int64_t* inline_blocks);
   std::shared_ptr<PrefixLoad> StartLoad(std::vector<MatchedBlock> match, const ChainCursor& base,
@@ -183,7 +214,7 @@ class PrefixCache {
   std::unordered_map<BlockKey, std::shared_ptr<const KvBlock>> pending_;  // write-backs in flight
   int64_t dropped_writebacks_ = 0;
   int64_t through_inflight_ = 0;
-  std::unique_ptr<Worker> writeback_, loader_;
+  std::unique_ptr<Worker> writeback_, loader_, lookup_;
 };
 
 }  // namespace myriad::serve

@@ -448,6 +448,12 @@ class PrefixCacheRedisTest : public PrefixCacheTest {
     EXPECT_TRUE(t.ok());
     return std::move(t).value();
   }
+  // The remote lookup a waiting request gets (StartRemoteLookup), waited for.
+  static std::shared_ptr<RemoteLookup> Lookup(PrefixCache* cache, const std::vector<int32_t>& p, int64_t n) {
+    std::shared_ptr<RemoteLookup> l = cache->StartRemoteLookup(p.data(), n);
+    while (l && !l->ready()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return l;
+  }
   testing::RedisTestServer server_;
 };
 
@@ -466,9 +472,11 @@ TEST_F(PrefixCacheRedisTest, HitsPerTierThroughHostDiskAndRedis) {
   redis->Put(PatternBlock(k[3], floats()));
   KvPool pool(cfg_, 8);
   PrefixCache cache(&pool, kFp, Tiers({host.get(), disk.get(), redis.get()}));
+  const auto lookup = Lookup(&cache, p, 5);
+  ASSERT_NE(lookup, nullptr);
   ChainCursor c;
   std::vector<int32_t> table = cache.AcquireResidentRun(p.data(), 5, &c);
-  std::shared_ptr<PrefixLoad> load = cache.Extend(p.data(), 5, c, 8, &table);
+  std::shared_ptr<PrefixLoad> load = cache.Extend(p.data(), 5, c, 8, &table, lookup.get());
   ASSERT_NE(load, nullptr);
   // Plan by the priors: host 3.3 us and disk 33 us inline, each Redis block
   // 164 us on the I/O thread plus a 10 ms step of waiting, against 16 ms a
@@ -509,6 +517,7 @@ TEST_F(PrefixCacheRedisTest, LookupThatCannotPayIsNotMade) {
     cache.cost().ObservePrefill(16000, 1.0);
     ChainCursor c;
     std::vector<int32_t> table = cache.AcquireResidentRun(p.data(), 1, &c);
+    EXPECT_EQ(cache.StartRemoteLookup(p.data(), 1), nullptr);
     EXPECT_EQ(cache.Extend(p.data(), 1, c, 4, &table), nullptr);
     EXPECT_EQ(cache.stats().skipped_lookups, 1);
     EXPECT_EQ(redis->stats().hits, 0);
@@ -516,14 +525,40 @@ TEST_F(PrefixCacheRedisTest, LookupThatCannotPayIsNotMade) {
   KvPool pool(cfg_, 4);
   PrefixCache cache(&pool, kFp, pc);
   ChainCursor c;
+  const auto lookup = Lookup(&cache, p, 1);
   std::vector<int32_t> table = cache.AcquireResidentRun(p.data(), 1, &c);
-  std::shared_ptr<PrefixLoad> load = cache.Extend(p.data(), 1, c, 4, &table);
+  std::shared_ptr<PrefixLoad> load = cache.Extend(p.data(), 1, c, 4, &table, lookup.get());
   ASSERT_NE(load, nullptr);
   WaitReady(*load);
   EXPECT_EQ(cache.CompleteLoad(*load).blocks, 1);
   ExpectPattern(pool, table[0], k0);
   EXPECT_EQ(cache.stats().skipped_lookups, 0);
   EXPECT_EQ(Hits(cache.stats(), "redis"), kBlockTokens);
+  ReleaseLastFirst(&pool, table);
+}
+
+TEST_F(PrefixCacheRedisTest, LateRemoteLookupMeansNoRemoteHit) {
+  // A frozen server: the lookup waits on the lookup thread; admission does
+  // not wait for it (Extend returns at once) and the tier counts as empty.
+  auto redis = Redis();
+  const std::vector<int32_t> p = Tokens({12, 12}, 1);
+  for (BlockKey k : Keys(p)) redis->Put(PatternBlock(k, floats()));
+  PrefixCacheConfig pc;
+  pc.tiers = {redis.get()};
+  pc.load_or_recompute = false;
+  KvPool pool(cfg_, 4);
+  PrefixCache cache(&pool, kFp, pc);
+  server_.Freeze();
+  std::shared_ptr<RemoteLookup> lookup = cache.StartRemoteLookup(p.data(), 2);
+  ASSERT_NE(lookup, nullptr);
+  EXPECT_FALSE(lookup->ready());  // (it waits for the 2 s timeout)
+  ChainCursor c;
+  std::vector<int32_t> table = cache.AcquireResidentRun(p.data(), 2, &c);
+  EXPECT_EQ(cache.Extend(p.data(), 2, c, 4, &table, lookup.get()), nullptr);
+  EXPECT_EQ(cache.stats().late_lookups, 1);
+  EXPECT_EQ(Hits(cache.stats(), "redis"), 0);
+  EXPECT_FALSE(lookup->ready()) << "admission waited for the frozen server";
+  server_.Thaw();
   ReleaseLastFirst(&pool, table);
 }
 

@@ -175,12 +175,27 @@ bool ParseCompletionRequest(const std::string& body, Endpoint endpoint, Completi
     if (!f.Int("max_tokens", 1, INT32_MAX, &mt) || !f.Int("max_completion_tokens", 1, INT32_MAX, &mct)) return false;
     out->max_tokens = mct ? mct : mt;
     bool logprobs = false;
-    if (!f.Bool("logprobs", &logprobs)) return false;
-    if (logprobs) return f.Fail("logprobs", "'logprobs' is not supported by this server");
-    if (const json* tools = f.Get("tools"); tools && !(tools->is_array() && tools->empty()))
-      return f.Fail("tools", "'tools' (function calling) is not supported by this server");
+    std::optional<int64_t> top_logprobs;
+    if (!f.Bool("logprobs", &logprobs) || !f.Int("top_logprobs", 0, kMaxChatTopLogprobs, &top_logprobs)) return false;
+    if (top_logprobs && !logprobs)
+      return f.Fail("top_logprobs", "'top_logprobs' requires 'logprobs': true");
+    if (logprobs) out->logprobs = static_cast<int>(top_logprobs.value_or(0));
+    // Tool calling: a request that offers tools expects calls back; serving
+    // it as plain text would silently break the client's loop.
+    const std::string no_tools = "tool calling is not supported by this server";
+    for (const char* name : {"tools", "functions"})
+      if (const json* t = f.Get(name); t && !(t->is_array() && t->empty()))
+        return f.Fail(name, no_tools + " ('" + name + "' must be absent or empty)");
+    for (const char* name : {"tool_choice", "function_call"})
+      if (const json* t = f.Get(name); t && *t != "none")
+        return f.Fail(name, no_tools + " ('" + name + "' may only be \"none\")");
     if (const json* rf = f.Get("response_format"); rf && !(rf->is_object() && rf->value("type", json()) == "text"))
-      return f.Fail("response_format", "only response_format {\"type\": \"text\"} is supported");
+      return f.Fail("response_format", "only response_format {\"type\": \"text\"} is supported "
+                                       "(structured output, json_object and json_schema, is not)");
+    if (f.Get("audio")) return f.Fail("audio", "audio output is not supported by this server");
+    if (const json* m = f.Get("modalities"); m && *m != json::array({"text"}))
+      return f.Fail("modalities", "only 'modalities': [\"text\"] is supported, got " + m->dump());
+    if (f.Get("prediction")) return f.Fail("prediction", "'prediction' (predicted outputs) is not supported by this server");
   } else {
     const json* prompt = f.Get("prompt");
     if (!prompt) return f.Fail("prompt", "missing required field 'prompt'");
@@ -205,8 +220,14 @@ bool ParseCompletionRequest(const std::string& body, Endpoint endpoint, Completi
     if (!f.Int("max_tokens", 1, INT32_MAX, &mt)) return false;
     out->max_tokens = mt ? mt : std::optional<int64_t>(16);  // OpenAI's default for completions
     if (!f.Bool("echo", &out->echo)) return false;
-    if (const json* lp = f.Get("logprobs"); lp && !(lp->is_number_integer() && lp->get<int64_t>() == 0))
-      return f.Fail("logprobs", "'logprobs' is not supported by this server");
+    std::optional<int64_t> logprobs;
+    if (!f.Int("logprobs", 0, kMaxCompletionLogprobs, &logprobs)) return false;
+    if (logprobs) {
+      if (out->echo)
+        return f.Fail("logprobs", "'logprobs' with 'echo': true is not supported by this server (the prompt's "
+                                  "log-probabilities are not computed; hint: drop echo)");
+      out->logprobs = static_cast<int>(*logprobs);
+    }
     std::optional<int64_t> best_of;
     if (!f.Int("best_of", 1, 1, &best_of)) return false;
     if (const json* s = f.Get("suffix"); s && !(s->is_string() && s->get<std::string>().empty()))
@@ -216,6 +237,15 @@ bool ParseCompletionRequest(const std::string& body, Endpoint endpoint, Completi
   std::optional<int64_t> n, top_k, seed;
   if (!f.Int("n", 1, INT32_MAX, &n)) return false;
   if (n && *n > 1) return f.Fail("n", "'n' = " + std::to_string(*n) + ": only n=1 is supported by this server");
+  // Penalties and biases change the distribution; ignoring them would give
+  // other output than asked for.
+  for (const char* name : {"presence_penalty", "frequency_penalty"}) {
+    float v = 0.f;
+    if (!f.Number(name, -2.0, 2.0, &v)) return false;
+    if (v != 0.f) return f.Fail(name, std::string("'") + name + "' is not supported by this server (only 0)");
+  }
+  if (const json* lb = f.Get("logit_bias"); lb && !(lb->is_object() && lb->empty()))
+    return f.Fail("logit_bias", "'logit_bias' is not supported by this server (only an empty object)");
   if (!f.Number("temperature", 0.0, 2.0, &out->temperature)) return false;
   if (!f.Number("top_p", 0.0, 1.0, &out->top_p)) return false;
   if (!f.Int("top_k", 0, 1 << 30, &top_k)) return false;
@@ -285,10 +315,41 @@ json Base(const ResponseMeta& m, const char* chat_object, const char* completion
 json Reason(const std::string& r) { return r.empty() ? json(nullptr) : json(r); }
 }  // namespace
 
+namespace {
+json Bytes(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(static_cast<int>(c));
+  return b;
+}
+}  // namespace
+
+json LogprobsJson(Endpoint ep, const std::vector<TokenLogprob>& tokens) {
+  if (ep == Endpoint::kChat) {
+    json content = json::array();
+    for (const TokenLogprob& t : tokens) {
+      json top = json::array();
+      for (const auto& [tok, lp] : t.top) top.push_back({{"token", tok}, {"logprob", lp}, {"bytes", Bytes(tok)}});
+      content.push_back({{"token", t.token}, {"logprob", t.logprob}, {"bytes", Bytes(t.token)}, {"top_logprobs", top}});
+    }
+    return {{"content", content}, {"refusal", nullptr}};
+  }
+  json toks = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+  for (const TokenLogprob& t : tokens) {
+    toks.push_back(t.token);
+    lps.push_back(t.logprob);
+    json top = json::object();
+    for (const auto& [tok, lp] : t.top) top[tok] = lp;
+    top[t.token] = t.logprob;  // the chosen token is always there (up to logprobs + 1 entries)
+    tops.push_back(top);
+    offsets.push_back(t.text_offset);
+  }
+  return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+}
+
 json ResponseJson(const ResponseMeta& m, const std::string& text, const std::string& finish_reason, const Usage& u,
-                  const json& cost) {
+                  const json& cost, const json& logprobs) {
   json j = Base(m, "chat.completion", "text_completion");
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", Reason(finish_reason)}};
+  json choice = {{"index", 0}, {"logprobs", logprobs}, {"finish_reason", Reason(finish_reason)}};
   if (m.endpoint == Endpoint::kChat)
     choice["message"] = {{"role", "assistant"}, {"content", text}, {"refusal", nullptr}};
   else
@@ -299,9 +360,10 @@ json ResponseJson(const ResponseMeta& m, const std::string& text, const std::str
   return j;
 }
 
-json ChunkJson(const ResponseMeta& m, const std::string& text, bool with_role, const std::string& finish_reason) {
+json ChunkJson(const ResponseMeta& m, const std::string& text, bool with_role, const std::string& finish_reason,
+               const json& logprobs) {
   json j = Base(m, "chat.completion.chunk", "text_completion");
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", Reason(finish_reason)}};
+  json choice = {{"index", 0}, {"logprobs", logprobs}, {"finish_reason", Reason(finish_reason)}};
   if (m.endpoint == Endpoint::kChat) {
     json delta = json::object();
     if (with_role) delta["role"] = "assistant";

@@ -47,14 +47,20 @@ struct CompletionRequest {
   std::vector<std::string> stop;       // up to kMaxStops non-empty strings
   bool stream = false;
   bool include_usage = false;          // stream_options.include_usage
+  // Log-probabilities: -1 none; else how many alternatives per token (chat:
+  // logprobs true with top_logprobs 0..20; completions: logprobs 0..5).
+  int logprobs = -1;
 };
 
 constexpr int kMaxStops = 16;
+constexpr int kMaxChatTopLogprobs = 20;       // OpenAI's limits
+constexpr int kMaxCompletionLogprobs = 5;
 
 // Parses and validates a request body. Unknown fields are ignored (clients
 // send many); known fields of the wrong type or out of range, and features
-// this server does not implement (n > 1, logprobs, tools), are 400 errors
-// naming the field.
+// this server does not implement (tool calling, n > 1, penalties,
+// logit_bias, structured output, audio, prompt logprobs), are 400 errors
+// naming the field (docs/serving.md lists them).
 bool ParseCompletionRequest(const std::string& body, Endpoint endpoint, CompletionRequest* out, ApiError* err);
 
 struct Usage {
@@ -72,13 +78,28 @@ struct ResponseMeta {
   std::string model;
 };
 
-// A whole (non-streamed) response.
+// One generated token's log-probabilities, as text.
+struct TokenLogprob {
+  std::string token;   // the token's bytes (may be part of a UTF-8 character)
+  double logprob = 0;
+  std::vector<std::pair<std::string, double>> top;  // most likely first
+  int64_t text_offset = 0;  // completions: where its text starts in the choice's text, in code points
+};
+// choices[].logprobs for these tokens: chat's {"content": [{token, logprob,
+// bytes, top_logprobs: [{token, logprob, bytes}]}], "refusal": null};
+// completions' {tokens, token_logprobs, top_logprobs: [{token: logprob}]
+// (the top ones and the chosen one), text_offset}.
+nlohmann::json LogprobsJson(Endpoint ep, const std::vector<TokenLogprob>& tokens);
+
+// A whole (non-streamed) response; `logprobs` (LogprobsJson, or null) goes
+// into the choice.
 nlohmann::json ResponseJson(const ResponseMeta& m, const std::string& text, const std::string& finish_reason,
-                            const Usage& u, const nlohmann::json& cost);
+                            const Usage& u, const nlohmann::json& cost,
+                            const nlohmann::json& logprobs = nullptr);
 // One streamed chunk: chat's first chunk carries the role; the last carries
-// finish_reason (otherwise null).
+// finish_reason (otherwise null); `logprobs`, those of this chunk's tokens.
 nlohmann::json ChunkJson(const ResponseMeta& m, const std::string& text, bool with_role,
-                         const std::string& finish_reason);
+                         const std::string& finish_reason, const nlohmann::json& logprobs = nullptr);
 // The final usage chunk (choices: []) sent when stream_options.include_usage.
 nlohmann::json UsageChunkJson(const ResponseMeta& m, const Usage& u, const nlohmann::json& cost);
 

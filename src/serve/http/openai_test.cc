@@ -45,6 +45,118 @@ TEST(OpenAiParse, Defaults) {
   EXPECT_EQ(e.param, "tools");
 }
 
+// Every field this server does not implement is a 400 naming it, never
+// silently ignored; the harmless forms of each are accepted.
+TEST(OpenAiParse, UnsupportedFeaturesAreRejectedClearly) {
+  CompletionRequest r;
+  ApiError e;
+  const std::string chat = R"({"model":"m","messages":[{"role":"user","content":"x"}],)";
+  struct Case {
+    std::string extra, param, words;
+  };
+  const std::vector<Case> bad = {
+      {R"("tools":[{"type":"function","function":{"name":"f"}}])", "tools", "tool calling is not supported"},
+      {R"("functions":[{"name":"f"}])", "functions", "tool calling is not supported"},
+      {R"("tool_choice":"auto")", "tool_choice", "tool calling is not supported"},
+      {R"("tool_choice":{"type":"function","function":{"name":"f"}})", "tool_choice", "tool calling"},
+      {R"("function_call":"auto")", "function_call", "tool calling is not supported"},
+      {R"("top_logprobs":2)", "top_logprobs", "requires 'logprobs': true"},
+      {R"("logprobs":false,"top_logprobs":2)", "top_logprobs", "requires 'logprobs': true"},
+      {R"("logprobs":true,"top_logprobs":21)", "top_logprobs", "out of range [0, 20]"},
+      {R"("logprobs":true,"top_logprobs":-1)", "top_logprobs", "out of range"},
+      {R"("logprobs":1)", "logprobs", "must be a boolean"},
+      {R"("n":2)", "n", "only n=1"},
+      {R"("response_format":{"type":"json_schema","json_schema":{}})", "response_format", "structured output"},
+      {R"("response_format":{"type":"json_object"})", "response_format", "json_object"},
+      {R"("presence_penalty":0.5)", "presence_penalty", "not supported"},
+      {R"("frequency_penalty":-1)", "frequency_penalty", "not supported"},
+      {R"("frequency_penalty":3)", "frequency_penalty", "out of range"},
+      {R"("logit_bias":{"5":10})", "logit_bias", "not supported"},
+      {R"("audio":{"voice":"alloy"})", "audio", "not supported"},
+      {R"("modalities":["text","audio"])", "modalities", "only"},
+      {R"("prediction":{"type":"content","content":"x"})", "prediction", "not supported"},
+  };
+  for (const Case& c : bad) {
+    e = ApiError();
+    EXPECT_FALSE(ParseCompletionRequest(chat + c.extra + "}", Endpoint::kChat, &r, &e)) << c.extra;
+    EXPECT_EQ(e.status, 400) << c.extra;
+    EXPECT_EQ(e.param, c.param) << c.extra;
+    EXPECT_NE(e.message.find(c.words), std::string::npos) << c.extra << " -> " << e.message;
+  }
+  for (const std::string ok : {R"("tools":[])", R"("tool_choice":"none")", R"("function_call":"none")",
+                               R"("functions":[])", R"("presence_penalty":0)", R"("logit_bias":{})",
+                               R"("modalities":["text"])", R"("response_format":{"type":"text"})",
+                               R"("parallel_tool_calls":false)", R"("logprobs":false)", R"("n":1)"}) {
+    EXPECT_TRUE(ParseCompletionRequest(chat + ok + "}", Endpoint::kChat, &r, &e)) << ok << ": " << e.message;
+    EXPECT_EQ(r.logprobs, -1) << ok;
+  }
+  const std::string cmpl = R"({"model":"m","prompt":"p",)";
+  for (const Case& c : std::vector<Case>{{R"("logprobs":6)", "logprobs", "out of range [0, 5]"},
+                                         {R"("logprobs":true)", "logprobs", "must be an integer"},
+                                         {R"("logprobs":2,"echo":true)", "logprobs", "echo"},
+                                         {R"("best_of":2)", "best_of", "out of range"},
+                                         {R"("presence_penalty":1)", "presence_penalty", "not supported"}}) {
+    e = ApiError();
+    EXPECT_FALSE(ParseCompletionRequest(cmpl + c.extra + "}", Endpoint::kCompletion, &r, &e)) << c.extra;
+    EXPECT_EQ(e.param, c.param) << c.extra;
+    EXPECT_NE(e.message.find(c.words), std::string::npos) << c.extra << " -> " << e.message;
+  }
+}
+
+TEST(OpenAiParse, LogprobsInBothApis) {
+  CompletionRequest r;
+  ApiError e;
+  ASSERT_TRUE(ParseCompletionRequest(R"({"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":true})",
+                                     Endpoint::kChat, &r, &e)) << e.message;
+  EXPECT_EQ(r.logprobs, 0);
+  ASSERT_TRUE(ParseCompletionRequest(
+      R"({"model":"m","messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":20})",
+      Endpoint::kChat, &r, &e)) << e.message;
+  EXPECT_EQ(r.logprobs, 20);
+  ASSERT_TRUE(ParseCompletionRequest(R"({"model":"m","prompt":"p","logprobs":5})", Endpoint::kCompletion, &r, &e));
+  EXPECT_EQ(r.logprobs, 5);
+  ASSERT_TRUE(ParseCompletionRequest(R"({"model":"m","prompt":"p","logprobs":0})", Endpoint::kCompletion, &r, &e));
+  EXPECT_EQ(r.logprobs, 0);
+  ASSERT_TRUE(ParseCompletionRequest(R"({"model":"m","prompt":"p","logprobs":null})", Endpoint::kCompletion, &r, &e));
+  EXPECT_EQ(r.logprobs, -1);
+}
+
+TEST(OpenAiJson, LogprobsShapes) {
+  // "é" is two bytes: a token holding only its first byte keeps its raw byte
+  // in "bytes" (the string itself cannot hold it).
+  std::vector<TokenLogprob> toks(2);
+  toks[0].token = "He";
+  toks[0].logprob = -0.25;
+  toks[0].top = {{"He", -0.25}, {"A", -2.0}};
+  toks[0].text_offset = 0;
+  toks[1].token = std::string("\xc3", 1);
+  toks[1].logprob = -1.5;
+  toks[1].top = {{"llo", -0.5}};
+  toks[1].text_offset = 2;
+  const json chat = LogprobsJson(Endpoint::kChat, toks);
+  ASSERT_EQ(chat["content"].size(), 2u);
+  EXPECT_EQ(chat["content"][0]["token"], "He");
+  EXPECT_EQ(chat["content"][0]["logprob"], -0.25);
+  EXPECT_EQ(chat["content"][0]["bytes"], json::array({72, 101}));
+  ASSERT_EQ(chat["content"][0]["top_logprobs"].size(), 2u);
+  EXPECT_EQ(chat["content"][0]["top_logprobs"][1], json({{"token", "A"}, {"logprob", -2.0}, {"bytes", {65}}}));
+  EXPECT_EQ(chat["content"][1]["bytes"], json::array({0xc3}));
+  EXPECT_TRUE(chat["refusal"].is_null());
+  // The dump never throws on the lone byte (it becomes U+FFFD).
+  EXPECT_NE(SseData(chat).find("\xEF\xBF\xBD"), std::string::npos);
+  const json cmpl = LogprobsJson(Endpoint::kCompletion, toks);
+  EXPECT_EQ(cmpl["tokens"][0], "He");
+  EXPECT_EQ(cmpl["token_logprobs"], json::array({-0.25, -1.5}));
+  EXPECT_EQ(cmpl["text_offset"], json::array({0, 2}));
+  EXPECT_EQ(cmpl["top_logprobs"][0], json({{"He", -0.25}, {"A", -2.0}}));
+  EXPECT_EQ(cmpl["top_logprobs"][1].size(), 2u);  // the chosen token joins the top ones
+  // Into a response and a chunk; without, the field is null.
+  ResponseMeta m{Endpoint::kChat, "chatcmpl-1", 1, "m"};
+  EXPECT_EQ(ResponseJson(m, "Hé", "stop", Usage{}, nullptr, chat)["choices"][0]["logprobs"], chat);
+  EXPECT_TRUE(ResponseJson(m, "Hé", "stop", Usage{}, nullptr)["choices"][0]["logprobs"].is_null());
+  EXPECT_EQ(ChunkJson(m, "He", false, "", chat)["choices"][0]["logprobs"], chat);
+}
+
 TEST(StopTextFilter, HoldsBackPossibleStartsAndCuts) {
   StopTextFilter f({"STOP", "\n\n"});
   EXPECT_EQ(f.Push("hello S"), "hello ");

@@ -62,7 +62,10 @@ class Generation {
   struct Step {
     std::string text;
     bool finished = false;
+    std::vector<TokenLogprob> logprobs;  // of the tokens whose text is now shown (when asked)
   };
+  // Steps carry the log-probabilities of the tokens they show.
+  void want_logprobs() { want_lp_ = true; }
   // Waits up to `timeout` for events and turns them into text.
   Step Next(std::chrono::milliseconds timeout) {
     std::deque<TokenEvent> batch;
@@ -76,7 +79,12 @@ class Generation {
       if (finished_) break;
       if (!e.done) {
         if (TextConventions::IsControl(*tok_, e.token)) continue;
-        s.text += filter_.Push(decoder_.Push(e.token));
+        const int64_t start = decoded_;
+        const std::string piece = decoder_.Push(e.token);
+        decoded_ += static_cast<int64_t>(piece.size());
+        if (e.logprobs) held_lp_.push_back({ToText(*e.logprobs), start, decoded_});
+        s.text += Show(filter_.Push(piece));
+        ReleaseLogprobs(&s);
         if (filter_.stopped() && !cancel_sent_) {
           cancel_sent_ = true;
           stopped_by_text_ = true;
@@ -84,8 +92,9 @@ class Generation {
         }
         continue;
       }
-      s.text += filter_.Push(decoder_.Finish());
-      s.text += filter_.Flush();
+      s.text += Show(filter_.Push(decoder_.Finish()));
+      s.text += Show(filter_.Flush());
+      ReleaseLogprobs(&s, /*at_end=*/true);
       finished_ = true;
       finish_reason_ = stopped_by_text_ ? "stop" : e.finish_reason;
       error_ = e.error;
@@ -93,6 +102,7 @@ class Generation {
       std::lock_guard<std::mutex> lock(pending->mu);
       cost_ = pending->cost;
     }
+    if (filter_.stopped()) ReleaseLogprobs(&s, /*at_end=*/true);
     s.finished = finished_;
     return s;
   }
@@ -112,9 +122,49 @@ class Generation {
   const RequestCost& cost() const { return cost_; }
 
  private:
+  // Log-probabilities follow the text: a token's entry goes out once its
+  // text is shown (held back by a possible stop string: it waits); after a
+  // stop string, the tokens whose text starts before it are kept.
+  struct HeldLogprob {
+    TokenLogprob lp;
+    int64_t start, end;  // its bytes in the decoded text
+  };
+  static int64_t CodePoints(const std::string& s, size_t bytes) {
+    int64_t n = 0;
+    for (size_t i = 0; i < bytes && i < s.size(); ++i) n += (static_cast<unsigned char>(s[i]) & 0xC0) != 0x80;
+    return n;
+  }
+  TokenLogprob ToText(const TokenLogprobs& l) const {
+    TokenLogprob t;
+    t.token = tok_->DecodePiece(l.token);
+    t.logprob = l.logprob;
+    for (const auto& [id, lp] : l.top) t.top.emplace_back(tok_->DecodePiece(id), lp);
+    return t;
+  }
+  const std::string& Show(const std::string& text) {
+    if (want_lp_) shown_ += text;
+    return text;
+  }
+  void ReleaseLogprobs(Step* s, bool at_end = false) {
+    const int64_t shown = static_cast<int64_t>(shown_.size());
+    while (!held_lp_.empty()) {
+      HeldLogprob& h = held_lp_.front();
+      const bool visible = at_end ? (!filter_.stopped() || h.start < shown) : h.end <= shown && !filter_.stopped();
+      if (!visible) break;
+      h.lp.text_offset = CodePoints(shown_, static_cast<size_t>(h.start));
+      s->logprobs.push_back(std::move(h.lp));
+      held_lp_.pop_front();
+    }
+    if (at_end) held_lp_.clear();
+  }
+
   Engine* engine_;
   const Tokenizer* tok_;
   TokenStreamDecoder decoder_;
+  bool want_lp_ = false;
+  int64_t decoded_ = 0;  // bytes out of the decoder
+  std::string shown_;    // the text shown so far (with logprobs only)
+  std::deque<HeldLogprob> held_lp_;
   StopTextFilter filter_;
   bool finished_ = false, cancel_sent_ = false, stopped_by_text_ = false;
   std::string finish_reason_, error_;
@@ -382,7 +432,10 @@ void HttpServer::Impl::HandleCompletion(const httplib::Request& req, httplib::Re
     if (!seq.empty()) gp.stop_token_seqs.push_back(std::move(seq));
   }
 
+  gp.logprobs = cr.logprobs;
   auto gen = std::make_shared<Generation>(engine, tok, cr.stop);
+  if (cr.logprobs >= 0) gen->want_logprobs();
+  const bool want_logprobs = cr.logprobs >= 0;
   ResponseMeta meta{ep, NewId(ep, n), std::chrono::duration_cast<std::chrono::seconds>(
                                           std::chrono::system_clock::now().time_since_epoch()).count(),
                     cfg.model_name};
@@ -451,9 +504,11 @@ void HttpServer::Impl::HandleCompletion(const httplib::Request& req, httplib::Re
 
   if (!cr.stream) {
     std::string text = echo_text;
+    std::vector<TokenLogprob> logprobs;
     while (true) {
       auto step = gen->Next(std::chrono::milliseconds(1000));
       text += step.text;
+      for (auto& l : step.logprobs) logprobs.push_back(std::move(l));
       if (step.finished) break;
     }
     on_finished();
@@ -471,7 +526,8 @@ void HttpServer::Impl::HandleCompletion(const httplib::Request& req, httplib::Re
     std::snprintf(cost_buf, sizeof cost_buf, "%.9f", gen->cost().total());
     res.set_header("X-Myriad-Cost", cost_buf);
     res.set_header("X-Myriad-Currency", prices.currency);
-    json body = ResponseJson(meta, text, gen->finish_reason(), gen->usage(), CostJson(gen->cost(), prices.currency));
+    json body = ResponseJson(meta, text, gen->finish_reason(), gen->usage(), CostJson(gen->cost(), prices.currency),
+                             want_logprobs ? LogprobsJson(ep, logprobs) : json(nullptr));
     res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), kJson);
     return;
   }
@@ -490,7 +546,7 @@ void HttpServer::Impl::HandleCompletion(const httplib::Request& req, httplib::Re
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [gen, st, meta, echo_text, include_usage, currency, keepalive](size_t, httplib::DataSink& sink) {
+      [gen, st, meta, echo_text, include_usage, currency, keepalive, want_logprobs](size_t, httplib::DataSink& sink) {
         std::string out;
         if (!st->started) {
           st->started = true;
@@ -501,7 +557,9 @@ void HttpServer::Impl::HandleCompletion(const httplib::Request& req, httplib::Re
         // something (tokens, the end, or a keep-alive comment).
         if (out.empty()) {
           auto step = gen->Next(keepalive);
-          if (!step.text.empty()) out += SseData(ChunkJson(meta, step.text, false, ""));
+          if (!step.text.empty() || !step.logprobs.empty())
+            out += SseData(ChunkJson(meta, step.text, false, "",
+                                     want_logprobs ? LogprobsJson(meta.endpoint, step.logprobs) : json(nullptr)));
           if (step.finished) {
             if (gen->finish_reason() == "error") {
               ApiError e;
@@ -665,6 +723,8 @@ std::string HttpServer::Impl::Metrics() {
         es.recomputed_hit_tokens);
   w.One("myriad_kv_skipped_lookups_total", "counter",
         "Slow-tier lookups not made because no hit there could beat recomputing.", es.skipped_lookups);
+  w.One("myriad_kv_late_lookups_total", "counter",
+        "Remote-tier lookups not answered in time (a hung server): admitted without a remote hit.", es.late_lookups);
   w.One("myriad_prefix_cache_hit_rate", "gauge", "cached_tokens / prompt_tokens since start.", HitRate(es));
   w.One("myriad_requests_running", "gauge", "Sequences in the running batch.", es.running);
   w.One("myriad_requests_waiting", "gauge", "Requests waiting in the queue.", es.waiting);

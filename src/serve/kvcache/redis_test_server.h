@@ -78,6 +78,13 @@ class RedisTestServer {
   int port() const { return port_; }
 
   void Kill() { Signal(SIGKILL); }
+  // SIGSTOP / SIGCONT: a hung server (connections accepted, never answered).
+  void Freeze() {
+    if (pid_ > 0) ::kill(pid_, SIGSTOP);
+  }
+  void Thaw() {
+    if (pid_ > 0) ::kill(pid_, SIGCONT);
+  }
   void Stop() {
     Signal(SIGTERM);
     if (!dir_.empty()) {

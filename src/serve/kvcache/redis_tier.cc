@@ -10,6 +10,7 @@
 
 #include "core/checksum.h"
 #include "core/env.h"
+#include "core/log.h"
 #include "serve/kvcache/block_record.h"
 
 namespace myriad::serve {
@@ -77,6 +78,21 @@ std::string GlobEscape(const std::string& s) {
 
 }  // namespace
 
+class RedisTier::OpLock {
+ public:
+  explicit OpLock(RedisTier* t) : t_(t), lock_(t->mu_) {}
+  ~OpLock() {
+    std::lock_guard<std::mutex> p(t_->published_mu_);
+    t_->published_ = t_->stats_;
+    t_->published_outages_ = t_->outages_;
+    t_->published_reconnects_ = t_->reconnects_;
+  }
+
+ private:
+  RedisTier* t_;
+  std::lock_guard<std::mutex> lock_;
+};
+
 struct RedisTier::Reply {
   redisReply* r = nullptr;
   ~Reply() {
@@ -132,7 +148,7 @@ Result<RedisAddress> ParseRedisUrl(const std::string& url) {
   return a;
 }
 
-RedisTier::RedisTier(const RedisTierOptions& options) : options_(options) {}
+RedisTier::RedisTier(const RedisTierOptions& options, const char* role) : options_(options), role_(role) {}
 
 RedisTier::~RedisTier() { DisconnectLocked(); }
 
@@ -144,10 +160,10 @@ Result<std::unique_ptr<RedisTier>> RedisTier::Create(const RedisTierOptions& o) 
   if (o.ttl_seconds < 0) return Status::Error(where + ": ttl_seconds must be >= 0 (0: no expiry)");
   if (!(o.connect_timeout_s > 0) || !(o.op_timeout_s > 0) || o.retry_interval_s < 0)
     return Status::Error(where + ": timeouts must be > 0 and retry_interval_s >= 0");
-  std::unique_ptr<RedisTier> t(new RedisTier(o));
-  // Writes go over a connection of their own: a lookup (EXISTS, GET) from the
-  // engine's scheduler thread never queues behind a write-back SET.
-  t->writer_.reset(new RedisTier(o));
+  std::unique_ptr<RedisTier> t(new RedisTier(o, "lookups"));
+  // Writes go over a connection of their own: a lookup (EXISTS, GET) never
+  // queues behind a write-back SET.
+  t->writer_.reset(new RedisTier(o, "writes"));
   return t;
 }
 
@@ -196,17 +212,43 @@ Status RedisTier::ConnectLocked() {
   return s;
 }
 
+std::string RedisTier::WhereLocked() const {
+  return std::string("redis kv tier ") + options_.address.host + ":" + std::to_string(options_.address.port) + " (" +
+         role_ + ")";
+}
+
 void RedisTier::FailLocked(const std::string& what) {
   ++stats_.errors;
   DisconnectLocked();
-  retry_after_us_ = Env::Default()->NowMicros() + static_cast<uint64_t>(options_.retry_interval_s * 1e6);
-  LogTierError("redis", stats_.errors, what);
+  const uint64_t now = Env::Default()->NowMicros();
+  retry_after_us_ = now + static_cast<uint64_t>(options_.retry_interval_s * 1e6);
+  if (down_) {
+    ++suppressed_;
+    return;
+  }
+  down_ = true;
+  down_since_us_ = now;
+  suppressed_ = 0;
+  ++outages_;
+  LOG_WARN("%s: outage: %s; further errors are not logged until it reconnects (retrying every %gs; a cache "
+           "error only costs a recompute)",
+           WhereLocked().c_str(), what.c_str(), options_.retry_interval_s);
+}
+
+void RedisTier::UpLocked() {
+  if (!down_) return;
+  down_ = false;
+  ++reconnects_;
+  const double secs = static_cast<double>(Env::Default()->NowMicros() - down_since_us_) * 1e-6;
+  LOG_INFO("%s: reconnected after an outage of %.1fs (%lld more errors meanwhile, not logged)", WhereLocked().c_str(),
+           secs, static_cast<long long>(suppressed_));
 }
 
 bool RedisTier::ConnectedLocked() {
   if (ctx_) return true;
   if (Env::Default()->NowMicros() < retry_after_us_) {
     ++stats_.errors;  // failing fast while the server is believed down
+    ++suppressed_;
     return false;
   }
   if (Status s = ConnectLocked(); !s.ok()) {
@@ -227,6 +269,7 @@ std::unique_ptr<RedisTier::Reply> RedisTier::CommandLocked(int argc, const char*
     FailLocked(std::string(argv[0]) + " failed: " + ctx_->errstr);
     return nullptr;
   }
+  UpLocked();  // the server answered
   if (reply->r->type == REDIS_REPLY_ERROR) {
     // The server answered: the connection is fine, the command was not.
     ++stats_.errors;
@@ -242,7 +285,7 @@ void RedisTier::Put(const KvBlock& b) {
     return;
   }
   if (options_.block_floats > 0 && static_cast<int64_t>(b.data.size()) != options_.block_floats) {
-    std::lock_guard<std::mutex> lock(mu_);
+    OpLock lock(this);
     ++stats_.errors;
     return;
   }
@@ -250,7 +293,7 @@ void RedisTier::Put(const KvBlock& b) {
   const std::string key = KeyOf(b.key), ttl = std::to_string(options_.ttl_seconds);
   const char* argv[5] = {"SET", key.data(), record.data(), "EX", ttl.data()};
   const size_t lens[5] = {3, key.size(), record.size(), 2, ttl.size()};
-  std::lock_guard<std::mutex> lock(mu_);
+  OpLock lock(this);
   if (!CommandLocked(options_.ttl_seconds > 0 ? 5 : 3, argv, lens)) return;
   ++stats_.puts;
   stats_.bytes_written += static_cast<int64_t>(b.data.size() * sizeof(float));
@@ -261,7 +304,7 @@ bool RedisTier::Get(BlockKey key, KvBlock* out) {
   const std::string k = KeyOf(key);
   const char* argv[2] = {"GET", k.data()};
   const size_t lens[2] = {3, k.size()};
-  std::lock_guard<std::mutex> lock(mu_);
+  OpLock lock(this);
   auto reply = CommandLocked(2, argv, lens);
   if (!reply || reply->r->type != REDIS_REPLY_STRING) {
     if (reply && reply->r->type != REDIS_REPLY_NIL) ++stats_.errors;  // not a string: not ours
@@ -289,7 +332,7 @@ bool RedisTier::Contains(BlockKey key) {
   const std::string k = KeyOf(key);
   const char* argv[2] = {"EXISTS", k.data()};
   const size_t lens[2] = {6, k.size()};
-  std::lock_guard<std::mutex> lock(mu_);
+  OpLock lock(this);
   auto reply = CommandLocked(2, argv, lens);
   return reply && reply->r->type == REDIS_REPLY_INTEGER && reply->r->integer > 0;
 }
@@ -300,7 +343,7 @@ std::vector<bool> RedisTier::ContainsMany(const std::vector<BlockKey>& keys) {
   std::vector<std::string> ks;
   ks.reserve(keys.size());
   for (BlockKey k : keys) ks.push_back(KeyOf(k));
-  std::lock_guard<std::mutex> lock(mu_);
+  OpLock lock(this);
   if (!ConnectedLocked()) return out;
   ScopedSigpipeBlock guard;
   // All the EXISTS go out in one write; the replies come back in order.
@@ -318,6 +361,7 @@ std::vector<bool> RedisTier::ContainsMany(const std::vector<BlockKey>& keys) {
       FailLocked(std::string("EXISTS (pipelined) failed: ") + ctx_->errstr);
       return std::vector<bool>(keys.size(), false);
     }
+    if (i == 0) UpLocked();
     auto* r = static_cast<redisReply*>(raw);
     out[i] = r->type == REDIS_REPLY_INTEGER && r->integer > 0;
     if (r->type == REDIS_REPLY_ERROR) ++stats_.errors;
@@ -330,7 +374,7 @@ void RedisTier::Evict(BlockKey key) {
   const std::string k = KeyOf(key);
   const char* argv[2] = {"DEL", k.data()};
   const size_t lens[2] = {3, k.size()};
-  std::lock_guard<std::mutex> lock(mu_);
+  OpLock lock(this);
   (void)CommandLocked(2, argv, lens);
 }
 
@@ -338,7 +382,7 @@ int64_t RedisTier::size_blocks() {
   const std::string match = GlobEscape(options_.key_prefix + options_.fingerprint.hex() + ":") + "*";
   std::string cursor = "0";
   int64_t n = 0;
-  std::lock_guard<std::mutex> lock(mu_);
+  OpLock lock(this);
   do {
     const char* argv[6] = {"SCAN", cursor.data(), "MATCH", match.data(), "COUNT", "1000"};
     const size_t lens[6] = {4, cursor.size(), 5, match.size(), 5, 4};
@@ -358,16 +402,28 @@ int64_t RedisTier::size_blocks() {
 TierStats RedisTier::stats() {
   TierStats w;
   if (writer_) w = writer_->stats();
-  std::lock_guard<std::mutex> lock(mu_);
-  TierStats s = stats_;
+  std::lock_guard<std::mutex> lock(published_mu_);
+  TierStats s = published_;
   s.puts += w.puts;
   s.bytes_written += w.bytes_written;
   s.errors += w.errors;
   return s;
 }
 
+int64_t RedisTier::outages() {
+  const int64_t w = writer_ ? writer_->outages() : 0;
+  std::lock_guard<std::mutex> lock(published_mu_);
+  return published_outages_ + w;
+}
+
+int64_t RedisTier::reconnects() {
+  const int64_t w = writer_ ? writer_->reconnects() : 0;
+  std::lock_guard<std::mutex> lock(published_mu_);
+  return published_reconnects_ + w;
+}
+
 Status RedisTier::Ping() {
-  std::lock_guard<std::mutex> lock(mu_);
+  OpLock lock(this);
   if (!ctx_) RETURN_IF_ERROR(ConnectLocked());
   ScopedSigpipeBlock guard;
   auto* r = static_cast<redisReply*>(redisCommand(ctx_, "PING"));
@@ -381,6 +437,7 @@ Status RedisTier::Ping() {
   const std::string got = r->str ? std::string(r->str, r->len) : "";
   freeReplyObject(r);
   if (!ok) return Status::Error(where + ": PING answered '" + got + "'");
+  UpLocked();
   return Status::Ok();
 }
 

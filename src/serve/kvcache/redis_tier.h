@@ -14,6 +14,16 @@
 // retry_interval_s, then the next one reconnects, so a dead server costs a
 // request at most one connect timeout per interval. SIGPIPE from a dead
 // socket is blocked for the calling thread during each command.
+//
+// A hung (not dead) server makes a call wait for op_timeout_s: the engine
+// calls this tier only from its lookup, I/O and write-back threads, never
+// from the scheduler (remote() is true). stats() never waits for a command
+// in flight.
+//
+// Logging, per connection (lookups, writes): the first failure of an outage
+// is one warning with the error; further failures are counted, not logged;
+// the first command that succeeds again logs the reconnect, with the
+// outage's length and how many errors were suppressed.
 #pragma once
 
 #include <cstdint>
@@ -56,6 +66,7 @@ class RedisTier : public KvTier {
   ~RedisTier() override;
 
   std::string name() const override { return "redis"; }
+  bool remote() const override { return true; }
   void Put(const KvBlock& b) override;
   bool Get(BlockKey key, KvBlock* out) override;
   bool Contains(BlockKey key) override;
@@ -70,22 +81,35 @@ class RedisTier : public KvTier {
   // checks and health endpoints. Does not count errors.
   Status Ping();
   std::string KeyOf(BlockKey key) const;
+  // Outages begun and ended (reconnects), both connections together.
+  int64_t outages();
+  int64_t reconnects();
 
  private:
-  explicit RedisTier(const RedisTierOptions& options);
+  RedisTier(const RedisTierOptions& options, const char* role);
   struct Reply;
+  class OpLock;  // mu_ for one operation; publishes stats_ when it ends
   // Runs one command; null on any failure (counted, connection dropped).
   std::unique_ptr<Reply> CommandLocked(int argc, const char** argv, const size_t* lens);
   bool ConnectedLocked();  // connects if needed (not while failing fast)
   Status ConnectLocked();
   void DisconnectLocked();
   void FailLocked(const std::string& what);
+  void UpLocked();  // a command succeeded: ends an outage (logged)
+  std::string WhereLocked() const;
 
   const RedisTierOptions options_;
-  std::mutex mu_;
+  const char* role_;  // "lookups" or "writes", for the log
+  std::mutex mu_;     // one command at a time on ctx_
   redisContext* ctx_ = nullptr;
   uint64_t retry_after_us_ = 0;
-  TierStats stats_;
+  TierStats stats_;   // under mu_
+  bool down_ = false;  // in an outage (under mu_), since down_since_us_
+  uint64_t down_since_us_ = 0;
+  int64_t suppressed_ = 0, outages_ = 0, reconnects_ = 0;
+  std::mutex published_mu_;  // never held while waiting for the server
+  TierStats published_;      // stats_ as of the last operation's end
+  int64_t published_outages_ = 0, published_reconnects_ = 0;
   std::unique_ptr<RedisTier> writer_;  // Put's own connection (null in the writer itself)
 };
 

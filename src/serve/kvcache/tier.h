@@ -67,7 +67,11 @@ class KvTier {
   virtual std::vector<bool> ContainsMany(const std::vector<BlockKey>& keys);
   virtual void Evict(BlockKey key) = 0;
   virtual int64_t size_blocks() = 0;
-  virtual TierStats stats() = 0;
+  virtual TierStats stats() = 0;  // never waits for a call in flight
+  // A tier across a network (Redis): any call may wait for its timeout when
+  // the server hangs. The engine calls a remote tier only from its own
+  // lookup, I/O and write-back threads, never from the scheduler.
+  virtual bool remote() const { return false; }
 
   // Spilling (the engine's write-back hierarchy, docs/serving.md): a tier
   // that spills hands each block it evicts for room -- not one removed by

@@ -590,6 +590,41 @@ TEST_F(RedisTierTest, DeadServerFailsSoftThenReconnects) {
   EXPECT_EQ(t->stats().puts, 2);
 }
 
+TEST_F(RedisTierTest, HungServerNeverBlocksStatsAndOutagesAreCounted) {
+  RedisTierOptions o;
+  o.address.port = server_.port();
+  o.fingerprint = Fp(1);
+  o.block_floats = kSmallFloats;
+  o.op_timeout_s = 1.0;
+  o.retry_interval_s = 0.05;
+  auto t = std::move(RedisTier::Create(o)).value();
+  t->Put(MakeBlock(91));
+  ASSERT_TRUE(t->Contains(91));
+  EXPECT_EQ(t->outages(), 0);
+  server_.Freeze();
+  std::atomic<bool> get_returned{false};
+  std::thread getter([&] {
+    KvBlock out;
+    EXPECT_FALSE(t->Get(91, &out));  // waits for op_timeout_s, then fails soft
+    get_returned = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the GET is in flight
+  const TierStats during = t->stats();  // must not wait for it
+  EXPECT_FALSE(get_returned.load()) << "stats() waited for a command to a hung server";
+  EXPECT_EQ(during.errors, 0);
+  getter.join();
+  EXPECT_EQ(t->outages(), 1);
+  KvBlock out;
+  EXPECT_FALSE(t->Get(91, &out));  // failing fast (or timing out again): one outage all the same
+  EXPECT_EQ(t->outages(), 1);
+  server_.Thaw();
+  std::this_thread::sleep_for(std::chrono::milliseconds(80));  // past retry_interval_s
+  ASSERT_TRUE(t->Get(91, &out));  // the block survived the freeze
+  EXPECT_EQ(out.data, MakeBlock(91).data);
+  EXPECT_EQ(t->reconnects(), 1);
+  EXPECT_GE(t->stats().errors, 1);
+}
+
 TEST_F(RedisTierTest, UnreachableFromTheStart) {
   RedisTierOptions o;
   o.address.port = testing::FreeLocalPort();  // nobody listens there
