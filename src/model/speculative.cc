@@ -190,6 +190,12 @@ const char* DraftModeName(DraftMode m) {
   return "?";
 }
 
+bool AutoPrefersNgram(const NgramDrafter& ngram, const std::vector<int32_t>& context,
+                      const std::vector<int32_t>& draft, int k) {
+  return static_cast<int>(draft.size()) == k && context.size() > static_cast<size_t>(ngram.max_ngram) &&
+         !NgramDrafter{ngram.max_ngram, ngram.max_ngram}.Draft(context, 1).empty();
+}
+
 SpeculativeDecoder::SpeculativeDecoder(InferenceSession* session, DraftMode mode, int draft_tokens)
     : s_(session), mode_(mode), k_(std::max(0, draft_tokens)) {
   if (mode_ == DraftMode::kAuto && !HasMtp(session->config())) mode_ = DraftMode::kNgram;
@@ -221,11 +227,7 @@ std::vector<int32_t> SpeculativeDecoder::Step(const std::vector<int32_t>& contex
   bool use_mtp = false;
   if (k > 0 && mode_ != DraftMode::kOff) {
     if (mode_ != DraftMode::kMtp) draft = ngram_.Draft(context, k);
-    // auto: the n-gram draft only when the context repeats at full length.
-    const bool ngram_ok = mode_ == DraftMode::kNgram ||
-                          (static_cast<int>(draft.size()) == k && context.size() > static_cast<size_t>(ngram_.max_ngram) &&
-                           !NgramDrafter{ngram_.max_ngram, ngram_.max_ngram}.Draft(context, 1).empty());
-    if (mode_ == DraftMode::kMtp || (mode_ == DraftMode::kAuto && !ngram_ok)) {
+    if (mode_ == DraftMode::kMtp || (mode_ == DraftMode::kAuto && !AutoPrefersNgram(ngram_, context, draft, k))) {
       draft = mtp_->Draft(context, k, sp, rng, &q);
       use_mtp = true;
     }

@@ -75,6 +75,8 @@ class MtpDrafter {
                              std::vector<TokenDistribution>* q);
   // After the verification of the last Draft: `accepted` of its tokens were kept.
   void Verified(int accepted);
+  // Whether Draft may run for a sequence of `len` fed positions (rows observed).
+  bool Ready(int64_t len) const { return first_row_ >= 0 && len > first_row_; }
 
  private:
   const float* Module(int j, const float* h, const int32_t* tokens, int64_t start, int64_t n, float* out);
@@ -126,6 +128,11 @@ enum class DraftMode { kOff, kNgram, kMtp, kAuto };
 // "off" | "ngram" | "mtp" | "auto"; false when unknown.
 bool ParseDraftMode(const std::string& s, DraftMode* out);
 const char* DraftModeName(DraftMode m);
+
+// auto's choice for one step: the n-gram draft (already made, up to k
+// tokens) when the context repeats at full length, else MTP.
+bool AutoPrefersNgram(const NgramDrafter& ngram, const std::vector<int32_t>& context,
+                      const std::vector<int32_t>& draft, int k);
 
 // Speculative decoding of one sequence in an InferenceSession: the loop
 // `myriad generate`, the tests and the benchmarks share.

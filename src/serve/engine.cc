@@ -19,6 +19,7 @@
 
 #include "core/check.h"
 #include "core/rng.h"
+#include "serve/draft_cost.h"
 #include "serve/kv_pool.h"
 #include "serve/prefix_cache.h"
 #include "serve/runner.h"
@@ -50,6 +51,13 @@ struct Request {
   bool remote_asked = false;                  // StartRemoteLookup was called (waiting)
   std::shared_ptr<RemoteLookup> remote;       // its answer, until admission
   std::vector<TokenLogprobs> logprobs;        // per generated token, when params.logprobs >= 0
+  // Speculative decoding: this step's feed [pending, draft...] when it
+  // verifies a draft, the draft's distributions (MTP) and its counters.
+  std::vector<int32_t> feed, draft;
+  std::vector<TokenDistribution> q;
+  bool draft_mtp = false;
+  std::unique_ptr<MtpDrafter> mtp;  // with MTP (or auto) drafts on a model that has the modules
+  int64_t draft_steps = 0, draft_proposed = 0, draft_accepted = 0;
 };
 
 using Events = std::vector<std::pair<Request*, TokenEvent>>;
@@ -59,6 +67,8 @@ struct Batch {
   std::vector<SeqChunk> chunks;
   std::vector<Request*> owners;
   int64_t tokens = 0, prefill_tokens = 0;
+  int decoding = 0, draft_tokens = 0;  // decode chunks; the step's draft length
+  bool hidden = false;                 // some owner drafts with MTP: the forward keeps hidden rows
 };
 
 PrefixCacheConfig CacheConfig(const EngineConfig& cfg) {
@@ -77,6 +87,8 @@ class EngineImpl : public Engine {
       : mcfg_(model->config()), cfg_(cfg), pool_(mcfg_, pool_blocks), runner_(*model, &pool_),
         cache_(&pool_, FingerprintModel(*model), CacheConfig(cfg), [this] { cv_.notify_all(); }) {
     stats_.kv_blocks_total = pool_blocks;
+    mtp_ = (cfg.speculative == DraftMode::kMtp || cfg.speculative == DraftMode::kAuto) &&
+           SpeculativeDecoder::HasMtp(mcfg_);
     WarmUp();
     thread_ = std::thread([this] { Loop(); });
   }
@@ -171,9 +183,13 @@ class EngineImpl : public Engine {
   void StartAt(Request* r, const ChainCursor& chain);
   void FinishLoad(Request* r);
   Batch BuildBatch();
-  void AddChunk(Request* r, int64_t n, Batch* batch);
+  void AddChunk(Request* r, int64_t n, Batch* batch, const int32_t* tokens = nullptr);
+  int StepDraftTokens(int decoding);
+  bool MakeDraft(Request* r, int k);
   void RunBatch(const Batch& batch, Events* events);
   void AfterForward(Request* r, const float* logits, Events* events);
+  void AfterVerify(Request* r, const float* rows, Events* events);
+  bool AcceptToken(Request* r, int32_t tok, const float* logits, Events* events);
   void Retire();
   void Emit(Request* r, int64_t i, Events* events);
   void Finish(Request* r, const std::string& reason, Events* events);
@@ -185,6 +201,9 @@ class EngineImpl : public Engine {
   KvPool pool_;
   BatchRunner runner_;
   PrefixCache cache_;  // after pool_: closed and destroyed before it
+  DraftCostModel draft_cost_;
+  NgramDrafter ngram_;
+  bool mtp_ = false;   // speculative mtp/auto with a model that has MTP modules
 
   std::mutex mu_;  // guards waiting_, cancel_, stopping_, stats_, next_id_
   std::condition_variable cv_;
@@ -215,8 +234,21 @@ void EngineImpl::WarmUp() {
     runner_.Forward({c});
     secs = Seconds(t0, Clock::now());
   }
-  for (int32_t b : blocks) pool_.Release(b);
   cache_.cost().ObservePrefill(n, secs);
+  if (cfg_.speculative != DraftMode::kOff) {
+    // The draft cost model's start: forwards of one token and of a full
+    // draft's feed, after 32 positions of context (like decode steps).
+    const int64_t ctx = std::min<int64_t>(32, n - 1), feed = std::min<int64_t>(cfg_.draft_tokens + 1, n - ctx);
+    for (int rep = 0; rep < 2 && ctx >= 0; ++rep)
+      for (int64_t m : {int64_t{1}, feed}) {
+        if (m < 1) continue;
+        SeqChunk d{tokens.data() + ctx, m, ctx, blocks.data(), static_cast<int64_t>(blocks.size())};
+        auto t0 = Clock::now();
+        runner_.Forward({d});
+        draft_cost_.ObserveForward(m, Seconds(t0, Clock::now()));
+      }
+  }
+  for (int32_t b : blocks) pool_.Release(b);
 }
 
 void EngineImpl::Loop() {
@@ -288,12 +320,27 @@ void EngineImpl::ApplyCancellations(Events* events) {
 }
 
 Batch EngineImpl::BuildBatch() {
-  // Decode tokens first, then prefill chunks in admission order, under the budget.
+  // Decode tokens first (with their drafts), then prefill chunks in
+  // admission order, under the budget.
   Batch batch;
+  std::vector<Request*> decoding;
   for (auto& r : running_) {
     if (r->load || r->cancelled || r->tokens.empty()) continue;
     if (r->computed >= r->prompt_len && static_cast<int64_t>(r->tokens.size()) - r->computed == 1)
-      AddChunk(r.get(), 1, &batch);
+      decoding.push_back(r.get());
+  }
+  batch.decoding = static_cast<int>(decoding.size());
+  batch.draft_tokens = StepDraftTokens(batch.decoding);
+  for (Request* r : decoding) {
+    r->feed.clear();
+    if (batch.draft_tokens > 0 && MakeDraft(r, batch.draft_tokens)) {
+      r->feed.push_back(r->tokens.back());
+      r->feed.insert(r->feed.end(), r->draft.begin(), r->draft.end());
+      AddChunk(r, static_cast<int64_t>(r->feed.size()), &batch, r->feed.data());
+      batch.chunks.back().all_logits = true;
+    } else {
+      AddChunk(r, 1, &batch);
+    }
   }
   for (auto& r : running_) {
     const int64_t budget = cfg_.step_token_budget - batch.tokens;
@@ -303,10 +350,45 @@ Batch EngineImpl::BuildBatch() {
     batch.prefill_tokens += n;
     AddChunk(r.get(), n, &batch);
   }
+  for (Request* r : batch.owners) batch.hidden |= r->mtp != nullptr;
   return batch;
 }
 
-void EngineImpl::AddChunk(Request* r, int64_t n, Batch* batch) {
+int EngineImpl::StepDraftTokens(int decoding) {
+  if (cfg_.speculative == DraftMode::kOff || decoding == 0) return 0;
+  // Every decoding request's feed fits the step's token budget.
+  const int cap = static_cast<int>(std::min<int64_t>(cfg_.draft_tokens, cfg_.step_token_budget / decoding - 1));
+  const int k = cfg_.adaptive_draft ? draft_cost_.Choose(decoding, cap) : std::max(0, cap);
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.spec_draft_tokens = k;
+  if (k == 0) ++stats_.spec_off_steps;
+  return k;
+}
+
+bool EngineImpl::MakeDraft(Request* r, int k) {
+  // Room: the draft's positions and the tokens it could emit stay within
+  // max_tokens, the context and so the request's block reservation.
+  const int64_t len = r->computed;  // positions fed; tokens.back() is pending
+  k = static_cast<int>(std::min<int64_t>({k, r->params.max_tokens - r->generated - 1, mcfg_.max_seq_len - len - 1}));
+  r->draft.clear();
+  r->q.clear();
+  r->draft_mtp = false;
+  if (k <= 0) return false;
+  const DraftMode mode = cfg_.speculative;
+  if (mode != DraftMode::kMtp) r->draft = ngram_.Draft(r->tokens, k);
+  if (r->mtp && r->mtp->Ready(len) &&
+      (mode == DraftMode::kMtp || (mode == DraftMode::kAuto && !AutoPrefersNgram(ngram_, r->tokens, r->draft, k)))) {
+    const auto t0 = Clock::now();
+    r->draft = r->mtp->Draft(r->tokens, k, r->params.sampling, &r->rng, &r->q);
+    draft_cost_.ObserveDraftSeconds(static_cast<int64_t>(r->draft.size()), Seconds(t0, Clock::now()));
+    r->draft_mtp = true;
+  } else if (mode == DraftMode::kMtp) {
+    r->draft.clear();
+  }
+  return !r->draft.empty();
+}
+
+void EngineImpl::AddChunk(Request* r, int64_t n, Batch* batch, const int32_t* tokens) {
   // Blocks are taken as tokens arrive; the admission's reservation
   // guarantees they are there.
   while (static_cast<int64_t>(r->blocks.size()) * kBlockTokens < r->computed + n) {
@@ -314,8 +396,8 @@ void EngineImpl::AddChunk(Request* r, int64_t n, Batch* batch) {
     CHECK_MSG(b >= 0, "KV pool exhausted despite the reservation");
     r->blocks.push_back(b);
   }
-  batch->chunks.push_back(SeqChunk{r->tokens.data() + r->computed, n, r->computed, r->blocks.data(),
-                                   static_cast<int64_t>(r->blocks.size())});
+  batch->chunks.push_back(SeqChunk{tokens ? tokens : r->tokens.data() + r->computed, n, r->computed,
+                                   r->blocks.data(), static_cast<int64_t>(r->blocks.size())});
   batch->owners.push_back(r);
   batch->tokens += n;
 }
@@ -323,13 +405,22 @@ void EngineImpl::AddChunk(Request* r, int64_t n, Batch* batch) {
 void EngineImpl::RunBatch(const Batch& batch, Events* events) {
   if (batch.chunks.empty()) return;
   const auto t0 = Clock::now();
-  const float* logits = runner_.Forward(batch.chunks);
+  const float* logits = runner_.Forward(batch.chunks, batch.hidden);
   const double secs = Seconds(t0, Clock::now());
   cache_.cost().ObserveStep(secs);
   if (batch.prefill_tokens >= kBlockTokens) cache_.cost().ObservePrefill(batch.tokens, secs);
+  if (batch.prefill_tokens == 0) draft_cost_.ObserveForward(batch.tokens, secs);
+  const int64_t V = runner_.vocab();
   for (size_t i = 0; i < batch.chunks.size(); ++i) {
-    batch.owners[i]->computed += batch.chunks[i].n;
-    AfterForward(batch.owners[i], logits + i * runner_.vocab(), events);
+    Request* r = batch.owners[i];
+    const SeqChunk& c = batch.chunks[i];
+    if (r->mtp) r->mtp->Observe(c.start, c.n, runner_.hidden_row(i));
+    if (c.all_logits) {
+      AfterVerify(r, logits + runner_.logits_row(i) * V, events);
+    } else {
+      r->computed += c.n;
+      AfterForward(r, logits + runner_.logits_row(i) * V, events);
+    }
   }
 }
 
@@ -404,6 +495,7 @@ bool EngineImpl::TryAdmit(Request* r) {
   r->load = cache_.Extend(r->tokens.data(), n_full, after_run, spare, &r->blocks, r->remote.get());
   r->remote.reset();
   if (r->load && r->load->ready()) FinishLoad(r);  // read at once: computes its tail in this step
+  if (mtp_) r->mtp = std::make_unique<MtpDrafter>(runner_.weights(), mcfg_.max_seq_len);
   return true;
 }
 
@@ -430,7 +522,42 @@ void EngineImpl::FinishLoad(Request* r) {
 void EngineImpl::AfterForward(Request* r, const float* logits, Events* events) {
   cache_.PublishFull(r->tokens.data(), r->computed, r->blocks, &r->chain);
   if (r->computed < static_cast<int64_t>(r->tokens.size())) return;  // a prefill chunk short of the end
-  const int32_t tok = SampleToken(logits, runner_.vocab(), r->params.sampling, &r->rng);
+  AcceptToken(r, SampleToken(logits, runner_.vocab(), r->params.sampling, &r->rng), logits, events);
+}
+
+void EngineImpl::AfterVerify(Request* r, const float* rows, Events* events) {
+  // rows: the logits after the pending token and after each draft token.
+  SpeculativeStats st;
+  const std::vector<int32_t> out = AcceptDraft(rows, r->draft, r->draft_mtp ? &r->q : nullptr, runner_.vocab(),
+                                               r->params.sampling, &r->rng, &st);
+  const int accepted = static_cast<int>(out.size()) - 1;
+  if (r->draft_mtp) r->mtp->Verified(accepted);
+  const int proposed = static_cast<int>(st.proposed.empty() ? 0 : st.proposed.size());
+  draft_cost_.ObserveVerification(proposed, accepted);
+  r->draft_steps++;
+  r->draft_proposed += static_cast<int64_t>(r->draft.size());
+  r->draft_accepted += accepted;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.spec_steps++;
+    stats_.spec_emitted += static_cast<int64_t>(out.size());
+    if (stats_.spec_proposed.size() < st.proposed.size())
+      stats_.spec_proposed.resize(st.proposed.size()), stats_.spec_accepted.resize(st.proposed.size());
+    for (size_t i = 0; i < st.proposed.size(); ++i)
+      stats_.spec_proposed[i] += st.proposed[i], stats_.spec_accepted[i] += st.accepted[i];
+  }
+  // The pending token and the accepted drafts now hold KV; the rejected
+  // drafts' rows past `computed` are written over later and, never being
+  // inside a full computed block, never published.
+  r->computed += 1 + accepted;
+  cache_.PublishFull(r->tokens.data(), r->computed, r->blocks, &r->chain);
+  for (size_t i = 0; i < out.size(); ++i)
+    if (!AcceptToken(r, out[i], rows + static_cast<int64_t>(i) * runner_.vocab(), events)) break;
+}
+
+bool EngineImpl::AcceptToken(Request* r, int32_t tok, const float* logits, Events* events) {
+  // A generated token (sampled from `logits`): stop sequences, limits, events.
+  // Returns false once the request has finished.
   if (r->params.logprobs >= 0) r->logprobs.push_back(LogprobsOf(logits, runner_.vocab(), tok, r->params.logprobs));
   r->tokens.push_back(tok);
   ++r->generated;
@@ -447,7 +574,7 @@ void EngineImpl::AfterForward(Request* r, const float* logits, Events* events) {
       for (int64_t i = r->emitted; i < keep; ++i) Emit(r, i, events);
       r->emitted = std::max(r->emitted, keep);
       Finish(r, "stop", events);
-      return;
+      return false;
     }
     // Longest proper prefix of s that ends the output.
     for (int64_t k = std::min(m - 1, out_len); k > hold; --k)
@@ -461,7 +588,11 @@ void EngineImpl::AfterForward(Request* r, const float* logits, Events* events) {
   if (at_limit) hold = 0;
   for (int64_t i = r->emitted; i < out_len - hold; ++i) Emit(r, i, events);
   r->emitted = std::max(r->emitted, out_len - hold);
-  if (at_limit) Finish(r, "length", events);
+  if (at_limit) {
+    Finish(r, "length", events);
+    return false;
+  }
+  return true;
 }
 
 void EngineImpl::Emit(Request* r, int64_t i, Events* events) {
@@ -479,6 +610,9 @@ void EngineImpl::Finish(Request* r, const std::string& reason, Events* events) {
   ev.prompt_tokens = r->prompt_len;
   ev.cached_tokens = r->cached_tokens;
   ev.completion_tokens = r->generated;
+  ev.draft_steps = r->draft_steps;
+  ev.draft_proposed = r->draft_proposed;
+  ev.draft_accepted = r->draft_accepted;
   events->emplace_back(r, ev);
   ReleaseBlocks(r);
   std::lock_guard<std::mutex> lock(mu_);
@@ -508,6 +642,12 @@ Result<std::unique_ptr<Engine>> Engine::Create(const Model* model, const EngineC
   if (cfg.max_queue < 0) return Status::Error("engine: max_queue must be >= 0");
   for (KvTier* t : cfg.tiers)
     if (t == nullptr) return Status::Error("engine: null KV tier");
+  if (cfg.speculative != DraftMode::kOff && cfg.draft_tokens < 1)
+    return Status::Error("engine: draft_tokens=" + std::to_string(cfg.draft_tokens) + " (hint: at least 1)");
+  if (cfg.speculative == DraftMode::kMtp && !SpeculativeDecoder::HasMtp(m))
+    return Status::Error(std::string("engine: --speculative mtp needs a model with MTP modules; this one has ") +
+                         (m.dsa() ? "DSA attention, which MTP drafts do not support" : "model.mtp_depth = 0") +
+                         " (hint: --speculative ngram or auto)");
   const int64_t per_seq = (m.max_seq_len + kBlockTokens - 1) / kBlockTokens;
   const int64_t blocks = cfg.kv_pool_blocks > 0 ? cfg.kv_pool_blocks : cfg.max_batch * per_seq;
   return std::unique_ptr<Engine>(new EngineImpl(model, cfg, blocks));

@@ -15,6 +15,7 @@
 #include "core/status.h"
 #include "model/model.h"
 #include "model/sampler.h"
+#include "model/speculative.h"
 #include "serve/kvcache/tier.h"
 
 namespace myriad::serve {
@@ -36,6 +37,16 @@ struct EngineConfig {
   // A waiting request's lookup in a remote tier (Redis) runs on its own
   // thread; after this long the request is admitted without its answer.
   double remote_lookup_timeout_s = 0.05;
+  // Speculative decoding (model/speculative.h): a decoding request's draft
+  // (prompt lookup, its MTP modules, or auto) is verified in the batch's
+  // forward, the accepted prefix plus one token kept; rejected drafts' KV
+  // stays past the request's computed length (never published to the prefix
+  // cache). Each step drafts k <= draft_tokens tokens, k chosen by a
+  // measured cost model (draft_cost.h) for the number of decoding requests:
+  // 0, no speculation, when verifying costs more than it saves.
+  DraftMode speculative = DraftMode::kOff;
+  int draft_tokens = 4;
+  bool adaptive_draft = true;  // false: always draft_tokens (tests, benchmarks)
 };
 
 struct GenerationParams {
@@ -57,6 +68,9 @@ struct TokenEvent {
   int64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;  // on the final event
   std::string error;       // when finish_reason == "error"
   std::optional<TokenLogprobs> logprobs;  // of `token`, when GenerationParams::logprobs >= 0
+  // On the final event: this request's speculative decoding (verifications
+  // of a draft, draft tokens proposed and accepted).
+  int64_t draft_steps = 0, draft_proposed = 0, draft_accepted = 0;
 };
 
 struct EngineStats {
@@ -67,6 +81,13 @@ struct EngineStats {
   int64_t recomputed_hit_tokens = 0;    // cached tokens the cost model chose to recompute
   int64_t skipped_lookups = 0;          // slow-tier lookups not made: no hit there could beat recomputing
   int64_t late_lookups = 0;             // remote lookups past their deadline: admitted without a remote hit
+  // Speculative decoding: verifications of a draft, tokens they emitted,
+  // drafts proposed / accepted per position (conditional: a position is
+  // proposed only after the one before it was accepted), decode steps the
+  // cost model ran without drafts, and the last step's draft length.
+  int64_t spec_steps = 0, spec_emitted = 0, spec_off_steps = 0;
+  std::vector<int64_t> spec_proposed, spec_accepted;
+  int spec_draft_tokens = 0;
   int running = 0, waiting = 0;
   int64_t kv_blocks_used = 0, kv_blocks_total = 0;
 };

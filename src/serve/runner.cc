@@ -193,26 +193,29 @@ BatchRunner::BatchRunner(const Model& model, KvPool* pool, WeightFormat fmt, Att
 
 BatchRunner::~BatchRunner() = default;
 
-const float* BatchRunner::Forward(const std::vector<SeqChunk>& chunks) {
+const float* BatchRunner::Forward(const std::vector<SeqChunk>& chunks, bool hidden) {
   CHECK(!chunks.empty());
   const int64_t max_pos = weights_.config().max_seq_len;
   tokens_.clear(); pos_.clear(); out_rows_.clear();
-  row0_.clear();
+  row0_.clear(); logits_row_.clear();
   for (const auto& c : chunks) {
     CHECK_MSG(c.n > 0 && c.start + c.n <= max_pos, "chunk [%lld, %lld) outside the model's context",
               static_cast<long long>(c.start), static_cast<long long>(c.start + c.n));
     CHECK_MSG(c.n_blocks * kBlockTokens >= c.start + c.n, "block table too short");
     row0_.push_back(static_cast<int64_t>(tokens_.size()));
+    logits_row_.push_back(static_cast<int64_t>(out_rows_.size()));
     for (int64_t t = 0; t < c.n; ++t) {
       tokens_.push_back(c.tokens[t]);
       pos_.push_back(static_cast<int32_t>(c.start + t));
+      if (c.all_logits || t == c.n - 1) out_rows_.push_back(static_cast<int64_t>(tokens_.size()) - 1);
     }
-    out_rows_.push_back(static_cast<int64_t>(tokens_.size()) - 1);
   }
+  const int64_t N = static_cast<int64_t>(tokens_.size());
   attn_->Begin(&chunks, row0_);
-  logits_.resize(chunks.size() * vocab());
-  InferenceForward(weights_, tokens_.data(), pos_.data(), static_cast<int64_t>(tokens_.size()), attn_.get(),
-                   out_rows_.data(), static_cast<int64_t>(out_rows_.size()), &scratch_, logits_.data());
+  logits_.resize(out_rows_.size() * vocab());
+  if (hidden) hidden_.resize(static_cast<size_t>(N * weights_.config().d_model));
+  InferenceForward(weights_, tokens_.data(), pos_.data(), N, attn_.get(), out_rows_.data(),
+                   static_cast<int64_t>(out_rows_.size()), &scratch_, logits_.data(), hidden ? hidden_.data() : nullptr);
   attn_->Begin(nullptr, row0_);
   return logits_.data();
 }

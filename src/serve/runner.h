@@ -38,6 +38,7 @@ struct SeqChunk {
   int64_t start = 0;                // position of tokens[0]; KV of [0, start) is in the blocks
   const int32_t* blocks = nullptr;  // block table: block i holds positions [16i, 16i+16)
   int64_t n_blocks = 0;             // must cover [0, start + n)
+  bool all_logits = false;          // the logits of every new token (a draft's verification), not only the last
 };
 
 // How dense attention reads the pool (see above).
@@ -50,9 +51,14 @@ class BatchRunner {
               AttentionPath path = AttentionPath::kPaged);
   ~BatchRunner();
   // Writes the chunks' keys and values into their blocks and returns the
-  // logits [chunks.size(), V] of each chunk's last token (valid until the
-  // next call).
-  const float* Forward(const std::vector<SeqChunk>& chunks);
+  // logits of each chunk's last token, or of all its tokens with
+  // all_logits, chunk after chunk: chunk i's first row is logits_row(i)
+  // (valid until the next call). With `hidden`, also every new token's
+  // hidden state as MTP drafts read it (InferenceForward's), chunk i's rows
+  // from hidden_row(i).
+  const float* Forward(const std::vector<SeqChunk>& chunks, bool hidden = false);
+  int64_t logits_row(size_t i) const { return logits_row_[i]; }
+  const float* hidden_row(size_t i) const { return hidden_.data() + row0_[i] * weights_.config().d_model; }
   int64_t vocab() const { return weights_.config().vocab_size; }
   const InferenceWeights& weights() const { return weights_; }
 
@@ -63,8 +69,8 @@ class BatchRunner {
   std::unique_ptr<PoolAttention> attn_;
   InferenceScratch scratch_;
   std::vector<int32_t> tokens_, pos_;
-  std::vector<int64_t> row0_, out_rows_;  // each chunk's first and last row
-  std::vector<float> logits_;
+  std::vector<int64_t> row0_, out_rows_, logits_row_;  // each chunk's first row, the rows with logits
+  std::vector<float> logits_, hidden_;
 };
 
 }  // namespace myriad::serve
