@@ -62,6 +62,16 @@ int RunServe(int argc, char** argv) {
   app.add_option("--step-tokens", ecfg.step_token_budget, "prefill+decode tokens per engine step")
       ->check(CLI::PositiveNumber);
   app.add_flag("--no-prefix-cache", no_prefix_cache, "do not reuse KV blocks across requests");
+  std::string speculative = "off";
+  app.add_option("--speculative", speculative,
+                 "draft tokens and verify them in the batch's forward: mtp (the model's MTP modules), ngram "
+                 "(prompt lookup), auto (n-gram where the context repeats, else MTP), off. The draft length "
+                 "adapts to the batch and speculation turns off where the measured cost model says it does not pay")
+      ->check(CLI::IsMember({"off", "ngram", "mtp", "auto"}));
+  app.add_option("--draft-tokens", ecfg.draft_tokens, "the most draft tokens per request per step")
+      ->check(CLI::Range(1, 16));
+  app.add_flag("--fixed-draft", [&ecfg](int64_t) { ecfg.adaptive_draft = false; },
+               "always draft --draft-tokens tokens (no cost model; benchmarks)");
   app.add_option("--max-body-bytes", max_body, "largest request body (413 above)")->check(CLI::PositiveNumber);
   app.add_option("--http-threads", scfg.http_threads, "connections served at once")->check(CLI::PositiveNumber);
   app.add_option("--drain-timeout", scfg.drain_timeout_s, "seconds a stop waits for running requests")
@@ -94,6 +104,7 @@ int RunServe(int argc, char** argv) {
   app.add_option("--kv-redis-ttl", kv_redis_ttl, "T3: seconds a block lives in Redis (0: no expiry)")
       ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
+  ParseDraftMode(speculative, &ecfg.speculative);
   scfg.max_body_bytes = static_cast<size_t>(max_body);
   ecfg.prefix_cache = !no_prefix_cache;
   ecfg.load_or_recompute = kv_load == "auto";
