@@ -12,7 +12,8 @@
 #     answering, and SIGTERM with all of them connected exits within the
 #     drain timeout + 3 s (they held every HTTP thread and blocked SIGTERM);
 #   - requests the drain timeout cancels end as 503 (or an error event in a
-#     stream), never as 200 with finish_reason "cancelled".
+#     stream), never as 200 with finish_reason "cancelled", and the server
+#     exits within the drain timeout + 3 s.
 # Usage: serve_http_hostile.sh MYRIAD_BINARY SOURCE_DIR
 source "$(dirname "$0")/lib.sh" "$1" "$2"
 source "$(dirname "$0")/serve_lib.bash"
@@ -187,7 +188,7 @@ wait "$slow_pid" 2>/dev/null || true
 # 5. Requests the drain timeout cancels: 503 or an SSE error event, never 200 "cancelled".
 start_server --max-batch 1 --max-queue 200 --drain-timeout 0
 cancel_pid=$SERVER_PID
-out=$("$PY" - "$URL" "$SERVER_PID" <<'PYEOF'
+out=$("$PY" - "$URL" "$SERVER_PID" "$WORK/sigterm_at" <<'PYEOF'
 import http.client, json, os, signal, sys, threading, time, urllib.parse
 u = urllib.parse.urlparse(sys.argv[1]); pid = int(sys.argv[2])
 results = []
@@ -213,6 +214,8 @@ for _ in range(2000):
     if waiting >= 10:
         break
     time.sleep(0.002)
+with open(sys.argv[3], "w") as f:
+    f.write(f"{time.time()}\n")
 os.kill(pid, signal.SIGTERM)
 for t in threads:
     t.join()
@@ -233,5 +236,11 @@ PYEOF
 ) && pass "drain timeout 0 with 120 requests: $out" || fail "drain-timeout cancels: $out"
 rc=0; wait "$cancel_pid" || rc=$?
 SERVER_PID=""
-[ "$rc" = 0 ] && pass "the server exits 0 after cancelling at the drain timeout" || fail "exit $rc: $(tail -3 "$WORK/serve.log")"
+secs=$("$PY" -c 'import sys, time; print("%.2f" % (time.time() - float(open(sys.argv[1]).read())))' "$WORK/sigterm_at" ||
+  echo "?")
+if [ "$rc" = 0 ] && "$PY" -c "import sys; sys.exit(0 if $secs < 0 + 3 else 1)" 2>/dev/null; then
+  pass "SIGTERM with 120 requests running or waiting: exit 0 after $secs s (drain timeout 0 s + 3)"
+else
+  fail "SIGTERM with 120 requests running or waiting: exit $rc after $secs s (want 0 within 3 s): $(tail -3 "$WORK/serve.log")"
+fi
 finish

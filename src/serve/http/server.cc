@@ -916,7 +916,9 @@ void HttpServer::Shutdown() {
     if (!left.empty()) {
       LOG_WARN("serve: %zu requests still running after %gs; cancelling them", left.size(), m.cfg.drain_timeout_s);
       for (uint64_t id : left) m.engine->Cancel(id);
-      m.WaitIdle(10);
+      // A moment for their answers (503, or an error event) to go out; a
+      // client that does not read them is cut off below.
+      m.WaitIdle(1);
     }
     if (!m.io_thread.joinable()) return;
     // Stop accepting and close every connection (idle, slow or mid-response):

@@ -1,7 +1,10 @@
 // The HTTP server against a fake engine, over real loopback HTTP: every
 // route, streaming chunks, usage and billing, every kind of bad request,
 // back-pressure, the API key, a client that goes away mid-stream, 64
-// concurrent clients. (The pure parts are in openai_test.cc.)
+// concurrent clients, pipelining, a chunked body over the limit, a slow head
+// at the header deadline, requests cancelled at the drain timeout. (The pure
+// parts are in openai_test.cc; tests/e2e/serve_http_hostile.sh does the
+// hostile clients at full size against the real binary.)
 #include "serve/http/server.h"
 
 #include <arpa/inet.h>
