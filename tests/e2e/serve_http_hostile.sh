@@ -180,7 +180,8 @@ secs=$("$PY" -c "import time; print(f'{time.time() - $t0:.2f}')")
 if [ "$rc" = 0 ] && "$PY" -c "import sys; sys.exit(0 if $secs < 5 + 3 else 1)"; then
   pass "SIGTERM with 100 slow clients connected: exit 0 after $secs s (drain timeout 5 s + 3)"
 else
-  fail "SIGTERM with 100 slow clients connected: exit $rc after $secs s (want 0 within 8 s): $(tail -3 "$WORK/serve.log")"
+  fail "SIGTERM with 100 slow clients connected: exit $rc after $secs s (want 0 within 8 s):" \
+    "$(tail -3 "$WORK/serve.log")"
 fi
 kill "$slow_pid" 2>/dev/null || true
 wait "$slow_pid" 2>/dev/null || true
@@ -241,6 +242,7 @@ secs=$("$PY" -c 'import sys, time; print("%.2f" % (time.time() - float(open(sys.
 if [ "$rc" = 0 ] && "$PY" -c "import sys; sys.exit(0 if $secs < 0 + 3 else 1)" 2>/dev/null; then
   pass "SIGTERM with 120 requests running or waiting: exit 0 after $secs s (drain timeout 0 s + 3)"
 else
-  fail "SIGTERM with 120 requests running or waiting: exit $rc after $secs s (want 0 within 3 s): $(tail -3 "$WORK/serve.log")"
+  fail "SIGTERM with 120 requests running or waiting: exit $rc after $secs s (want 0 within 3 s):" \
+    "$(tail -3 "$WORK/serve.log")"
 fi
 finish

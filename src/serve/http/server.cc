@@ -162,6 +162,7 @@ struct HttpResponse {
   std::string body;
   std::vector<std::pair<std::string, std::string>> headers;
   std::function<void(const ChunkWriter&)> stream;
+  std::function<void()> on_written;  // run once the response is written or abandoned
 
   void set_header(const std::string& k, const std::string& v) { headers.emplace_back(k, v); }
   void set_content(std::string b, const char* type) {
@@ -230,7 +231,8 @@ std::string Chunk(const std::string& data) {
 }
 
 std::chrono::steady_clock::duration Seconds(double s) {
-  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(std::max(0.0, s)));
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(std::max(0.0, s)));
 }
 
 constexpr size_t kHeaderLimit = 32 << 10;  // request line and fields; more is 431
@@ -351,6 +353,7 @@ class Session : public std::enable_shared_from_this<Session> {
       });
       if (ok && chunked) ok = BlockingWrite("0\r\n\r\n");
     }
+    if (res.on_written) res.on_written();
     net::post(stream_.get_executor(), [self = shared_from_this(), ok, keep_alive] {
       if (ok && keep_alive) self->WaitForRequest();
       else self->Close();
@@ -555,7 +558,9 @@ void HttpServer::Impl::Dispatch(const std::shared_ptr<Session>& s, HttpRequest r
         ApiError e = ErrorForStatus(500);
         e.message = std::string("internal error: ") + ex.what();
         LOG_ERROR("http: %s", e.message.c_str());
+        auto on_written = std::move(res.on_written);
         res = HttpResponse();
+        res.on_written = std::move(on_written);
         SendError(res, e);
       }
       s->RespondFromWorker(res, keep_alive && !draining);
@@ -710,12 +715,13 @@ void HttpServer::Impl::HandleCompletion(const HttpRequest& req, HttpResponse& re
                                           std::chrono::system_clock::now().time_since_epoch()).count(),
                     cfg.model_name};
 
-  // Count this response as active before submitting, so Shutdown waits for it.
+  // Count this response as active before submitting, so Shutdown waits for
+  // it, until its last byte is written (or the write failed).
   {
     std::lock_guard<std::mutex> lock(acct->mu);
     acct->active_http++;
   }
-  auto release_active = [acct = acct] {
+  res.on_written = [acct = acct] {
     std::lock_guard<std::mutex> lock(acct->mu);
     acct->active_http--;
     acct->idle_cv.notify_all();
@@ -735,7 +741,6 @@ void HttpServer::Impl::HandleCompletion(const HttpRequest& req, HttpResponse& re
     pending->cv.notify_one();
   });
   if (!submitted.ok()) {
-    release_active();
     const std::string m = submitted.status().message();
     // The engine says "queue full" for back-pressure and "shutting down"
     // while stopping; anything else is about this request (400).
@@ -780,7 +785,6 @@ void HttpServer::Impl::HandleCompletion(const HttpRequest& req, HttpResponse& re
       if (step.finished) break;
     }
     on_finished();
-    release_active();
     if (gen->finish_reason() == "error") {
       ApiError e;
       e.status = 500;
@@ -813,8 +817,8 @@ void HttpServer::Impl::HandleCompletion(const HttpRequest& req, HttpResponse& re
   res.content_type = "text/event-stream";
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
-  res.stream = [gen, meta, echo_text, include_usage, currency, keepalive, drain_timeout_s, on_finished,
-                release_active](const ChunkWriter& write) {
+  res.stream = [gen, meta, echo_text, include_usage, currency, keepalive, drain_timeout_s,
+                on_finished](const ChunkWriter& write) {
     std::string out;
     if (meta.endpoint == Endpoint::kChat) out += SseData(ChunkJson(meta, "", true, ""));
     if (!echo_text.empty()) out += SseData(ChunkJson(meta, echo_text, false, ""));
@@ -850,7 +854,6 @@ void HttpServer::Impl::HandleCompletion(const HttpRequest& req, HttpResponse& re
       for (int i = 0; i < 600 && !gen->finished(); ++i) gen->Next(std::chrono::milliseconds(100));
     }
     on_finished();
-    release_active();
   };
 }
 
@@ -867,13 +870,15 @@ HttpServer::~HttpServer() { Shutdown(); }
 
 Status HttpServer::Start() {
   Impl& m = *impl_;
-  const std::string where = m.cfg.port == 0 ? m.cfg.host + " to any port" : m.cfg.host + ":" + std::to_string(m.cfg.port);
+  const std::string where =
+      m.cfg.port == 0 ? m.cfg.host + " to any port" : m.cfg.host + ":" + std::to_string(m.cfg.port);
   beast::error_code ec;
   tcp::resolver resolver(m.ioc);
   auto found = resolver.resolve(m.cfg.host, std::to_string(m.cfg.port),
                                 tcp::resolver::passive | tcp::resolver::numeric_service, ec);
   if (ec || found.empty())
-    return Status::Error("cannot bind " + where + ": the host does not resolve (" + ec.message() + "; hint: check --host)");
+    return Status::Error("cannot bind " + where + ": the host does not resolve (" + ec.message() +
+                         "; hint: check --host)");
   const tcp::endpoint ep = found.begin()->endpoint();
   m.acceptor.emplace(m.ioc);
   m.acceptor->open(ep.protocol(), ec);
@@ -883,9 +888,9 @@ Status HttpServer::Start() {
   if (!ec) m.acceptor->listen(1024, ec);
   if (ec) {
     m.acceptor.reset();
-    return Status::Error("cannot bind " + where + " (" + ec.message() +
-                         (m.cfg.port == 0 ? "; hint: check --host)"
-                                          : "; hint: the port is in use or the address is not local; try another --port)"));
+    const char* hint = m.cfg.port == 0 ? "; hint: check --host)"
+                                       : "; hint: the port is in use or the address is not local; try another --port)";
+    return Status::Error("cannot bind " + where + " (" + ec.message() + hint);
   }
   m.bound_port = m.acceptor->local_endpoint().port();
   m.workers = std::make_unique<net::thread_pool>(static_cast<size_t>(std::max(1, m.cfg.http_threads)));

@@ -822,7 +822,8 @@ TEST_F(ServerTest, PipelinedRequestsAreBothAnswered) {
   std::string got;
   ASSERT_TRUE(ReadUntil(fd, "\"object\":\"list\"", &got)) << got;
   close(fd);
-  const size_t a = got.find("{\"status\":\"ok\"}"), b = got.find("\"text_completion\""), c = got.find("\"object\":\"list\"");
+  const size_t a = got.find("{\"status\":\"ok\"}"), b = got.find("\"text_completion\""),
+               c = got.find("\"object\":\"list\"");
   EXPECT_TRUE(a < b && b < c) << got;
   size_t n = 0;
   for (size_t p = got.find("HTTP/1.1 200 OK"); p != std::string::npos; p = got.find("HTTP/1.1 200 OK", p + 1)) ++n;
