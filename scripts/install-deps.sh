@@ -12,8 +12,9 @@ PACKAGES=(
   # Hugging Face tokenizers: pre-tokenizer regexes (PCRE2) and Unicode normalization (utf8proc)
   libpcre2-dev libutf8proc-dev
   nlohmann-json3-dev libcli11-dev libxxhash-dev libgtest-dev libgmock-dev
-  # serving: HTTP, the remote KV tier (client and the server the tests start), the OpenAI SDK test
-  libcpp-httplib-dev libhiredis-dev redis-server nodejs
+  # serving: HTTP (Boost.Beast/Asio, header-only), the remote KV tier (client and the server the tests
+  # start), the OpenAI SDK test
+  libboost1.81-dev libhiredis-dev redis-server nodejs
   # golden reference and benchmark peer
   python3 python3-torch python3-numpy
   # chat templates: Python's Jinja, a reference renderer of the parity test

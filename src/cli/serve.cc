@@ -73,9 +73,20 @@ int RunServe(int argc, char** argv) {
   app.add_flag("--fixed-draft", [&ecfg](int64_t) { ecfg.adaptive_draft = false; },
                "always draft --draft-tokens tokens (no cost model; benchmarks)");
   app.add_option("--max-body-bytes", max_body, "largest request body (413 above)")->check(CLI::PositiveNumber);
-  app.add_option("--http-threads", scfg.http_threads, "connections served at once")->check(CLI::PositiveNumber);
+  app.add_option("--http-threads", scfg.http_threads,
+                 "completions executed at once (waiting, idle and slow connections take no thread)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--drain-timeout", scfg.drain_timeout_s, "seconds a stop waits for running requests")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--header-timeout-s", scfg.header_timeout_s,
+                 "seconds a request's head may take from its first byte (then the connection is closed)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--body-timeout-s", scfg.body_timeout_s,
+                 "seconds a request body may take to arrive, and each response write to finish")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--keep-alive-timeout-s", scfg.keep_alive_timeout_s,
+                 "seconds an idle kept-alive connection stays open")
+      ->check(CLI::PositiveNumber);
   app.add_option("--chat-template", chat_template_path, "chat template TOML (default: the one stored with the model)");
   app.add_option("--tokenizer", tokenizer_path, "tokenizer model (default: the run's)");
   app.add_option("--prices", prices_path, "TOML file with a [prices] table (per 1M tokens)");

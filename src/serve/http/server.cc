@@ -1,7 +1,8 @@
 #include "serve/http/server.h"
 
-#include <httplib.h>
-#include <sys/socket.h>
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -10,11 +11,16 @@
 #include <csignal>
 #include <cstdio>
 #include <deque>
+#include <functional>
+#include <future>
 #include <map>
+#include <optional>
+#include <sstream>
 #include <mutex>
 #include <random>
 #include <set>
 #include <thread>
+#include <unordered_map>
 
 #include "core/log.h"
 #include "serve/http/openai.h"
@@ -23,6 +29,10 @@
 namespace myriad::serve {
 
 using nlohmann::json;
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
 using Clock = std::chrono::steady_clock;
 
 namespace {
@@ -181,20 +191,103 @@ bool ConstantTimeEquals(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-// httplib listens with a backlog of 5 (compiled into Debian's library):
-// a burst of clients overflows it and some connections are reset. Calling
-// listen() again on the bound socket raises the backlog (Linux allows it).
-class Listener : public httplib::Server {
- public:
-  void RaiseBacklog(int backlog) {
-    if (svr_sock_ != INVALID_SOCKET) ::listen(svr_sock_, backlog);
+// What a handler sees of a request.
+struct HttpRequest {
+  http::request<http::string_body> msg;
+  std::string path;  // the target without its query
+
+  const std::string& body() const { return msg.body(); }
+  std::string get_header_value(http::field f) const { return std::string(msg[f]); }
+};
+
+// Bytes of a streamed response, written from a worker thread; false when the
+// connection is gone.
+using ChunkWriter = std::function<bool(const std::string&)>;
+
+// What a handler produces: a whole response, or a head and a stream function
+// that writes the body in chunks (run on a worker thread).
+struct HttpResponse {
+  int status = 200;
+  std::string content_type;
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::function<void(const ChunkWriter&)> stream;
+  std::function<void()> on_written;  // run once the response is written or abandoned
+
+  void set_header(const std::string& k, const std::string& v) { headers.emplace_back(k, v); }
+  void set_content(std::string b, const char* type) {
+    body = std::move(b);
+    content_type = type;
   }
 };
 
-void SendError(httplib::Response& res, const ApiError& e) {
+void SendError(HttpResponse& res, const ApiError& e) {
   res.status = e.status;
   res.set_content(ErrorJson(e), kJson);
 }
+
+ApiError ErrorWithMessage(int status, const std::string& message) {
+  ApiError e = ErrorForStatus(status);
+  e.message = message;
+  return e;
+}
+
+// A request the engine cancelled before it finished that no stop string
+// ended: the drain timeout of a shutdown (or the engine stopping). Not a
+// response: OpenAI has no "cancelled" finish_reason.
+ApiError CancelledError(double drain_timeout_s) {
+  ApiError e = ErrorForStatus(503);
+  char buf[200];
+  std::snprintf(buf, sizeof buf,
+                "the request was cancelled before it finished: the server is shutting down and its drain timeout "
+                "(%gs) ran out (hint: retry; the output so far is not returned)", drain_timeout_s);
+  e.message = buf;
+  e.code = "cancelled";
+  return e;
+}
+
+// HTTP/1.1 text of a whole response, or of the head alone (`chunked`: the
+// body follows in chunks).
+template <class Body>
+void FillHead(http::response<Body>& m, const HttpResponse& r, bool keep_alive) {
+  if (!r.content_type.empty()) m.set(http::field::content_type, r.content_type);
+  for (const auto& [k, v] : r.headers) m.set(k, v);
+  m.keep_alive(keep_alive);
+}
+
+std::string WholeResponse(const HttpResponse& r, unsigned version, bool keep_alive) {
+  http::response<http::string_body> m{static_cast<http::status>(r.status), version};
+  FillHead(m, r, keep_alive);
+  m.body() = r.body;
+  m.prepare_payload();
+  std::ostringstream os;
+  os << m;
+  return std::move(os).str();
+}
+
+std::string StreamHead(const HttpResponse& r, unsigned version, bool keep_alive) {
+  http::response<http::empty_body> m{static_cast<http::status>(r.status), version};
+  FillHead(m, r, keep_alive);
+  if (version >= 11) m.chunked(true);
+  std::ostringstream os;
+  os << m.base();
+  return std::move(os).str();
+}
+
+std::string Chunk(const std::string& data) {
+  char len[24];
+  std::snprintf(len, sizeof len, "%zx\r\n", data.size());
+  return len + data + "\r\n";
+}
+
+std::chrono::steady_clock::duration Seconds(double s) {
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(std::max(0.0, s)));
+}
+
+constexpr size_t kHeaderLimit = 32 << 10;  // request line and fields; more is 431
+
+class Session;
 
 }  // namespace
 
@@ -205,14 +298,23 @@ struct HttpServer::Impl {
   ServerConfig cfg;
   TextConventions text;  // prompt framing and stop ids
   std::shared_ptr<Accounts> acct;
-  Listener svr;
-  std::thread listener;
   int bound_port = 0;
   std::atomic<bool> draining{false};
   std::once_flag shutdown_once;
   int64_t started_unix = 0;
   std::atomic<uint64_t> request_counter{0};
   uint64_t id_salt = 0;
+
+  // The network, in destruction order (last first): the I/O context
+  // destroys handlers that hold sessions, whose destructors use `sessions`.
+  std::mutex sessions_mu;
+  std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
+  net::io_context ioc{1};
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
+  std::optional<tcp::acceptor> acceptor;
+  std::optional<net::steady_timer> accept_retry;
+  std::unique_ptr<net::thread_pool> workers;  // completions run here
+  std::thread io_thread;
 
   Impl(Engine* e, const Tokenizer* t, ChatTemplate ct, PriceTable prices, ServerConfig c)
       : engine(e), tok(t), chat_template(std::move(ct)), cfg(std::move(c)),
@@ -231,95 +333,321 @@ struct HttpServer::Impl {
     return buf;
   }
 
-  void Routes();
-  void HandleCompletion(const httplib::Request& req, httplib::Response& res, Endpoint ep);
-  void HandleModels(const httplib::Request& req, httplib::Response& res);
+  void Accept();
+  // On the I/O thread: authentication and routing; completions go to a worker.
+  void Dispatch(const std::shared_ptr<Session>& s, HttpRequest req);
+  void HandleCompletion(const HttpRequest& req, HttpResponse& res, Endpoint ep);
+  void HandleModels(const HttpRequest& req, HttpResponse& res);
+  void CountRequest() {
+    std::lock_guard<std::mutex> lock(acct->mu);
+    acct->counters.http_requests++;
+  }
+  void CountResponse(int status) {
+    std::lock_guard<std::mutex> lock(acct->mu);
+    acct->responses_by_status[status]++;
+    if (status >= 400 && status != 429 && status != 503 && status != 401) acct->counters.bad_requests++;
+  }
   void WaitIdle(double seconds);
   std::string Metrics();
   std::string Summary();
 };
 
-void HttpServer::Impl::Routes() {
-  auto not_allowed = [](const char* allow) {
-    return [allow](const httplib::Request&, httplib::Response& res) {
-      res.set_header("Allow", allow);
-      ApiError e = ErrorForStatus(405);
-      e.message += std::string(" (hint: this route takes ") + allow + ")";
-      SendError(res, e);
-    };
-  };
-  for (const auto& [path, ep] : {std::pair{"/v1/chat/completions", Endpoint::kChat},
-                                 std::pair{"/v1/completions", Endpoint::kCompletion}}) {
-    Endpoint e = ep;
-    svr.Post(path, [this, e](const httplib::Request& req, httplib::Response& res) { HandleCompletion(req, res, e); });
-    svr.Get(path, not_allowed("POST"));
-    svr.Put(path, not_allowed("POST"));
-    svr.Delete(path, not_allowed("POST"));
-    svr.Patch(path, not_allowed("POST"));
-  }
-  svr.Get(R"(/v1/models(/.*)?)", [this](const httplib::Request& req, httplib::Response& res) { HandleModels(req, res); });
-  svr.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (draining) {
-      res.status = 503;
-      res.set_content(R"({"status":"draining"})", kJson);
-    } else {
-      res.set_content(R"({"status":"ok"})", kJson);
-    }
-  });
-  svr.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(Metrics(), "text/plain; version=0.0.4");
-  });
-  for (const char* path : {R"(/v1/models(/.*)?)", "/health", "/metrics"}) {
-    svr.Post(path, not_allowed("GET"));
-    svr.Put(path, not_allowed("GET"));
-    svr.Delete(path, not_allowed("GET"));
-    svr.Patch(path, not_allowed("GET"));
+namespace {
+
+// One connection, driven on its strand of the I/O thread: wait for a request
+// (idle deadline), read its head (header deadline) and body (body deadline,
+// size limit), answer it (inline, or on a worker for a completion), then the
+// next one: pipelined requests wait in `buffer_` and are answered in order.
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(HttpServer::Impl* srv, tcp::socket sock) : srv_(srv), stream_(std::move(sock)) {}
+  ~Session() {
+    std::lock_guard<std::mutex> lock(srv_->sessions_mu);
+    srv_->sessions.erase(this);
   }
 
-  // Authentication before routing; /health stays open for load balancers.
-  svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+  void Start() {
     {
-      std::lock_guard<std::mutex> lock(acct->mu);
-      acct->counters.http_requests++;
+      std::lock_guard<std::mutex> lock(srv_->sessions_mu);
+      srv_->sessions.emplace(this, weak_from_this());
     }
-    if (cfg.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-    const std::string auth = req.get_header_value("Authorization");
-    const std::string want = "Bearer " + cfg.api_key;
-    if (ConstantTimeEquals(auth, want)) return httplib::Server::HandlerResponse::Unhandled;
-    ApiError e = ErrorForStatus(401);
-    if (auth.empty()) e.message = "no API key given (hint: send the header 'Authorization: Bearer <key>')";
+    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->WaitForRequest(); });
+  }
+
+  // On the strand: a response made on the I/O thread.
+  void Respond(const HttpResponse& res, bool keep_alive) {
+    srv_->CountResponse(res.status);
+    auto data = std::make_shared<std::string>(WholeResponse(res, version_, keep_alive));
+    stream_.expires_after(Seconds(srv_->cfg.body_timeout_s));
+    net::async_write(stream_, net::buffer(*data),
+                     [self = shared_from_this(), data, keep_alive](beast::error_code ec, size_t) {
+                       if (ec || !keep_alive) return self->Close();
+                       self->WaitForRequest();
+                     });
+  }
+
+  // On a worker thread: writes a response (a whole one, or a head and the
+  // stream), then hands the connection back to the strand.
+  void RespondFromWorker(HttpResponse& res, bool keep_alive) {
+    srv_->CountResponse(res.status);
+    bool ok;
+    if (!res.stream) {
+      ok = BlockingWrite(WholeResponse(res, version_, keep_alive));
+    } else {
+      const bool chunked = version_ >= 11;
+      if (!chunked) keep_alive = false;  // HTTP/1.0: the body ends with the connection
+      ok = BlockingWrite(StreamHead(res, version_, keep_alive));
+      res.stream([&](const std::string& data) {
+        if (ok) ok = BlockingWrite(chunked ? Chunk(data) : data);
+        return ok;
+      });
+      if (ok && chunked) ok = BlockingWrite("0\r\n\r\n");
+    }
+    if (res.on_written) res.on_written();
+    net::post(stream_.get_executor(), [self = shared_from_this(), ok, keep_alive] {
+      if (ok && keep_alive) self->WaitForRequest();
+      else self->Close();
+    });
+  }
+
+  void Close() {
+    if (closed_) return;
+    closed_ = true;
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream_.close();
+  }
+
+  net::any_io_executor executor() { return stream_.get_executor(); }
+  unsigned version() const { return version_; }
+
+ private:
+  // Waits for the first byte of the next request, up to the idle timeout
+  // (bytes of a pipelined request may be buffered already).
+  void WaitForRequest() {
+    if (closed_) return;
+    if (buffer_.size() > 0) return ReadHead();
+    stream_.expires_after(Seconds(srv_->cfg.keep_alive_timeout_s));
+    stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
+      if (ec) return self->Close();
+      self->buffer_.commit(n);
+      self->ReadHead();
+    });
+  }
+
+  void ReadHead() {
+    parser_.emplace();
+    parser_->header_limit(kHeaderLimit);
+    parser_->body_limit(srv_->cfg.max_body_bytes);
+    stream_.expires_after(Seconds(srv_->cfg.header_timeout_s));
+    http::async_read_header(stream_, buffer_, *parser_,
+                            [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHead(ec); });
+  }
+
+  void OnHead(beast::error_code ec) {
+    if (ec) return OnReadError(ec);
+    version_ = parser_->get().version() == 10 ? 10 : 11;
+    if (parser_->is_done()) return OnRequest();
+    if (beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
+      static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+      stream_.expires_after(Seconds(srv_->cfg.body_timeout_s));
+      net::async_write(stream_, net::buffer(kContinue), [self = shared_from_this()](beast::error_code ec, size_t) {
+        if (ec) return self->Close();
+        self->ReadBody();
+      });
+      return;
+    }
+    ReadBody();
+  }
+
+  void ReadBody() {
+    stream_.expires_after(Seconds(srv_->cfg.body_timeout_s));
+    http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
+      if (ec) return self->OnReadError(ec);
+      self->OnRequest();
+    });
+  }
+
+  // A request that cannot be read: an answer where the client can use one,
+  // then the connection is closed (what follows on it cannot be parsed).
+  void OnReadError(beast::error_code ec) {
+    if (ec == http::error::body_limit) {
+      srv_->CountRequest();
+      return Refuse(ErrorForStatus(413));
+    }
+    if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
+      srv_->CountRequest();
+      return Refuse(ErrorWithMessage(431, "the request head is over " + std::to_string(kHeaderLimit >> 10) +
+                                              " KiB (hint: fewer or shorter headers)"));
+    }
+    if (ec.category() == beast::error_code(http::error::bad_target).category() && ec != http::error::end_of_stream &&
+        ec != http::error::partial_message) {
+      srv_->CountRequest();
+      return Refuse(ErrorWithMessage(400, "malformed HTTP request: " + ec.message()));
+    }
+    Close();  // timeout, reset, end of stream: nobody to answer
+  }
+
+  // Answers and closes. The rest of the request is read and dropped for a
+  // moment first (a lingering close): closing with unread bytes would reset
+  // the connection, and the client might lose the answer.
+  void Refuse(const ApiError& e) {
+    version_ = 11;
+    HttpResponse res;
     SendError(res, e);
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  // Every error status httplib produces itself (404, 413, 400 on a bad
-  // request line) gets OpenAI's error body; bodies set by handlers are kept.
-  svr.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request&, httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    SendError(res, ErrorForStatus(res.status));
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    ApiError e;
-    e.status = 500;
-    e.type = "server_error";
-    e.message = "internal error";
+    srv_->CountResponse(res.status);
+    auto data = std::make_shared<std::string>(WholeResponse(res, version_, false));
+    stream_.expires_after(Seconds(srv_->cfg.body_timeout_s));
+    net::async_write(stream_, net::buffer(*data), [self = shared_from_this(), data](beast::error_code ec, size_t) {
+      if (ec) return self->Close();
+      beast::error_code ignored;
+      self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+      self->stream_.expires_after(std::chrono::seconds(2));
+      self->discard_ = std::make_unique<char[]>(kDiscard);
+      self->Discard();
+    });
+  }
+  void Discard() {
+    stream_.async_read_some(net::buffer(discard_.get(), kDiscard), [self = shared_from_this()](beast::error_code ec,
+                                                                                                 size_t) {
+      if (ec) return self->Close();
+      self->Discard();
+    });
+  }
+
+  void OnRequest() {
+    HttpRequest req;
+    req.msg = parser_->release();
+    parser_.reset();
+    const std::string_view target = req.msg.target();
+    req.path = std::string(target.substr(0, target.find('?')));
+    srv_->CountRequest();
+    srv_->Dispatch(shared_from_this(), std::move(req));
+  }
+
+  // From a worker: the write runs on the strand; this waits for it.
+  bool BlockingWrite(std::string bytes) {
+    auto done = std::make_shared<std::promise<bool>>();
+    std::future<bool> result = done->get_future();
+    auto data = std::make_shared<std::string>(std::move(bytes));
+    net::post(stream_.get_executor(), [self = shared_from_this(), data, done] {
+      if (self->closed_) return done->set_value(false);
+      self->stream_.expires_after(Seconds(self->srv_->cfg.body_timeout_s));
+      net::async_write(self->stream_, net::buffer(*data),
+                       [data, done](beast::error_code ec, size_t) { done->set_value(!ec); });
+    });
     try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::exception& ex) {
-      e.message = std::string("internal error: ") + ex.what();
-    } catch (...) {
+      return result.get();
+    } catch (const std::future_error&) {
+      return false;  // the I/O context dropped the write (stopped)
     }
-    LOG_ERROR("http: %s", e.message.c_str());
-    SendError(res, e);
-  });
-  svr.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    std::lock_guard<std::mutex> lock(acct->mu);
-    acct->responses_by_status[res.status]++;
-    if (res.status >= 400 && res.status != 429 && res.status != 503 && res.status != 401) acct->counters.bad_requests++;
+  }
+
+  static constexpr size_t kDiscard = 16 << 10;
+  HttpServer::Impl* srv_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_{kHeaderLimit + (16 << 10)};
+  std::optional<http::request_parser<http::string_body>> parser_;
+  std::unique_ptr<char[]> discard_;
+  unsigned version_ = 11;
+  bool closed_ = false;
+};
+
+}  // namespace
+
+void HttpServer::Impl::Accept() {
+  acceptor->async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket sock) {
+    if (!acceptor->is_open()) return;
+    if (ec) {
+      // Out of descriptors or the like: try again in a moment instead of spinning.
+      LOG_WARN("http: accept failed: %s", ec.message().c_str());
+      accept_retry->expires_after(std::chrono::milliseconds(100));
+      accept_retry->async_wait([this](beast::error_code) {
+        if (acceptor->is_open()) Accept();
+      });
+      return;
+    }
+    // Without it, Nagle's algorithm holds a response's last segment until the
+    // client's delayed ACK: ~40 ms per response on a kept-alive connection.
+    beast::error_code ignored;
+    sock.set_option(tcp::no_delay(true), ignored);
+    std::make_shared<Session>(this, std::move(sock))->Start();
+    Accept();
   });
 }
 
-void HttpServer::Impl::HandleModels(const httplib::Request& req, httplib::Response& res) {
+void HttpServer::Impl::Dispatch(const std::shared_ptr<Session>& s, HttpRequest req) {
+  const bool keep_alive = req.msg.keep_alive();
+  HttpResponse res;
+  auto not_allowed = [&](const char* allow) {
+    res.set_header("Allow", allow);
+    ApiError e = ErrorForStatus(405);
+    e.message += std::string(" (hint: this route takes ") + allow + ")";
+    SendError(res, e);
+  };
+  const http::verb method = req.msg.method();
+  const std::string& path = req.path;
+  // Authentication before routing; /health stays open for load balancers.
+  if (!cfg.api_key.empty() && path != "/health") {
+    const std::string auth = req.get_header_value(http::field::authorization);
+    if (!ConstantTimeEquals(auth, "Bearer " + cfg.api_key)) {
+      ApiError e = ErrorForStatus(401);
+      if (auth.empty()) e.message = "no API key given (hint: send the header 'Authorization: Bearer <key>')";
+      SendError(res, e);
+      return s->Respond(res, keep_alive && !draining);
+    }
+  }
+  const bool completion = path == "/v1/chat/completions" || path == "/v1/completions";
+  if (completion && method == http::verb::post) {
+    const Endpoint ep = path == "/v1/chat/completions" ? Endpoint::kChat : Endpoint::kCompletion;
+    net::post(*workers, [this, s, req = std::move(req), ep, keep_alive]() mutable {
+      HttpResponse res;
+      try {
+        HandleCompletion(req, res, ep);
+      } catch (const std::exception& ex) {
+        ApiError e = ErrorForStatus(500);
+        e.message = std::string("internal error: ") + ex.what();
+        LOG_ERROR("http: %s", e.message.c_str());
+        auto on_written = std::move(res.on_written);
+        res = HttpResponse();
+        res.on_written = std::move(on_written);
+        SendError(res, e);
+      }
+      s->RespondFromWorker(res, keep_alive && !draining);
+    });
+    return;
+  }
+  try {
+    const bool models = path == "/v1/models" || path.rfind("/v1/models/", 0) == 0;
+    if (completion) {
+      not_allowed("POST");
+    } else if ((models || path == "/health" || path == "/metrics") && method != http::verb::get) {
+      not_allowed("GET");
+    } else if (models) {
+      HandleModels(req, res);
+    } else if (path == "/health") {
+      if (draining) {
+        res.status = 503;
+        res.set_content(R"({"status":"draining"})", kJson);
+      } else {
+        res.set_content(R"({"status":"ok"})", kJson);
+      }
+    } else if (path == "/metrics") {
+      res.set_content(Metrics(), "text/plain; version=0.0.4");
+    } else {
+      SendError(res, ErrorForStatus(404));
+    }
+  } catch (const std::exception& ex) {
+    ApiError e = ErrorForStatus(500);
+    e.message = std::string("internal error: ") + ex.what();
+    LOG_ERROR("http: %s", e.message.c_str());
+    res = HttpResponse();
+    SendError(res, e);
+  }
+  s->Respond(res, keep_alive && !draining);
+}
+
+void HttpServer::Impl::HandleModels(const HttpRequest& req, HttpResponse& res) {
   json model = {{"id", cfg.model_name}, {"object", "model"}, {"created", started_unix}, {"owned_by", "myriad"}};
   if (req.path == "/v1/models" || req.path == "/v1/models/") {
     res.set_content(json({{"object", "list"}, {"data", json::array({model})}}).dump(), kJson);
@@ -338,14 +666,14 @@ void HttpServer::Impl::HandleModels(const httplib::Request& req, httplib::Respon
   res.set_content(model.dump(), kJson);
 }
 
-void HttpServer::Impl::HandleCompletion(const httplib::Request& req, httplib::Response& res, Endpoint ep) {
+void HttpServer::Impl::HandleCompletion(const HttpRequest& req, HttpResponse& res, Endpoint ep) {
   if (draining) {
     SendError(res, ErrorForStatus(503));
     return;
   }
   CompletionRequest cr;
   ApiError err;
-  if (!ParseCompletionRequest(req.body, ep, &cr, &err)) {
+  if (!ParseCompletionRequest(req.body(), ep, &cr, &err)) {
     SendError(res, err);
     return;
   }
@@ -440,12 +768,13 @@ void HttpServer::Impl::HandleCompletion(const httplib::Request& req, httplib::Re
                                           std::chrono::system_clock::now().time_since_epoch()).count(),
                     cfg.model_name};
 
-  // Count this response as active before submitting, so Shutdown waits for it.
+  // Count this response as active before submitting, so Shutdown waits for
+  // it, until its last byte is written (or the write failed).
   {
     std::lock_guard<std::mutex> lock(acct->mu);
     acct->active_http++;
   }
-  auto release_active = [acct = acct] {
+  res.on_written = [acct = acct] {
     std::lock_guard<std::mutex> lock(acct->mu);
     acct->active_http--;
     acct->idle_cv.notify_all();
@@ -465,7 +794,6 @@ void HttpServer::Impl::HandleCompletion(const httplib::Request& req, httplib::Re
     pending->cv.notify_one();
   });
   if (!submitted.ok()) {
-    release_active();
     const std::string m = submitted.status().message();
     // The engine says "queue full" for back-pressure and "shutting down"
     // while stopping; anything else is about this request (400).
@@ -512,13 +840,16 @@ void HttpServer::Impl::HandleCompletion(const httplib::Request& req, httplib::Re
       if (step.finished) break;
     }
     on_finished();
-    release_active();
     if (gen->finish_reason() == "error") {
       ApiError e;
       e.status = 500;
       e.type = "server_error";
       e.message = "generation failed: " + gen->error();
       SendError(res, e);
+      return;
+    }
+    if (gen->finish_reason() == "cancelled") {
+      SendError(res, CancelledError(cfg.drain_timeout_s));
       return;
     }
     const auto& prices = acct->ledger.prices();
@@ -532,67 +863,56 @@ void HttpServer::Impl::HandleCompletion(const httplib::Request& req, httplib::Re
     return;
   }
 
-  // Streaming: the first call sends the role (chat) and echo, then every
-  // call waits for tokens and writes what it got; a failed write means the
-  // client is gone and cancels the request.
-  struct StreamState {
-    bool started = false, ended = false;
-  };
-  auto st = std::make_shared<StreamState>();
+  // Streaming, on the worker: the role (chat) and echo first, then whatever
+  // tokens arrive, a keep-alive comment after sse_keepalive_ms without any;
+  // a failed write means the client is gone and cancels the request.
   const bool include_usage = cr.include_usage;
   const std::string currency = acct->ledger.prices().currency;
   const auto keepalive = std::chrono::milliseconds(std::max(10, cfg.sse_keepalive_ms));
+  const double drain_timeout_s = cfg.drain_timeout_s;
+  res.content_type = "text/event-stream";
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [gen, st, meta, echo_text, include_usage, currency, keepalive, want_logprobs](size_t, httplib::DataSink& sink) {
-        std::string out;
-        if (!st->started) {
-          st->started = true;
-          if (meta.endpoint == Endpoint::kChat) out += SseData(ChunkJson(meta, "", true, ""));
-          if (!echo_text.empty()) out += SseData(ChunkJson(meta, echo_text, false, ""));
-        }
-        // An empty write would end the response in httplib: always send
-        // something (tokens, the end, or a keep-alive comment).
-        if (out.empty()) {
-          auto step = gen->Next(keepalive);
-          if (!step.text.empty() || !step.logprobs.empty())
-            out += SseData(ChunkJson(meta, step.text, false, "",
-                                     want_logprobs ? LogprobsJson(meta.endpoint, step.logprobs) : json(nullptr)));
-          if (step.finished) {
-            if (gen->finish_reason() == "error") {
-              ApiError e;
-              e.status = 500;
-              e.type = "server_error";
-              e.message = "generation failed: " + gen->error();
-              out += "data: " + ErrorJson(e) + "\n\n";
-            } else {
-              out += SseData(ChunkJson(meta, "", false, gen->finish_reason()));
-              if (include_usage) out += SseData(UsageChunkJson(meta, gen->usage(), CostJson(gen->cost(), currency)));
-            }
-            out += kSseDone;
-            st->ended = true;
+  res.stream = [gen, meta, echo_text, include_usage, currency, keepalive, drain_timeout_s, want_logprobs,
+                on_finished](const ChunkWriter& write) {
+    std::string out;
+    if (meta.endpoint == Endpoint::kChat) out += SseData(ChunkJson(meta, "", true, ""));
+    if (!echo_text.empty()) out += SseData(ChunkJson(meta, echo_text, false, ""));
+    bool ok = out.empty() || write(out);
+    while (ok && !gen->finished()) {
+      out.clear();
+      auto step = gen->Next(keepalive);
+      if (!step.text.empty() || !step.logprobs.empty())
+        out += SseData(ChunkJson(meta, step.text, false, "",
+                                 want_logprobs ? LogprobsJson(meta.endpoint, step.logprobs) : json(nullptr)));
+      if (step.finished) {
+        if (gen->finish_reason() == "error" || gen->finish_reason() == "cancelled") {
+          // An error event (OpenAI's SDKs raise it), then the end.
+          ApiError e;
+          if (gen->finish_reason() == "error") {
+            e.status = 500;
+            e.type = "server_error";
+            e.message = "generation failed: " + gen->error();
+          } else {
+            e = CancelledError(drain_timeout_s);
           }
-          if (out.empty()) out = ": keep-alive\n\n";  // SSE comment: also probes the connection
+          out += "data: " + ErrorJson(e) + "\n\n";
+        } else {
+          out += SseData(ChunkJson(meta, "", false, gen->finish_reason()));
+          if (include_usage) out += SseData(UsageChunkJson(meta, gen->usage(), CostJson(gen->cost(), currency)));
         }
-        if (!sink.write(out.data(), out.size())) {
-          gen->CancelIfRunning();
-          return false;
-        }
-        if (st->ended) sink.done();
-        return true;
-      },
-      // Runs when the response is finished or abandoned, on the connection's thread.
-      [gen, on_finished, release_active](bool) {
-        if (!gen->finished()) {
-          gen->CancelIfRunning();
-          // Wait for the engine's final event so the request is accounted once.
-          for (int i = 0; i < 600 && !gen->finished(); ++i) gen->Next(std::chrono::milliseconds(100));
-        }
-        on_finished();
-        release_active();
-      });
+        out += kSseDone;
+      }
+      if (out.empty()) out = ": keep-alive\n\n";  // SSE comment: also probes the connection
+      ok = write(out);
+    }
+    if (!gen->finished()) {
+      gen->CancelIfRunning();
+      // Wait for the engine's final event so the request is accounted once.
+      for (int i = 0; i < 600 && !gen->finished(); ++i) gen->Next(std::chrono::milliseconds(100));
+    }
+    on_finished();
+  };
 }
 
 void HttpServer::Impl::WaitIdle(double seconds) {
@@ -607,27 +927,35 @@ HttpServer::HttpServer(Engine* engine, const Tokenizer* tokenizer, ChatTemplate 
 HttpServer::~HttpServer() { Shutdown(); }
 
 Status HttpServer::Start() {
-  std::signal(SIGPIPE, SIG_IGN);
   Impl& m = *impl_;
-  m.Routes();
-  m.svr.set_payload_max_length(m.cfg.max_body_bytes);
-  const int threads = std::max(4, m.cfg.http_threads);
-  m.svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  m.svr.set_keep_alive_timeout(5);
-  // Without it, Nagle's algorithm holds a response's last segment until the
-  // client's delayed ACK: ~40 ms per response on a kept-alive connection.
-  m.svr.set_tcp_nodelay(true);
-  if (m.cfg.port == 0) {
-    m.bound_port = m.svr.bind_to_any_port(m.cfg.host);
-    if (m.bound_port <= 0) return Status::Error("cannot bind " + m.cfg.host + " to any port (hint: check --host)");
-  } else {
-    if (!m.svr.bind_to_port(m.cfg.host, m.cfg.port))
-      return Status::Error("cannot bind " + m.cfg.host + ":" + std::to_string(m.cfg.port) +
-                           " (hint: the port is in use or the address is not local; try another --port)");
-    m.bound_port = m.cfg.port;
+  const std::string where =
+      m.cfg.port == 0 ? m.cfg.host + " to any port" : m.cfg.host + ":" + std::to_string(m.cfg.port);
+  beast::error_code ec;
+  tcp::resolver resolver(m.ioc);
+  auto found = resolver.resolve(m.cfg.host, std::to_string(m.cfg.port),
+                                tcp::resolver::passive | tcp::resolver::numeric_service, ec);
+  if (ec || found.empty())
+    return Status::Error("cannot bind " + where + ": the host does not resolve (" + ec.message() +
+                         "; hint: check --host)");
+  const tcp::endpoint ep = found.begin()->endpoint();
+  m.acceptor.emplace(m.ioc);
+  m.acceptor->open(ep.protocol(), ec);
+  if (!ec) m.acceptor->set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) m.acceptor->bind(ep, ec);
+  // A deep backlog: a burst of clients must not overflow it and be reset.
+  if (!ec) m.acceptor->listen(1024, ec);
+  if (ec) {
+    m.acceptor.reset();
+    const char* hint = m.cfg.port == 0 ? "; hint: check --host)"
+                                       : "; hint: the port is in use or the address is not local; try another --port)";
+    return Status::Error("cannot bind " + where + " (" + ec.message() + hint);
   }
-  m.svr.RaiseBacklog(1024);
-  m.listener = std::thread([&m] { m.svr.listen_after_bind(); });
+  m.bound_port = m.acceptor->local_endpoint().port();
+  m.workers = std::make_unique<net::thread_pool>(static_cast<size_t>(std::max(1, m.cfg.http_threads)));
+  m.accept_retry.emplace(m.ioc);
+  m.work.emplace(m.ioc.get_executor());
+  m.Accept();
+  m.io_thread = std::thread([&m] { m.ioc.run(); });
   return Status::Ok();
 }
 
@@ -649,14 +977,31 @@ void HttpServer::Shutdown() {
       left.assign(m.acct->running_ids.begin(), m.acct->running_ids.end());
     }
     if (!left.empty()) {
-      LOG_WARN("serve: %zu requests still running after %.0fs; cancelling them", left.size(), m.cfg.drain_timeout_s);
+      LOG_WARN("serve: %zu requests still running after %gs; cancelling them", left.size(), m.cfg.drain_timeout_s);
       for (uint64_t id : left) m.engine->Cancel(id);
-      m.WaitIdle(10);
+      // A moment for their answers (503, or an error event) to go out; a
+      // client that does not read them is cut off below.
+      m.WaitIdle(1);
     }
-    if (m.listener.joinable()) {
-      m.svr.stop();
-      m.listener.join();
-    }
+    if (!m.io_thread.joinable()) return;
+    // Stop accepting and close every connection (idle, slow or mid-response):
+    // pending reads end, a worker's next write fails.
+    net::post(m.ioc, [&m] {
+      beast::error_code ignored;
+      m.acceptor->close(ignored);
+      m.accept_retry->cancel();
+      std::vector<std::shared_ptr<Session>> open;
+      {
+        std::lock_guard<std::mutex> lock(m.sessions_mu);
+        for (auto& [p, w] : m.sessions)
+          if (auto s = w.lock()) open.push_back(std::move(s));
+      }
+      for (auto& s : open) net::post(s->executor(), [s] { s->Close(); });
+    });
+    m.workers->join();
+    m.work.reset();
+    m.ioc.stop();
+    m.io_thread.join();
   });
 }
 

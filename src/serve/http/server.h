@@ -1,18 +1,28 @@
-// The OpenAI-compatible HTTP front of the engine (cpp-httplib):
+// The OpenAI-compatible HTTP front of the engine (Boost.Beast over Asio):
 //
 //   POST /v1/chat/completions, POST /v1/completions   (JSON, or SSE with "stream": true)
 //   GET  /v1/models, /v1/models/{id}, /health, /metrics (Prometheus text)
 //
-// Threads: httplib runs each connection on a pool thread; a request's
-// tokens arrive on the engine thread and are handed over through a small
-// queue, so decoding, stop matching and writing happen on the connection's
-// thread and the engine thread never blocks on a socket. A streamed request
-// whose client goes away (a write fails) is cancelled in the engine.
+// Threads: one I/O thread runs every connection asynchronously (accept,
+// reads under deadlines, writes), so an idle or slow client holds no thread.
+// A completion runs on one of http_threads worker threads from when its body
+// has arrived to its last byte: its tokens arrive on the engine thread and
+// are handed over through a small queue, so decoding, stop matching and
+// handing bytes to the I/O thread happen on the worker and the engine thread
+// never blocks on a socket. A streamed request whose client goes away (a
+// write fails) is cancelled in the engine.
+//
+// Limits on what a client may do: the request head within header_timeout_s
+// of its first byte, the body within body_timeout_s and at most
+// max_body_bytes (Content-Length or chunked: 413 either way), a kept-alive
+// connection idle at most keep_alive_timeout_s, each response write done
+// within body_timeout_s. Pipelined requests are answered in order.
 //
 // Ownership: the engine and the tokenizer must outlive the server. Shutdown()
 // (also run by the destructor) refuses new completions with 503, waits for
-// the running ones, then stops listening; it does not shut the engine down.
-// Start() ignores SIGPIPE process-wide (httplib writes with send()).
+// the running ones up to drain_timeout_s, cancels what is left (those answer
+// 503, or an error event in a stream), then closes every connection; it does
+// not shut the engine down.
 #pragma once
 
 #include <cstdint>
@@ -36,10 +46,13 @@ struct ServerConfig {
   size_t max_body_bytes = 1 << 20;        // larger bodies get 413
   std::string model_name = "myriad";      // the one model id served
   int64_t context_tokens = 0;             // prompt + output limit (the model's max_seq_len)
-  int http_threads = 96;                  // connections served at once
+  int http_threads = 96;                  // completions executed at once (worker threads)
   double drain_timeout_s = 60;            // Shutdown waits this long, then cancels
   int sse_keepalive_ms = 1000;            // an SSE comment after this long without tokens
   int retry_after_s = 1;                  // Retry-After on 429
+  double header_timeout_s = 10;           // a request head must arrive within this, from its first byte
+  double body_timeout_s = 30;             // a body must arrive, and each response write finish, within this
+  double keep_alive_timeout_s = 5;        // an idle connection is closed after this
   // The model's own eos ids (a Hugging Face model's config / generation
   // config); with the tokenizer they give the prompt framing and the stop
   // ids (TextConventions::For).

@@ -1,12 +1,14 @@
 // The HTTP server against a fake engine, over real loopback HTTP: every
 // route, streaming chunks, usage and billing, every kind of bad request,
 // back-pressure, the API key, a client that goes away mid-stream, 64
-// concurrent clients. (The pure parts are in openai_test.cc.)
+// concurrent clients, pipelining, a chunked body over the limit, a slow head
+// at the header deadline, requests cancelled at the drain timeout. (The pure
+// parts are in openai_test.cc; tests/e2e/serve_http_hostile.sh does the
+// hostile clients at full size against the real binary.)
 #include "serve/http/server.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -19,9 +21,14 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 #include <tuple>
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 
 #include "data/test_util.h"
 #include "serve/http/openai.h"
@@ -31,6 +38,79 @@ namespace {
 
 using nlohmann::json;
 using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = net::ip::tcp;
+
+// A small blocking HTTP/1.1 client over Beast, one connection per request
+// (the tests of the server's own connection handling use raw sockets).
+struct TestResponse {
+  int status = 0;
+  std::string body;
+  http::fields headers;
+  std::string get_header_value(const std::string& name) const {
+    auto it = headers.find(name);
+    return it == headers.end() ? std::string() : std::string(it->value());
+  }
+};
+class TestResult {
+ public:
+  explicit TestResult(std::string error) : error_(std::move(error)) {}
+  explicit TestResult(TestResponse r) : r_(std::move(r)) {}
+  explicit operator bool() const { return r_.has_value(); }
+  const TestResponse* operator->() const { return &*r_; }
+  const std::string& error() const { return error_; }
+
+ private:
+  std::optional<TestResponse> r_;
+  std::string error_;
+};
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+class TestClient {
+ public:
+  explicit TestClient(int port) : port_(port) {}
+  TestResult Get(const std::string& path) { return Send(http::verb::get, path, {}, "", ""); }
+  TestResult Delete(const std::string& path) { return Send(http::verb::delete_, path, {}, "", ""); }
+  TestResult Post(const std::string& path, const std::string& body, const std::string& type) {
+    return Send(http::verb::post, path, {}, body, type);
+  }
+  TestResult Post(const std::string& path, const Headers& h, const std::string& body, const std::string& type) {
+    return Send(http::verb::post, path, h, body, type);
+  }
+
+ private:
+  TestResult Send(http::verb verb, const std::string& path, const Headers& h, const std::string& body,
+                  const std::string& type) {
+    net::io_context ioc;
+    tcp::socket sock(ioc);
+    beast::error_code ec;
+    sock.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), static_cast<uint16_t>(port_)), ec);
+    if (ec) return TestResult("connect: " + ec.message());
+    http::request<http::string_body> req{verb, path, 11};
+    req.set(http::field::host, "127.0.0.1");
+    for (const auto& [k, v] : h) req.set(k, v);
+    if (!type.empty()) req.set(http::field::content_type, type);
+    req.body() = body;
+    req.prepare_payload();
+    http::write(sock, req, ec);
+    if (ec) return TestResult("write: " + ec.message());
+    beast::flat_buffer buf;
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(boost::none);
+    http::read(sock, buf, parser, ec);
+    if (ec) return TestResult("read: " + ec.message());
+    TestResponse r;
+    r.status = static_cast<int>(parser.get().result_int());
+    r.body = parser.get().body();
+    r.headers = parser.get().base();
+    return TestResult(std::move(r));
+  }
+  int port_;
+};
 
 const char* kReply = "Hello, world! The quick brown fox jumps over the lazy dog. ";
 
@@ -250,14 +330,24 @@ class ServerTest : public ::testing::Test {
     server_.reset();
     engine_.reset();
   }
-  httplib::Client Client() {
-    httplib::Client c("127.0.0.1", server_->port());
-    c.set_read_timeout(30, 0);
-    return c;
-  }
-  httplib::Result PostJson(const std::string& path, const std::string& body, httplib::Headers h = {}) {
+  TestClient Client() { return TestClient(server_->port()); }
+  TestResult PostJson(const std::string& path, const std::string& body, Headers h = {}) {
     auto c = Client();
-    return c.Post(path.c_str(), h, body, "application/json");
+    return c.Post(path, h, body, "application/json");
+  }
+  // A raw loopback connection to the server (-1 on failure).
+  int Connect() {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
+    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+      close(fd);
+      return -1;
+    }
+    return fd;
   }
   static json Chat(int max_tokens, bool stream = false) {
     json j = {{"model", "tiny-test"},
@@ -281,7 +371,7 @@ class ServerTest : public ::testing::Test {
     EXPECT_EQ(r->status, 200) << r->body;
     EXPECT_EQ(json::parse(r->body)["choices"][0]["text"], ReplyText(3));
   }
-  static void ExpectError(const httplib::Result& r, int status, const std::string& message_part,
+  static void ExpectError(const TestResult& r, int status, const std::string& message_part,
                           const std::string& param = "") {
     ASSERT_TRUE(r) << "no response";
     EXPECT_EQ(r->status, status) << r->body;
@@ -619,6 +709,12 @@ TEST_F(ServerTest, ApiKey) {
   EXPECT_EQ(c.Get("/health")->status, 200);  // open for load balancers
 }
 
+std::string Chunk(const std::string& data) {
+  char len[24];
+  std::snprintf(len, sizeof len, "%zx\r\n", data.size());
+  return len + data + "\r\n";
+}
+
 // Reads from a raw socket until `needle` has arrived (or EOF/timeout).
 bool ReadUntil(int fd, const std::string& needle, std::string* got) {
   char buf[4096];
@@ -685,7 +781,7 @@ TEST_F(ServerTest, SixtyFourConcurrentClients) {
       } else {
         std::lock_guard<std::mutex> lock(fmu);
         failures.push_back(std::to_string(i) + ": " + (r ? std::to_string(r->status) + " " + r->body.substr(0, 200)
-                             : "no response: " + httplib::to_string(r.error())));
+                             : "no response: " + r.error()));
       }
     });
   for (auto& t : clients) t.join();
@@ -710,6 +806,112 @@ TEST_F(ServerTest, ShutdownDrainsThenRefuses) {
   server_->Shutdown();  // waits for the running request
   slow.join();
   EXPECT_FALSE(Client().Get("/health"));  // no longer listening
+}
+
+
+// Two requests written back to back on one connection: both answered, in order.
+TEST_F(ServerTest, PipelinedRequestsAreBothAnswered) {
+  StartServer();
+  int fd = Connect();
+  ASSERT_GE(fd, 0);
+  std::string body = R"({"model":"tiny-test","prompt":"The lazy dog","max_tokens":3})";
+  std::string reqs = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+                     "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+                     std::to_string(body.size()) + "\r\n\r\n" + body + "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_EQ(send(fd, reqs.data(), reqs.size(), 0), static_cast<ssize_t>(reqs.size()));
+  std::string got;
+  ASSERT_TRUE(ReadUntil(fd, "\"object\":\"list\"", &got)) << got;
+  close(fd);
+  const size_t a = got.find("{\"status\":\"ok\"}"), b = got.find("\"text_completion\""),
+               c = got.find("\"object\":\"list\"");
+  EXPECT_TRUE(a < b && b < c) << got;
+  size_t n = 0;
+  for (size_t p = got.find("HTTP/1.1 200 OK"); p != std::string::npos; p = got.find("HTTP/1.1 200 OK", p + 1)) ++n;
+  EXPECT_EQ(n, 3u) << got;
+}
+
+// A chunked body is held to max_body_bytes like one with a Content-Length:
+// 413 after the limit, not the whole body read into memory.
+TEST_F(ServerTest, ChunkedBodyOverTheLimitIs413) {
+  ServerConfig cfg;
+  cfg.max_body_bytes = 4096;
+  StartServer(cfg);
+  int fd = Connect();
+  ASSERT_GE(fd, 0);
+  std::string head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     "Transfer-Encoding: chunked\r\n\r\n";
+  ASSERT_EQ(send(fd, head.data(), head.size(), 0), static_cast<ssize_t>(head.size()));
+  const std::string chunk = "400\r\n" + std::string(1024, 'x') + "\r\n";
+  for (int i = 0; i < 8; ++i) send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL);
+  std::string got;
+  ReadUntil(fd, "payload_too_large", &got);
+  close(fd);
+  EXPECT_EQ(got.rfind("HTTP/1.1 413", 0), 0u) << got;
+  EXPECT_NE(got.find("too large"), std::string::npos) << got;
+  EXPECT_NE(got.find("Connection: close"), std::string::npos) << got;
+  ExpectStillServing();
+  // Below the limit a chunked body is read whole.
+  fd = Connect();
+  ASSERT_GE(fd, 0);
+  std::string body = R"({"model":"tiny-test","prompt":"The lazy dog","max_tokens":2})";
+  std::string req = head + Chunk(body.substr(0, 10)) + Chunk(body.substr(10)) + "0\r\n\r\n";
+  ASSERT_EQ(send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+  got.clear();
+  ASSERT_TRUE(ReadUntil(fd, "\"text_completion\"", &got)) << got;
+  close(fd);
+  EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
+}
+
+// A client that sends its head too slowly is dropped at the header deadline;
+// others are served meanwhile, and shutdown does not wait for it.
+TEST_F(ServerTest, SlowHeadIsDroppedAtTheDeadline) {
+  ServerConfig cfg;
+  cfg.header_timeout_s = 0.5;
+  StartServer(cfg);
+  int fd = Connect();
+  ASSERT_GE(fd, 0);
+  std::string part = "GET /health HTTP/1.1\r\nX-Slow: 1\r\n";
+  ASSERT_EQ(send(fd, part.data(), part.size(), 0), static_cast<ssize_t>(part.size()));
+  ExpectStillServing();
+  const auto t0 = Clock::now();
+  char buf[256];
+  const ssize_t n = recv(fd, buf, sizeof buf, 0);  // blocks until the server closes
+  const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  close(fd);
+  EXPECT_EQ(n, 0) << "want the connection closed, got " << n << " bytes";
+  EXPECT_LT(waited, 10.0) << "the header deadline (0.5 s) was not enforced";
+  // Another slow one stays connected through Shutdown, which still returns.
+  fd = Connect();
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(send(fd, part.data(), part.size(), 0), static_cast<ssize_t>(part.size()));
+  server_->Shutdown();
+  close(fd);
+}
+
+// A request the drain timeout cancels is not a 200 with a finish_reason
+// OpenAI does not have: 503 (not streamed) or an error event (streamed).
+TEST_F(ServerTest, RequestsCancelledAtTheDrainTimeoutAreErrors) {
+  ServerConfig cfg;
+  cfg.drain_timeout_s = 0.3;
+  StartServer(cfg, 16, 128, /*step=*/20ms);
+  TestResult plain("not run");
+  std::string streamed;
+  std::thread a([&] { plain = PostJson("/v1/chat/completions", Chat(400).dump()); });
+  std::thread b([&] {
+    auto r = PostJson("/v1/chat/completions", Chat(400, true).dump());
+    if (r) streamed = r->body;
+  });
+  for (int i = 0; i < 500 && engine_->stats().requests < 2; ++i) std::this_thread::sleep_for(2ms);
+  server_->Shutdown();
+  a.join();
+  b.join();
+  ExpectError(plain, 503, "cancelled before it finished");
+  EXPECT_EQ(json::parse(plain->body)["error"]["code"], "cancelled");
+  EXPECT_EQ(streamed.find("\"finish_reason\":\"cancelled\""), std::string::npos) << streamed;
+  const size_t err = streamed.find("data: {\"error\"");
+  ASSERT_NE(err, std::string::npos) << streamed;
+  EXPECT_NE(streamed.find("cancelled before it finished", err), std::string::npos) << streamed;
+  EXPECT_EQ(server_->counters().completions_cancelled, 2);
 }
 
 }  // namespace
