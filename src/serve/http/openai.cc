@@ -290,10 +290,18 @@ bool ParseCompletionRequest(const std::string& body, Endpoint endpoint, Completi
 }
 
 json UsageJson(const Usage& u) {
-  return {{"prompt_tokens", u.prompt_tokens},
-          {"completion_tokens", u.completion_tokens},
-          {"total_tokens", u.prompt_tokens + u.completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+  json j = {{"prompt_tokens", u.prompt_tokens},
+            {"completion_tokens", u.completion_tokens},
+            {"total_tokens", u.prompt_tokens + u.completion_tokens},
+            {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}}};
+  if (u.draft_steps > 0)
+    j["speculative"] = {{"verifications", u.draft_steps},
+                        {"draft_tokens", u.draft_proposed},
+                        {"accepted_tokens", u.draft_accepted},
+                        {"acceptance_rate", u.draft_proposed ? double(u.draft_accepted) / u.draft_proposed : 0.0},
+                        {"mean_accepted_length",
+                         double(u.draft_accepted + u.draft_steps) / static_cast<double>(u.draft_steps)}};
+  return j;
 }
 
 json CostJson(const RequestCost& c, const std::string& currency) {

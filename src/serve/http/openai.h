@@ -65,6 +65,10 @@ bool ParseCompletionRequest(const std::string& body, Endpoint endpoint, Completi
 
 struct Usage {
   int64_t prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+  // Speculative decoding (an extension: "speculative" in the usage object,
+  // present when the request verified drafts): verifications, draft tokens
+  // proposed and accepted.
+  int64_t draft_steps = 0, draft_proposed = 0, draft_accepted = 0;
 };
 nlohmann::json UsageJson(const Usage& u);
 // The extra top-level "cost" field (see docs/serving.md, "Billing").

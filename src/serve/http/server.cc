@@ -108,7 +108,7 @@ class Generation {
       finished_ = true;
       finish_reason_ = stopped_by_text_ ? "stop" : e.finish_reason;
       error_ = e.error;
-      usage_ = {e.prompt_tokens, e.completion_tokens, e.cached_tokens};
+      usage_ = {e.prompt_tokens, e.completion_tokens, e.cached_tokens, e.draft_steps, e.draft_proposed, e.draft_accepted};
       std::lock_guard<std::mutex> lock(pending->mu);
       cost_ = pending->cost;
     }
@@ -1064,6 +1064,24 @@ std::string HttpServer::Impl::Metrics() {
   w.Metric("myriad_kv_hit_tokens_total", "counter", "Prompt tokens served per KV tier.");
   w.Sample("myriad_kv_hit_tokens_total", es.t0_hits, "tier=\"device\"");
   for (const auto& [tier, hits] : es.tier_hits) w.Sample("myriad_kv_hit_tokens_total", hits, "tier=\"" + tier + "\"");
+  w.One("myriad_spec_verifications_total", "counter", "Decode steps of a request that verified a draft.",
+        es.spec_steps);
+  w.One("myriad_spec_emitted_tokens_total", "counter", "Tokens those verifications produced (accepted + one each).",
+        es.spec_emitted);
+  w.One("myriad_spec_mean_accepted_length", "gauge", "Tokens per verification (1: no gain).",
+        es.spec_steps ? double(es.spec_emitted) / es.spec_steps : 0.0);
+  w.Metric("myriad_spec_draft_proposed_total", "counter", "Draft tokens verified, per draft position (from 1).");
+  for (size_t i = 0; i < es.spec_proposed.size(); ++i)
+    w.Sample("myriad_spec_draft_proposed_total", es.spec_proposed[i], "position=\"" + std::to_string(i + 1) + "\"");
+  w.Metric("myriad_spec_draft_accepted_total", "counter", "Draft tokens accepted, per draft position (from 1).");
+  for (size_t i = 0; i < es.spec_accepted.size(); ++i)
+    w.Sample("myriad_spec_draft_accepted_total", es.spec_accepted[i], "position=\"" + std::to_string(i + 1) + "\"");
+  w.Metric("myriad_spec_acceptance", "gauge", "Acceptance per draft position, given the one before it was accepted.");
+  for (size_t i = 0; i < es.spec_proposed.size(); ++i)
+    w.Sample("myriad_spec_acceptance", es.spec_proposed[i] ? double(es.spec_accepted[i]) / es.spec_proposed[i] : 0.0,
+             "position=\"" + std::to_string(i + 1) + "\"");
+  w.One("myriad_spec_off_steps_total", "counter", "Decode steps the cost model ran without drafts.", es.spec_off_steps);
+  w.One("myriad_spec_draft_tokens", "gauge", "The last decode step's draft length.", es.spec_draft_tokens);
   w.One("myriad_kv_recomputed_hit_tokens_total", "counter", "Cached tokens the cost model chose to recompute.",
         es.recomputed_hit_tokens);
   w.One("myriad_kv_skipped_lookups_total", "counter",
