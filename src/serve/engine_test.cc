@@ -943,5 +943,68 @@ TEST_F(EngineSpecTest, SamplingWithDraftsIsSeededAndMtpNeedsModules) {
   EXPECT_NE(bad.status().message().find("needs a model with MTP modules"), std::string::npos) << bad.status().message();
 }
 
+// Rollback leaves the prefix cache exact: every block the speculative
+// engine cached (sent to a host tier at shutdown) holds the keys and values
+// the plain engine computed for the same tokens, and it caches the same
+// blocks. A rejected draft's rows in a published block would differ.
+TEST_F(EngineSpecTest, CachedBlocksAreThePlainEnginesAfterRejectedDrafts) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 8; ++i) prompts.push_back(i % 2 ? Repeating(300 + i) : Prompt(400 + i, 21 + 3 * i));
+  auto run = [&](DraftMode mode, HostTier* tier, std::vector<std::vector<int32_t>>* seqs, int64_t* rejected) {
+    EngineConfig cfg;
+    cfg.max_batch = 8;
+    cfg.kv_pool_blocks = 8 * 8;
+    cfg.speculative = mode;
+    cfg.draft_tokens = 4;
+    cfg.adaptive_draft = false;
+    cfg.tiers = {tier};
+    auto e = Engine::Create(model(), cfg);
+    ASSERT_TRUE(e.ok());
+    std::vector<std::unique_ptr<Collector>> cs;
+    for (const auto& p : prompts) {
+      cs.push_back(std::make_unique<Collector>());
+      ASSERT_TRUE((*e)->Submit(p, GreedyParams(45), cs.back()->Callback()).ok());
+    }
+    for (size_t i = 0; i < cs.size(); ++i) {
+      cs[i]->Wait();
+      std::vector<int32_t> seq = prompts[i];
+      seq.insert(seq.end(), cs[i]->tokens.begin(), cs[i]->tokens.end());
+      seqs->push_back(seq);
+    }
+    const EngineStats st = (*e)->stats();
+    *rejected = 0;
+    for (size_t k = 0; k < st.spec_proposed.size(); ++k) *rejected += st.spec_proposed[k] - st.spec_accepted[k];
+    (*e)->Shutdown();  // every cached block goes down to the tier
+  };
+  HostTierOptions opt;
+  opt.capacity_blocks = 256;
+  HostTier plain_tier(opt), spec_tier(opt);
+  std::vector<std::vector<int32_t>> plain_seqs, spec_seqs;
+  int64_t rejected = 0, none = 0;
+  run(DraftMode::kOff, &plain_tier, &plain_seqs, &none);
+  run(DraftMode::kMtp, &spec_tier, &spec_seqs, &rejected);
+  ASSERT_EQ(plain_seqs, spec_seqs) << "greedy output differs";
+  EXPECT_GT(rejected, 20) << "drafts were rejected: their KV was written and rolled back";
+  const ModelFingerprint fp = FingerprintModel(model_);
+  int64_t compared = 0;
+  for (const auto& seq : plain_seqs) {
+    BlockKey key = 0;
+    // The blocks before the last token (whose KV was never computed).
+    for (size_t b = 0; (b + 1) * kBlockTokens <= seq.size() - 1; ++b) {
+      key = ChainKey(key, seq.data() + b * kBlockTokens, kBlockTokens, fp);
+      KvBlock want, got;
+      const bool in_plain = plain_tier.Get(key, &want), in_spec = spec_tier.Get(key, &got);
+      EXPECT_EQ(in_plain, in_spec) << "block " << b;
+      if (!in_plain || !in_spec) continue;
+      ASSERT_EQ(want.data.size(), got.data.size());
+      double err = 0;
+      for (size_t i = 0; i < want.data.size(); ++i) err = std::max(err, std::fabs(double(want.data[i]) - got.data[i]));
+      EXPECT_LT(err, 1e-4) << "block " << b << " of a sequence";
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared, 10);
+}
+
 }  // namespace
 }  // namespace myriad::serve
