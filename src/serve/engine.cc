@@ -70,7 +70,7 @@ PrefixCacheConfig CacheConfig(const EngineConfig& cfg) {
 class EngineImpl : public Engine {
  public:
   EngineImpl(const Model* model, const EngineConfig& cfg, int64_t pool_blocks)
-      : mcfg_(model->config()), cfg_(cfg), pool_(mcfg_, pool_blocks), runner_(*model, &pool_),
+      : mcfg_(model->config()), cfg_(cfg), pool_(mcfg_, pool_blocks), runner_(*model, &pool_, cfg.weights),
         cache_(&pool_, FingerprintModel(*model), CacheConfig(cfg), [this] { cv_.notify_all(); }) {
     stats_.kv_blocks_total = pool_blocks;
     WarmUp();

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "model/inference.h"
 #include "model/model.h"
 #include "model/sampler.h"
 #include "serve/kvcache/tier.h"
@@ -32,6 +33,9 @@ struct EngineConfig {
   // block as soon as it is full, so servers sharing a remote tier see each
   // other's prefixes while both run.
   bool write_through = false;
+  // Weights the runner computes with (serve --weights): fp32 as trained, or
+  // converted once at start to fp16 or int8 (per-output-row scales).
+  WeightFormat weights = WeightFormat::kF32;
 };
 
 struct GenerationParams {
