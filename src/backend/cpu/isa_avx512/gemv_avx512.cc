@@ -46,6 +46,21 @@ inline void TileDot(const T* W, const float* x, int64_t in, int64_t out, int64_t
   const T* w = W + o0 * in;
   const float* xr = x + m0 * in;
   int64_t i = 0;
+  // One 64-byte line of each weight row per iteration (the same sums in the
+  // same order as 16 at a time). Software prefetching, which doubles the
+  // AVX2 int8 kernel's bandwidth, measured no gain here (8 row streams of
+  // whole lines keep enough in flight).
+  constexpr int U = 64 / (16 * sizeof(T));
+  for (; i + 16 * U <= in; i += 16 * U) {
+    for (int u = 0; u < U; ++u) {
+      __m512 wv[R];
+      for (int r = 0; r < R; ++r) wv[r] = LoadW(w + r * in, i + 16 * u);
+      for (int m = 0; m < MT; ++m) {
+        const __m512 xv = _mm512_loadu_ps(xr + m * in + i + 16 * u);
+        for (int r = 0; r < R; ++r) acc[r][m] = _mm512_fmadd_ps(wv[r], xv, acc[r][m]);
+      }
+    }
+  }
   for (; i + 16 <= in; i += 16) {
     __m512 wv[R];
     for (int r = 0; r < R; ++r) wv[r] = LoadW(w + r * in, i);
