@@ -3,10 +3,11 @@
 // dense attention either reading the paged KV blocks in place (the
 // paged_attention op) or through the former per-sequence gather. Prints one
 // JSON line: decode tokens/s of the whole batch (per wall and per CPU
-// second), and prefill tokens/s.
+// second), prefill tokens/s, the weight bytes one decode step reads and the
+// DRAM read bandwidth measured in this process (the step's roofline).
 //
 //   bench_decode_batched --config FILE [--set k=v ...] [--batch 16] [--prompt-len 128]
-//                        [--tokens 64] [--attention paged|gather]
+//                        [--tokens 64] [--attention paged|gather] [--weights fp32|fp16|int8]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,6 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/bench_args.h"
+#include "backend/cpu/kernel_bench.h"
 #include "core/rng.h"
 #include "model/sampler.h"
 #include "ops/ops.h"
@@ -28,7 +30,7 @@ using namespace myriad;
 
 int main(int argc, char** argv) {
   BenchArgs args;
-  args.opts = {{"--batch", "16"}, {"--prompt-len", "128"}, {"--tokens", "64"}, {"--attention", "paged"}};
+  args.opts = {{"--batch", "16"}, {"--prompt-len", "128"}, {"--tokens", "64"}, {"--attention", "paged"}, {"--weights", "fp32"}};
   if (!args.Parse(argc, argv)) return 2;
   const int B = args.Int("--batch"), P = args.Int("--prompt-len"), steps = args.Int("--tokens");
   const std::string path_name = args.Str("--attention");
@@ -37,6 +39,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   const serve::AttentionPath path = path_name == "paged" ? serve::AttentionPath::kPaged : serve::AttentionPath::kGather;
+  WeightFormat fmt;
+  if (!ParseWeightFormat(args.Str("--weights"), &fmt)) {
+    std::fprintf(stderr, "unknown --weights %s (fp32, fp16 or int8)\n", args.Str("--weights").c_str());
+    return 2;
+  }
   ModelConfig mc;
   TrainConfig tc;
   Status s = LoadRunConfig(args.config, args.sets, &mc, &tc);
@@ -51,7 +58,7 @@ int main(int argc, char** argv) {
   model.InitWeights(tc.seed);
   const int64_t per_seq = (P + warm + steps + serve::kBlockTokens - 1) / serve::kBlockTokens;
   serve::KvPool pool(mc, B * per_seq);
-  serve::BatchRunner runner(model, &pool, WeightFormat::kF32, path);
+  serve::BatchRunner runner(model, &pool, fmt, path);
   // Tables interleaved over the pool, as the engine's lazy allocation leaves them.
   std::vector<std::vector<int32_t>> tok(B), blocks(B);
   for (int64_t k = 0; k < per_seq; ++k)
@@ -94,7 +101,15 @@ int main(int argc, char** argv) {
     }
     for (int i = 0; i < B; ++i) tok[i].push_back(SampleToken(logits + i * mc.vocab_size, mc.vocab_size, greedy, &rng));
   }
+  // A step reads every weight once (dense; MoE: the experts its rows pick,
+  // at most all of them) whatever the batch: WeightBytesPerToken counts the
+  // top-k experts of one token, the floor of what a step reads.
+  const double step_bytes = static_cast<double>(runner.weights().WeightBytesPerToken());
+  const double bw = MeasureReadBandwidthGBs();
+  const double steps_per_s = steps / decode_s;
   nlohmann::json out = {{"tokens_per_s", B * steps / decode_s}, {"tokens_per_cpu_s", B * steps / decode_cpu_s},
+                        {"weights", WeightFormatName(fmt)}, {"step_weight_bytes", step_bytes}, {"read_bw_gbs", bw},
+                        {"roofline_fraction", step_bytes * steps_per_s / (bw * 1e9)},
                         {"prefill_tokens_per_s", B * P / prefill_s},
                         {"attention", path_name}, {"batch", B}, {"prompt_len", P}, {"tokens", steps},
                         {"backend", ops::Active()->name()}, {"threads", ops::Active()->num_threads()}};

@@ -222,6 +222,10 @@ struct IndexerLossParams {
 // supports() says which are present.
 enum class CopyKind : int { kHostToDevice = 0, kDeviceToHost = 1, kDeviceToDevice = 2 };
 
+// The gemv_* slots read the weights once for up to this many rows of x (a
+// batch's decode tokens), with each row's result equal to its own GEMV.
+inline constexpr int64_t kSkinnyRows = 32;
+
 struct BackendOps {
   // ---- device memory ----
   // Allocates `bytes` of device memory aligned to at least 64 bytes; contents
@@ -356,13 +360,20 @@ struct BackendOps {
   // Returns sum(x^2) accumulated in double.
   double (*sumsq)(const float* x, int64_t n);
 
-  // Decode GEMVs: y[o] = sum_i W[o,i] * x[i] (writes y [out]).
-  void (*gemv_f32)(const float* W, const float* x, int64_t out, int64_t in, float* y);
-  // W stored as IEEE fp16 (uint16 bits).
-  void (*gemv_f16)(const uint16_t* W, const float* x, int64_t out, int64_t in, float* y);
-  // W int8 with one scale per output row: W[o,i] ~= Wq[o,i] * scale[o]. x is
-  // quantised internally to int8 with one absmax scale (VNNI where present).
-  void (*gemv_q8)(const int8_t* Wq, const float* scale, const float* x, int64_t out,
+  // Decode GEMVs over `rows` rows of x [rows, in] (one GEMV at rows == 1;
+  // a batch's decode tokens at rows <= kSkinnyRows): y[m, o] = sum_i W[o,i] *
+  // x[m,i] (writes y [rows, out]). Up to kSkinnyRows the weights are read once
+  // for all rows, and each y[m, :] equals the rows == 1 result for x[m, :]
+  // bit for bit in every backend (batch-invariant decode). Above it the
+  // backend may take another order (a blocked GEMM).
+  void (*gemv_f32)(const float* W, const float* x, int64_t rows, int64_t out, int64_t in, float* y);
+  // W stored as IEEE fp16 (uint16 bits), accumulated in fp32.
+  void (*gemv_f16)(const uint16_t* W, const float* x, int64_t rows, int64_t out, int64_t in, float* y);
+  // W int8 with one scale per output row: W[o,i] ~= Wq[o,i] * scale[o].
+  // rows <= kSkinnyRows: each row of x is quantised to int8 with its own
+  // absmax scale (VNNI where present; exact integer sums). rows >
+  // kSkinnyRows (prefill): y = x @ (Wq * scale)^T in fp32, x not quantised.
+  void (*gemv_q8)(const int8_t* Wq, const float* scale, const float* x, int64_t rows, int64_t out,
                   int64_t in, float* y);
 };
 

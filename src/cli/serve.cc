@@ -49,6 +49,7 @@ int RunServe(int argc, char** argv) {
   int64_t max_body = static_cast<int64_t>(scfg.max_body_bytes);
   std::optional<double> price_miss, price_hit, price_out;  // unset: the table's value stands
   bool no_prefix_cache = false;
+  std::string weights = "fp32";
   app.add_option("--ckpt", ckpt, "run directory or step directory (ours, or written by `myriad import`)");
   app.add_option("--hf", hf, "a Hugging Face model folder (config.json, safetensors, tokenizer, chat template)");
   app.add_option("--host", scfg.host, "address to bind (default 127.0.0.1: this machine only)");
@@ -72,6 +73,7 @@ int RunServe(int argc, char** argv) {
       ->check(CLI::Range(1, 16));
   app.add_flag("--fixed-draft", [&ecfg](int64_t) { ecfg.adaptive_draft = false; },
                "always draft --draft-tokens tokens (no cost model; benchmarks)");
+  app.add_option("--weights", weights, "weight format the engine computes with: fp32, fp16 or int8 (converted at start)");
   app.add_option("--max-body-bytes", max_body, "largest request body (413 above)")->check(CLI::PositiveNumber);
   app.add_option("--http-threads", scfg.http_threads,
                  "completions executed at once (waiting, idle and slow connections take no thread)")
@@ -116,6 +118,10 @@ int RunServe(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   ParseDraftMode(speculative, &ecfg.speculative);
+  if (!ParseWeightFormat(weights, &ecfg.weights)) {
+    std::fprintf(stderr, "myriad serve: --weights %s is not known (hint: fp32, fp16 or int8)\n", weights.c_str());
+    return 2;
+  }
   scfg.max_body_bytes = static_cast<size_t>(max_body);
   ecfg.prefix_cache = !no_prefix_cache;
   ecfg.load_or_recompute = kv_load == "auto";
@@ -239,8 +245,8 @@ int RunServe(int argc, char** argv) {
   LOG_INFO("serve: model '%s' (%s, step %lld, context %lld tokens), chat template: %s", scfg.model_name.c_str(),
            lm->dir.c_str(), static_cast<long long>(lm->step), static_cast<long long>(scfg.context_tokens),
            template_origin.c_str());
-  LOG_INFO("serve: max_batch %d, max_queue %d, prefix cache %s, api key %s", ecfg.max_batch, ecfg.max_queue,
-           ecfg.prefix_cache ? "on" : "off", scfg.api_key.empty() ? "off" : "required");
+  LOG_INFO("serve: max_batch %d, max_queue %d, weights %s, prefix cache %s, api key %s", ecfg.max_batch,
+           ecfg.max_queue, WeightFormatName(ecfg.weights), ecfg.prefix_cache ? "on" : "off", scfg.api_key.empty() ? "off" : "required");
   {
     std::string tiers = "device";
     for (auto* t : ecfg.tiers) tiers += " -> " + t->name();

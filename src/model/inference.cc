@@ -59,12 +59,11 @@ void InferLinear::Apply(const float* x, int64_t n, float* y) const {
     case WeightFormat::kF32:
       ops::Linear(x, f32_, n, in_, out_, y);
       return;
-    case WeightFormat::kF16:
-      for (int64_t r = 0; r < n; ++r) ops::GemvF16(f16_.data(), x + r * in_, out_, in_, y + r * out_);
+    case WeightFormat::kF16:  // W read once for all n rows (a blocked GEMM for prefill)
+      ops::GemvF16(f16_.data(), x, n, out_, in_, y);
       return;
     case WeightFormat::kQ8:
-      for (int64_t r = 0; r < n; ++r)
-        ops::GemvQ8(q8_.data(), scale_.data(), x + r * in_, out_, in_, y + r * out_);
+      ops::GemvQ8(q8_.data(), scale_.data(), x, n, out_, in_, y);
       return;
   }
 }

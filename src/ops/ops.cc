@@ -46,12 +46,19 @@ void Gemm(Trans ta, Trans tb, int64_t M, int64_t N, int64_t K, float alpha, cons
   ModelGemm()(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
+namespace {
+constexpr int64_t kLinearGemvRows = 16;
+}  // namespace
+
 void Linear(const float* x, const float* W, int64_t N, int64_t in, int64_t out, float* y,
             bool accumulate) {
   OP_CHECK("linear", x && W && y && in > 0 && out > 0 && N >= 0);
   if (N == 0) return;
-  if (N == 1 && !accumulate && T().gemv_f32 && g_precision == GemmPrecision::kFp32) {
-    T().gemv_f32(W, x, out, in, y);
+  // Decode-sized batches: the GEMV slot reads W once for all rows (no
+  // packing of a skinny GEMM), each row's result independent of the batch.
+  // Up to 16 rows it beats OpenBLAS (bench/README.md, "Batched decode").
+  if (N <= kLinearGemvRows && !accumulate && T().gemv_f32 && g_precision == GemmPrecision::kFp32) {
+    T().gemv_f32(W, x, N, out, in, y);
     return;
   }
   ModelGemm()(Trans::kNo, Trans::kYes, N, out, in, 1.f, x, in, W, in, accumulate ? 1.f : 0.f, y, out);
@@ -237,18 +244,18 @@ double SumSquares(const float* x, int64_t n) {
   OP_CHECK("sumsq", x || n == 0);
   return n ? T().sumsq(x, n) : 0.0;
 }
-void GemvF32(const float* W, const float* x, int64_t out, int64_t in, float* y) {
-  OP_CHECK("gemv_f32", W && x && y && out > 0 && in > 0);
-  T().gemv_f32(W, x, out, in, y);
+void GemvF32(const float* W, const float* x, int64_t rows, int64_t out, int64_t in, float* y) {
+  OP_CHECK("gemv_f32", W && x && y && rows >= 0 && out > 0 && in > 0);
+  if (rows > 0) T().gemv_f32(W, x, rows, out, in, y);
 }
-void GemvF16(const uint16_t* W, const float* x, int64_t out, int64_t in, float* y) {
-  OP_CHECK("gemv_f16", W && x && y && out > 0 && in > 0);
-  T().gemv_f16(W, x, out, in, y);
+void GemvF16(const uint16_t* W, const float* x, int64_t rows, int64_t out, int64_t in, float* y) {
+  OP_CHECK("gemv_f16", W && x && y && rows >= 0 && out > 0 && in > 0);
+  if (rows > 0) T().gemv_f16(W, x, rows, out, in, y);
 }
-void GemvQ8(const int8_t* Wq, const float* scale, const float* x, int64_t out, int64_t in,
+void GemvQ8(const int8_t* Wq, const float* scale, const float* x, int64_t rows, int64_t out, int64_t in,
             float* y) {
-  OP_CHECK("gemv_q8", Wq && scale && x && y && out > 0 && in > 0);
-  T().gemv_q8(Wq, scale, x, out, in, y);
+  OP_CHECK("gemv_q8", Wq && scale && x && y && rows >= 0 && out > 0 && in > 0);
+  if (rows > 0) T().gemv_q8(Wq, scale, x, rows, out, in, y);
 }
 
 }  // namespace myriad::ops

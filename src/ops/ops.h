@@ -96,9 +96,12 @@ double Sum(const float* x, int64_t n);
 void Zero(float* x, int64_t n);
 void AdamW(const AdamWParams& p);
 double SumSquares(const float* x, int64_t n);
-void GemvF32(const float* W, const float* x, int64_t out, int64_t in, float* y);
-void GemvF16(const uint16_t* W, const float* x, int64_t out, int64_t in, float* y);
-void GemvQ8(const int8_t* Wq, const float* scale, const float* x, int64_t out, int64_t in,
+// y[rows, out] = x[rows, in] @ W^T with W in fp32, fp16 or int8 (per-row
+// scales): the BackendOps::gemv_* contracts (weights read once for up to
+// kSkinnyRows rows; a blocked GEMM above).
+void GemvF32(const float* W, const float* x, int64_t rows, int64_t out, int64_t in, float* y);
+void GemvF16(const uint16_t* W, const float* x, int64_t rows, int64_t out, int64_t in, float* y);
+void GemvQ8(const int8_t* Wq, const float* scale, const float* x, int64_t rows, int64_t out, int64_t in,
             float* y);
 
 }  // namespace myriad::ops

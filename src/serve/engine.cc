@@ -84,8 +84,8 @@ PrefixCacheConfig CacheConfig(const EngineConfig& cfg) {
 class EngineImpl : public Engine {
  public:
   EngineImpl(const Model* model, const EngineConfig& cfg, int64_t pool_blocks)
-      : mcfg_(model->config()), cfg_(cfg), pool_(mcfg_, pool_blocks), runner_(*model, &pool_),
-        cache_(&pool_, FingerprintModel(*model), CacheConfig(cfg), [this] { cv_.notify_all(); }) {
+      : mcfg_(model->config()), cfg_(cfg), pool_(mcfg_, pool_blocks), runner_(*model, &pool_, cfg.weights),
+        cache_(&pool_, FingerprintModel(*model, cfg.weights), CacheConfig(cfg), [this] { cv_.notify_all(); }) {
     stats_.kv_blocks_total = pool_blocks;
     mtp_ = (cfg.speculative == DraftMode::kMtp || cfg.speculative == DraftMode::kAuto) &&
            SpeculativeDecoder::HasMtp(mcfg_);

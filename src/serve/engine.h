@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "model/inference.h"
 #include "model/model.h"
 #include "model/sampler.h"
 #include "model/speculative.h"
@@ -47,6 +48,9 @@ struct EngineConfig {
   DraftMode speculative = DraftMode::kOff;
   int draft_tokens = 4;
   bool adaptive_draft = true;  // false: always draft_tokens (tests, benchmarks)
+  // Weights the runner computes with (serve --weights): fp32 as trained, or
+  // converted once at start to fp16 or int8 (per-output-row scales).
+  WeightFormat weights = WeightFormat::kF32;
 };
 
 struct GenerationParams {

@@ -8,12 +8,14 @@
 
 namespace myriad::serve {
 
-ModelFingerprint FingerprintModel(const Model& model) {
+ModelFingerprint FingerprintModel(const Model& model, WeightFormat weights) {
   std::vector<uint64_t> parts;
   const std::vector<float> params = model.ParamsToHost();
   parts.push_back(Checksum64(params.data(), params.size() * sizeof(float)));
   for (const auto& b : model.biases()) parts.push_back(Checksum64(b.data(), b.size() * sizeof(float)));
   parts.push_back(Checksum64(model.config().ToJson().dump()));
+  // fp32 keeps the fingerprint blocks written before formats existed had.
+  if (weights != WeightFormat::kF32) parts.push_back(Checksum64(std::string(WeightFormatName(weights))));
   ModelFingerprint fp;
   fp.value = Checksum64(parts.data(), parts.size() * sizeof(uint64_t));
   return fp;

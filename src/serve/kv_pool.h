@@ -18,15 +18,19 @@
 #include <functional>
 #include <vector>
 
+#include "model/inference.h"
 #include "model/model.h"
 #include "serve/kvcache/lru_index.h"
 #include "serve/kvcache/tier.h"  // kBlockTokens, BlockFloats, ModelFingerprint
 
 namespace myriad::serve {
 
-// The fingerprint of a model's weights: xxHash64 over the parameter bytes,
-// the MoE selection biases and the config JSON.
-ModelFingerprint FingerprintModel(const Model& model);
+// The fingerprint of a model's weights as the engine computes with them:
+// xxHash64 over the parameter bytes, the MoE selection biases, the config
+// JSON and the weight format (fp16 and int8 weights give other KV, so
+// servers with different --weights sharing a tier do not reuse each
+// other's blocks).
+ModelFingerprint FingerprintModel(const Model& model, WeightFormat weights = WeightFormat::kF32);
 
 class KvPool {
  public:

@@ -269,6 +269,10 @@ TEST(KvPoolTest, FingerprintFollowsWeightsAndConfig) {
   m3.InitWeights(1);
   m3.biases()[0][0] = 0.5f;
   EXPECT_NE(FingerprintModel(m1).value, FingerprintModel(m3).value);
+  // The weight format the engine computes with.
+  EXPECT_EQ(FingerprintModel(m1).value, FingerprintModel(m1, WeightFormat::kF32).value);
+  EXPECT_NE(FingerprintModel(m1).value, FingerprintModel(m1, WeightFormat::kF16).value);
+  EXPECT_NE(FingerprintModel(m1, WeightFormat::kF16).value, FingerprintModel(m1, WeightFormat::kQ8).value);
 }
 
 // Figures for docs/serving.md (printed, not asserted): prefill tokens/s, and

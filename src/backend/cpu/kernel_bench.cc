@@ -191,9 +191,9 @@ std::string RunKernelMicrobench() {
     };
     struct Case { const char* name; double bytes; std::function<void()> fn; };
     Case cases[] = {
-        {"f32", 4.0 * O * I, [&] { ops.gemv_f32(W.data(), x.data(), O, I, y.data()); }},
-        {"f16", 2.0 * O * I, [&] { ops.gemv_f16(Wh.data(), x.data(), O, I, y.data()); }},
-        {"q8", 1.0 * O * I + 4.0 * O, [&] { ops.gemv_q8(Wq.data(), scale.data(), x.data(), O, I, y.data()); }},
+        {"f32", 4.0 * O * I, [&] { ops.gemv_f32(W.data(), x.data(), 1, O, I, y.data()); }},
+        {"f16", 2.0 * O * I, [&] { ops.gemv_f16(Wh.data(), x.data(), 1, O, I, y.data()); }},
+        {"q8", 1.0 * O * I + 4.0 * O, [&] { ops.gemv_q8(Wq.data(), scale.data(), x.data(), 1, O, I, y.data()); }},
     };
     for (auto& c : cases) {
       auto [t, t_peer] = AlternateMedians(c.fn, blas_m1, 7);

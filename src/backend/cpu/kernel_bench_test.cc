@@ -7,11 +7,15 @@
 #include <ctime>
 #include <cmath>
 #include <cstdio>
+#include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
 
+#include "backend/cpu/blas.h"
 #include "backend/cpu/kernel_bench.h"
+#include "core/half.h"
 
 namespace myriad {
 namespace {
@@ -112,9 +116,9 @@ TEST(KernelBench, DISABLED_GemvPerIsa) {
       }
       return best;
     };
-    double tf = time([&] { o.gemv_f32(W.data(), x.data(), O, I, y.data()); });
-    double th = time([&] { o.gemv_f16(Wh.data(), x.data(), O, I, y.data()); });
-    double tq = time([&] { o.gemv_q8(Wq.data(), scale.data(), x.data(), O, I, y.data()); });
+    double tf = time([&] { o.gemv_f32(W.data(), x.data(), 1, O, I, y.data()); });
+    double th = time([&] { o.gemv_f16(Wh.data(), x.data(), 1, O, I, y.data()); });
+    double tq = time([&] { o.gemv_q8(Wq.data(), scale.data(), x.data(), 1, O, I, y.data()); });
     std::printf("cpu-time gemv %-7s f32 %6.2f ms %5.1f GB/s | f16 %6.2f ms %5.1f GB/s | q8 %6.2f ms %5.1f GB/s\n",
                 isa, tf * 1e3, 4e-9 * O * I / tf, th * 1e3, 2e-9 * O * I / th, tq * 1e3, 1e-9 * O * I / tq);
     EXPECT_TRUE(std::isfinite(y[0]));
@@ -198,6 +202,59 @@ TEST(KernelBench, DISABLED_ReadBandwidth) {
   double bw = MeasureReadBandwidthGBs();
   std::printf("read bandwidth %.1f GB/s\n", bw);
   EXPECT_GT(bw, 0);
+}
+}  // namespace
+}  // namespace myriad
+
+namespace myriad {
+namespace {
+// The gemv_* slots over `rows` rows of x against OpenBLAS's sgemm of the same
+// fp32 product, per ISA backend, process CPU time (run with
+// OMP_NUM_THREADS=1 for a per-core figure; the median of 7 runs): below kSkinnyRows the one-pass kernels, above it fp32
+// is sgemm itself and fp16 / int8 the converted tiles (prefill). GPT-2's
+// MLP shapes (3072 x 768 and 768 x 3072).
+TEST(KernelBench, DISABLED_GemvRowsPerIsa) {
+  auto now = [] {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + 1e-9 * ts.tv_nsec;
+  };
+  for (auto [O, I] : {std::pair<int64_t, int64_t>{3072, 768}, {768, 3072}}) {
+    const int64_t Mmax = 256;
+    std::vector<float> W(O * I), x(Mmax * I), y(Mmax * O), y2(Mmax * O), scale(O, 0.01f);
+    for (size_t i = 0; i < W.size(); ++i) W[i] = (float)((i * 2654435761u) % 2001) / 1000.f - 1.f;
+    for (size_t i = 0; i < x.size(); ++i) x[i] = (float)(i % 17) / 17.f - 0.5f;
+    std::vector<uint16_t> Wh(W.size());
+    for (size_t i = 0; i < W.size(); ++i) Wh[i] = FloatToHalf(W[i]);
+    std::vector<int8_t> Wq(W.size());
+    for (size_t i = 0; i < W.size(); ++i) Wq[i] = (int8_t)(W[i] * 127);
+    for (const char* isa : {"avx2", "avx512"}) {
+      Backend* be = CpuBackend(isa);
+      if (!be) continue;
+      const BackendOps& o = be->ops();
+      for (int64_t M : {1, 2, 4, 8, 16, 24, 32, 33, 64, 128, 256}) {
+        auto med = [&](auto fn) {
+          std::vector<double> t;
+          fn();
+          for (int r = 0; r < 7; ++r) {
+            double t0 = now();
+            fn();
+            t.push_back(now() - t0);
+          }
+          std::sort(t.begin(), t.end());
+          return t[3];
+        };
+        double tb = med([&] { BlasSgemm(Trans::kNo, Trans::kYes, M, O, I, 1.f, x.data(), I, W.data(), I, 0.f, y2.data(), O); });
+        double tf = med([&] { o.gemv_f32(W.data(), x.data(), M, O, I, y.data()); });
+        double th = med([&] { o.gemv_f16(Wh.data(), x.data(), M, O, I, y.data()); });
+        double tq = med([&] { o.gemv_q8(Wq.data(), scale.data(), x.data(), M, O, I, y.data()); });
+        std::printf("%-6s %4lldx%-4lld M %3lld: sgemm %7.3f ms | f32 %7.3f ms (%.2fx) | f16 %7.3f ms (%.2fx) | q8 %7.3f ms (%.2fx)\n",
+                    isa, (long long)O, (long long)I, (long long)M, tb * 1e3, tf * 1e3, tb / tf, th * 1e3, tb / th,
+                    tq * 1e3, tb / tq);
+        EXPECT_TRUE(std::isfinite(y[0]));
+      }
+    }
+  }
 }
 }  // namespace
 }  // namespace myriad

@@ -1,14 +1,70 @@
-// Portable decode GEMVs y[out] = W[out, in] x[in]: rows split statically over
-// threads, four rows per iteration so x is read once per four rows, `omp simd`
-// reductions (fixed order per build, so deterministic).
+// Decode GEMVs y[rows, out] = x[rows, in] W[out, in]^T (BackendOps::gemv_*):
+// the portable kernels, and the large-rows path every ISA shares.
+//
+// Portable: output rows split statically over threads, four per iteration
+// so x is read once per four rows, `omp simd` reductions (fixed order per
+// build, so deterministic); several rows of x loop over the GEMV (the scalar
+// backend is the reference build, not a fast one).
+//
+// Above kSkinnyRows (prefill), fp32 goes to BlasSgemm, and fp16 / int8
+// weights are converted to fp32 a block of output rows at a time into a
+// scratch tile that stays in cache (ConvertGemm), then BlasSgemm multiplies
+// the block: reduced-precision prefill runs at fp32 GEMM speed instead of
+// one GEMV per row.
 #pragma once
 
+#include <immintrin.h>
+
+#include "backend/backend.h"
+#include "backend/cpu/blas.h"
 #include "backend/cpu/impl/common.h"
 
 namespace myriad::cpu {
 namespace {
 
-inline void GemvF32K(const float* W, const float* x, int64_t out, int64_t in, float* y) {
+// Floats of the converted weight tile of ConvertGemm (2 MiB: in L2/L3, and
+// wide enough that BlasSgemm runs near its peak).
+constexpr int64_t kConvertTileFloats = int64_t{1} << 19;
+
+// y[rows, out] = x[rows, in] @ Wf^T, where deq(o, dst) writes row o of W in
+// fp32 (dst [in]). Blocks of output rows are converted, then multiplied.
+template <typename Deq>
+inline void ConvertGemm(const float* x, int64_t rows, int64_t out, int64_t in, float* y, Deq deq) {
+  int64_t ob = kConvertTileFloats / in / 64 * 64;
+  ob = MinI(out, MaxI(ob, 64));
+  Scratch<float> wf(ob * in);
+  for (int64_t o0 = 0; o0 < out; o0 += ob) {
+    const int64_t n = MinI(ob, out - o0);
+#pragma omp parallel for schedule(static) if (n * in >= kMinParallelGemvElems)
+    for (int64_t o = 0; o < n; ++o) deq(o0 + o, wf.p + o * in);
+    BlasSgemm(Trans::kNo, Trans::kYes, rows, n, in, 1.f, x, in, wf.p, in, 0.f, y + o0, out);
+  }
+}
+
+inline void ConvertGemmF16(const uint16_t* W, const float* x, int64_t rows, int64_t out, int64_t in,
+                           float* y) {
+  ConvertGemm(x, rows, out, in, y, [&](int64_t o, float* dst) {
+    const uint16_t* w = W + o * in;
+    int64_t i = 0;
+#if defined(__F16C__)  // the AVX2 and AVX-512 builds
+    for (; i + 8 <= in; i += 8)
+      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + i))));
+#endif
+    for (; i < in; ++i) dst[i] = HalfToFloatF(w[i]);
+  });
+}
+
+inline void ConvertGemmQ8(const int8_t* Wq, const float* scale, const float* x, int64_t rows, int64_t out,
+                          int64_t in, float* y) {
+  ConvertGemm(x, rows, out, in, y, [&](int64_t o, float* dst) {
+    const int8_t* w = Wq + o * in;
+    const float s = scale[o];
+#pragma omp simd
+    for (int64_t i = 0; i < in; ++i) dst[i] = (float)w[i] * s;
+  });
+}
+
+inline void GemvF32Row(const float* W, const float* x, int64_t out, int64_t in, float* y) {
   int64_t groups = (out + 3) / 4;
 #pragma omp parallel for schedule(static) if (out * in >= kMinParallelGemvElems)
   for (int64_t g = 0; g < groups; ++g) {
@@ -36,14 +92,27 @@ inline void GemvF32K(const float* W, const float* x, int64_t out, int64_t in, fl
   }
 }
 
-inline void GemvF16K(const uint16_t* W, const float* x, int64_t out, int64_t in, float* y) {
-#pragma omp parallel for schedule(static)
-  for (int64_t o = 0; o < out; ++o) {
-    const uint16_t* w = W + o * in;
-    float a = 0;
+inline void GemvF32K(const float* W, const float* x, int64_t rows, int64_t out, int64_t in, float* y) {
+  if (rows > kSkinnyRows) {
+    BlasSgemm(Trans::kNo, Trans::kYes, rows, out, in, 1.f, x, in, W, in, 0.f, y, out);
+    return;
+  }
+  for (int64_t m = 0; m < rows; ++m) GemvF32Row(W, x + m * in, out, in, y + m * out);
+}
+
+inline void GemvF16K(const uint16_t* W, const float* x, int64_t rows, int64_t out, int64_t in, float* y) {
+  if (rows > kSkinnyRows) return ConvertGemmF16(W, x, rows, out, in, y);
+  for (int64_t m = 0; m < rows; ++m) {
+    const float* xr = x + m * in;
+    float* yr = y + m * out;
+#pragma omp parallel for schedule(static) if (out * in >= kMinParallelGemvElems)
+    for (int64_t o = 0; o < out; ++o) {
+      const uint16_t* w = W + o * in;
+      float a = 0;
 #pragma omp simd reduction(+ : a)
-    for (int64_t i = 0; i < in; ++i) a += HalfToFloatF(w[i]) * x[i];
-    y[o] = a;
+      for (int64_t i = 0; i < in; ++i) a += HalfToFloatF(w[i]) * xr[i];
+      yr[o] = a;
+    }
   }
 }
 
@@ -59,18 +128,22 @@ inline float QuantizeXQ8(const float* x, int64_t in, int8_t* xq) {
   return amax / 127.f;
 }
 
-inline void GemvQ8K(const int8_t* Wq, const float* scale, const float* x, int64_t out, int64_t in,
-                    float* y) {
+inline void GemvQ8K(const int8_t* Wq, const float* scale, const float* x, int64_t rows, int64_t out,
+                    int64_t in, float* y) {
+  if (rows > kSkinnyRows) return ConvertGemmQ8(Wq, scale, x, rows, out, in, y);
   Scratch<int8_t> xq(in);
-  float sx = QuantizeXQ8(x, in, xq.p);
-  const int8_t* xs = xq.p;
-#pragma omp parallel for schedule(static)
-  for (int64_t o = 0; o < out; ++o) {
-    const int8_t* w = Wq + o * in;
-    int32_t a = 0;
+  for (int64_t m = 0; m < rows; ++m) {
+    float sx = QuantizeXQ8(x + m * in, in, xq.p);
+    const int8_t* xs = xq.p;
+    float* yr = y + m * out;
+#pragma omp parallel for schedule(static) if (out * in >= kMinParallelGemvElems)
+    for (int64_t o = 0; o < out; ++o) {
+      const int8_t* w = Wq + o * in;
+      int32_t a = 0;
 #pragma omp simd reduction(+ : a)
-    for (int64_t i = 0; i < in; ++i) a += (int32_t)w[i] * (int32_t)xs[i];
-    y[o] = (float)((double)a * scale[o] * sx);
+      for (int64_t i = 0; i < in; ++i) a += (int32_t)w[i] * (int32_t)xs[i];
+      yr[o] = (float)((double)a * scale[o] * sx);
+    }
   }
 }
 

@@ -1,9 +1,11 @@
-// Decode GEMVs for AVX2 + FMA + F16C: y[out] = W[out, in] x[in]. Same shape
-// as the AVX-512 version (4 rows per step, one accumulator per row); tails
-// along `in` run scalar.
+// Decode GEMVs for AVX2 + FMA + F16C: y[rows, out] = x[rows, in] W[out, in]^T.
+// Same shape as the AVX-512 version (4 output rows per step, one accumulator
+// per output row and row of x, tiles of 4 x 2 for several rows of x); tails
+// along `in` run scalar. Above kSkinnyRows: impl/gemv.h.
 #include <immintrin.h>
 
 #include "backend/cpu/impl/common.h"
+#include "backend/cpu/blas.h"
 #include "backend/cpu/impl/gemv.h"
 #include "backend/cpu/kernels.h"
 
@@ -23,6 +25,15 @@ inline int32_t HsumI(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
+// Weight rows are read once, from DRAM: each row's stream is prefetched
+// this far ahead (a few lines; the hardware prefetchers alone keep too few
+// lines in flight for rows read 16 bytes at a time).
+constexpr int64_t kPrefetchBytes = 1024;
+template <typename T>
+inline void Prefetch(const T* p) {
+  _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
+}
+
 inline __m256 LoadW(const float* w) { return _mm256_loadu_ps(w); }
 inline __m256 LoadW(const uint16_t* w) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w)));
@@ -30,80 +41,152 @@ inline __m256 LoadW(const uint16_t* w) {
 inline float ScalarW(float w) { return w; }
 inline float ScalarW(uint16_t w) { return HalfToFloatF(w); }
 
-template <int ROWS, typename T>
-inline void RowsDot(const T* W, const float* x, int64_t in, int64_t o0, float* y) {
-  __m256 acc[ROWS];
-  for (int r = 0; r < ROWS; ++r) acc[r] = _mm256_setzero_ps();
+// y[m, o] for output rows [o0, o0 + R) and rows of x [m0, m0 + MT): each
+// weight vector is loaded (and converted) once for the MT rows of x; every
+// (o, m) is reduced in the same order whatever R and MT (batch-invariant).
+template <int R, int MT, typename T>
+inline void TileDot(const T* W, const float* x, int64_t in, int64_t out, int64_t o0, int64_t m0, float* y) {
+  __m256 acc[R][MT];
+  for (int r = 0; r < R; ++r)
+    for (int m = 0; m < MT; ++m) acc[r][m] = _mm256_setzero_ps();
   const T* w = W + o0 * in;
+  const float* xr = x + m0 * in;
   int64_t i = 0;
+  // One 64-byte line of each weight row per iteration, prefetched
+  // kPrefetchBytes ahead (the same sums in the same order as 8 at a time).
+  constexpr int U = 64 / (8 * sizeof(T));
+  for (; i + 8 * U <= in; i += 8 * U) {
+    for (int r = 0; r < R; ++r) Prefetch(w + r * in + i);
+    for (int u = 0; u < U; ++u) {
+      __m256 wv[R];
+      for (int r = 0; r < R; ++r) wv[r] = LoadW(w + r * in + i + 8 * u);
+      for (int m = 0; m < MT; ++m) {
+        const __m256 xv = _mm256_loadu_ps(xr + m * in + i + 8 * u);
+        for (int r = 0; r < R; ++r) acc[r][m] = _mm256_fmadd_ps(wv[r], xv, acc[r][m]);
+      }
+    }
+  }
   for (; i + 8 <= in; i += 8) {
-    __m256 xv = _mm256_loadu_ps(x + i);
-    for (int r = 0; r < ROWS; ++r) acc[r] = _mm256_fmadd_ps(LoadW(w + r * in + i), xv, acc[r]);
+    __m256 wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = LoadW(w + r * in + i);
+    for (int m = 0; m < MT; ++m) {
+      const __m256 xv = _mm256_loadu_ps(xr + m * in + i);
+      for (int r = 0; r < R; ++r) acc[r][m] = _mm256_fmadd_ps(wv[r], xv, acc[r][m]);
+    }
   }
-  for (int r = 0; r < ROWS; ++r) {
-    float s = Hsum(acc[r]);
-    for (int64_t k = i; k < in; ++k) s += ScalarW(w[r * in + k]) * x[k];
-    y[o0 + r] = s;
-  }
+  for (int m = 0; m < MT; ++m)
+    for (int r = 0; r < R; ++r) {
+      float s = Hsum(acc[r][m]);
+      for (int64_t k = i; k < in; ++k) s += ScalarW(w[r * in + k]) * xr[m * in + k];
+      y[(m0 + m) * out + o0 + r] = s;
+    }
+}
+
+// rows > 1: tiles of 4 output rows x 2 rows of x (8 accumulators, 4 weight
+// vectors: 13 of the 16 ymm registers).
+constexpr int kTileO = 4, kTileM = 2;
+
+template <int R, typename T>
+inline void AllRows(const T* W, const float* x, int64_t rows, int64_t in, int64_t out, int64_t o0, float* y) {
+  int64_t m = 0;
+  for (; m + kTileM <= rows; m += kTileM) TileDot<R, kTileM>(W, x, in, out, o0, m, y);
+  if (m < rows) TileDot<R, 1>(W, x, in, out, o0, m, y);
 }
 
 template <typename T>
-void Gemv(const T* W, const float* x, int64_t out, int64_t in, float* y) {
-  const int64_t groups = (out + 3) / 4;
+void Gemv(const T* W, const float* x, int64_t rows, int64_t out, int64_t in, float* y) {
+  const int64_t groups = (out + kTileO - 1) / kTileO;
 #pragma omp parallel for schedule(static) if (out * in >= kMinParallelGemvElems)
   for (int64_t g = 0; g < groups; ++g) {
-    const int64_t o = g * 4;
-    if (o + 4 <= out) {
-      RowsDot<4>(W, x, in, o, y);
+    const int64_t o = g * kTileO;
+    if (o + kTileO <= out) {
+      AllRows<kTileO>(W, x, rows, in, out, o, y);
     } else {
-      for (int64_t r = o; r < out; ++r) RowsDot<1>(W, x, in, r, y);
+      for (int64_t r = o; r < out; ++r) AllRows<1>(W, x, rows, in, out, r, y);
     }
   }
 }
 
 // int8 x int8 -> int32 through vpmaddwd on sign-extended 16-bit lanes
-// (vpmaddubsw would saturate for 255 x 127 pairs). xq is zero-padded to 16.
-template <int ROWS>
-inline void RowsDotQ8(const int8_t* Wq, const int16_t* xq, int64_t in, int64_t o0, const float* scale,
-                      float sx, float* y) {
-  __m256i acc[ROWS];
-  for (int r = 0; r < ROWS; ++r) acc[r] = _mm256_setzero_si256();
+// (vpmaddubsw would saturate for 255 x 127 pairs). xq [rows, in] in int16.
+template <int R, int MT>
+inline void TileDotQ8(const int8_t* Wq, const int16_t* xq, int64_t in, int64_t out, int64_t o0, int64_t m0,
+                      const float* scale, const float* sx, float* y) {
+  __m256i acc[R][MT];
+  for (int r = 0; r < R; ++r)
+    for (int m = 0; m < MT; ++m) acc[r][m] = _mm256_setzero_si256();
   const int8_t* w = Wq + o0 * in;
+  const int16_t* xr = xq + m0 * in;
   int64_t i = 0;
-  for (; i + 16 <= in; i += 16) {
-    __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + i));
-    for (int r = 0; r < ROWS; ++r) {
-      __m256i wv = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + r * in + i)));
-      acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(wv, xv));
+  for (; i + 64 <= in; i += 64) {  // a line of each row per iteration, prefetched
+    for (int r = 0; r < R; ++r) Prefetch(w + r * in + i);
+    for (int u = 0; u < 64; u += 16) {
+      __m256i wv[R];
+      for (int r = 0; r < R; ++r)
+        wv[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + r * in + i + u)));
+      for (int m = 0; m < MT; ++m) {
+        const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr + m * in + i + u));
+        for (int r = 0; r < R; ++r) acc[r][m] = _mm256_add_epi32(acc[r][m], _mm256_madd_epi16(wv[r], xv));
+      }
     }
   }
-  for (int r = 0; r < ROWS; ++r) {
-    int32_t dot = HsumI(acc[r]);
-    for (int64_t k = i; k < in; ++k) dot += (int32_t)w[r * in + k] * xq[k];
-    y[o0 + r] = (float)((double)dot * scale[o0 + r] * sx);
+  for (; i + 16 <= in; i += 16) {
+    __m256i wv[R];
+    for (int r = 0; r < R; ++r)
+      wv[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(w + r * in + i)));
+    for (int m = 0; m < MT; ++m) {
+      const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xr + m * in + i));
+      for (int r = 0; r < R; ++r) acc[r][m] = _mm256_add_epi32(acc[r][m], _mm256_madd_epi16(wv[r], xv));
+    }
   }
+  for (int m = 0; m < MT; ++m)
+    for (int r = 0; r < R; ++r) {
+      int32_t dot = HsumI(acc[r][m]);
+      for (int64_t k = i; k < in; ++k) dot += (int32_t)w[r * in + k] * xr[m * in + k];
+      y[(m0 + m) * out + o0 + r] = (float)((double)dot * scale[o0 + r] * sx[m0 + m]);
+    }
+}
+
+template <int R>
+inline void AllRowsQ8(const int8_t* Wq, const int16_t* xq, int64_t rows, int64_t in, int64_t out, int64_t o0,
+                      const float* scale, const float* sx, float* y) {
+  int64_t m = 0;
+  for (; m + kTileM <= rows; m += kTileM) TileDotQ8<R, kTileM>(Wq, xq, in, out, o0, m, scale, sx, y);
+  if (m < rows) TileDotQ8<R, 1>(Wq, xq, in, out, o0, m, scale, sx, y);
 }
 
 }  // namespace
 
-void GemvF32Avx2(const float* W, const float* x, int64_t out, int64_t in, float* y) { Gemv(W, x, out, in, y); }
-void GemvF16Avx2(const uint16_t* W, const float* x, int64_t out, int64_t in, float* y) {
-  Gemv(W, x, out, in, y);
+void GemvF32Avx2(const float* W, const float* x, int64_t rows, int64_t out, int64_t in, float* y) {
+  if (rows > kSkinnyRows) {
+    BlasSgemm(Trans::kNo, Trans::kYes, rows, out, in, 1.f, x, in, W, in, 0.f, y, out);
+    return;
+  }
+  Gemv(W, x, rows, out, in, y);
+}
+void GemvF16Avx2(const uint16_t* W, const float* x, int64_t rows, int64_t out, int64_t in, float* y) {
+  if (rows > kSkinnyRows) return ConvertGemmF16(W, x, rows, out, in, y);
+  Gemv(W, x, rows, out, in, y);
 }
 
-void GemvQ8Avx2(const int8_t* Wq, const float* scale, const float* x, int64_t out, int64_t in, float* y) {
+void GemvQ8Avx2(const int8_t* Wq, const float* scale, const float* x, int64_t rows, int64_t out, int64_t in,
+                float* y) {
+  if (rows > kSkinnyRows) return ConvertGemmQ8(Wq, scale, x, rows, out, in, y);
   Scratch<int8_t> q8(in);
-  Scratch<int16_t> xq(in);
-  const float sx = QuantizeXQ8(x, in, q8.p);
-  for (int64_t i = 0; i < in; ++i) xq[i] = q8[i];
-  const int64_t groups = (out + 3) / 4;
+  Scratch<int16_t> xq(rows * in);
+  Scratch<float> sx(rows);
+  for (int64_t m = 0; m < rows; ++m) {
+    sx[m] = QuantizeXQ8(x + m * in, in, q8.p);
+    for (int64_t i = 0; i < in; ++i) xq[m * in + i] = q8[i];
+  }
+  const int64_t groups = (out + kTileO - 1) / kTileO;
 #pragma omp parallel for schedule(static) if (out * in >= kMinParallelGemvElems)
   for (int64_t g = 0; g < groups; ++g) {
-    const int64_t o = g * 4;
-    if (o + 4 <= out) {
-      RowsDotQ8<4>(Wq, xq.p, in, o, scale, sx, y);
+    const int64_t o = g * kTileO;
+    if (o + kTileO <= out) {
+      AllRowsQ8<kTileO>(Wq, xq.p, rows, in, out, o, scale, sx.p, y);
     } else {
-      for (int64_t r = o; r < out; ++r) RowsDotQ8<1>(Wq, xq.p, in, r, scale, sx, y);
+      for (int64_t r = o; r < out; ++r) AllRowsQ8<1>(Wq, xq.p, rows, in, out, r, scale, sx.p, y);
     }
   }
 }

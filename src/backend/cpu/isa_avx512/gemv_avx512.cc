@@ -1,8 +1,11 @@
-// Decode GEMVs for AVX-512: y[out] = W[out, in] x[in]. Memory-bound: the
-// weights stream once from DRAM, x stays in L1. kRows rows per step share
-// each x load; one accumulator per row (the FMA chains of the rows hide the
-// latency, and the row streams keep enough loads in flight); tails along
-// `in` use masked loads.
+// Decode GEMVs for AVX-512: y[rows, out] = x[rows, in] W[out, in]^T.
+// Memory-bound: the weights stream once from DRAM, x stays in L1/L2. One row
+// of x: kRows output rows per step share each x load; one accumulator per
+// output row (the FMA chains hide the latency, and the row streams keep
+// enough loads in flight). Several rows of x (a batch's decode tokens):
+// tiles of kTileO output rows x kTileM rows of x, each weight vector loaded
+// once for the tile; the kTileO weight rows stay in L1 while the tiles of x
+// go by. Tails along `in` use masked loads. Above kSkinnyRows: impl/gemv.h.
 // GCC 12 flags _mm512_undefined_*() inside the reduce intrinsics (false positives).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -10,6 +13,7 @@
 #include <immintrin.h>
 
 #include "backend/cpu/impl/common.h"
+#include "backend/cpu/blas.h"
 #include "backend/cpu/impl/gemv.h"
 #include "backend/cpu/kernels.h"
 
@@ -30,95 +34,197 @@ inline __m512 LoadW(const uint16_t* w, int64_t i) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i)));
 }
 
-// y[o] for rows [o0, o0 + ROWS).
-template <int ROWS, typename T>
-inline void RowsDot(const T* W, const float* x, int64_t in, int64_t o0, float* y) {
-  __m512 acc[ROWS];
-  for (int r = 0; r < ROWS; ++r) acc[r] = _mm512_setzero_ps();
+// y[m, o] for output rows [o0, o0 + R) and rows of x [m0, m0 + MT): each
+// weight vector is loaded (and converted) once for the MT rows of x. Every
+// (o, m) has its own accumulator, reduced in the same order whatever R and
+// MT, so a row's result does not depend on the batch around it.
+template <int R, int MT, typename T>
+inline void TileDot(const T* W, const float* x, int64_t in, int64_t out, int64_t o0, int64_t m0, float* y) {
+  __m512 acc[R][MT];
+  for (int r = 0; r < R; ++r)
+    for (int m = 0; m < MT; ++m) acc[r][m] = _mm512_setzero_ps();
   const T* w = W + o0 * in;
+  const float* xr = x + m0 * in;
   int64_t i = 0;
+  // One 64-byte line of each weight row per iteration (the same sums in the
+  // same order as 16 at a time). Software prefetching, which doubles the
+  // AVX2 int8 kernel's bandwidth, measured no gain here (8 row streams of
+  // whole lines keep enough in flight).
+  constexpr int U = 64 / (16 * sizeof(T));
+  for (; i + 16 * U <= in; i += 16 * U) {
+    for (int u = 0; u < U; ++u) {
+      __m512 wv[R];
+      for (int r = 0; r < R; ++r) wv[r] = LoadW(w + r * in, i + 16 * u);
+      for (int m = 0; m < MT; ++m) {
+        const __m512 xv = _mm512_loadu_ps(xr + m * in + i + 16 * u);
+        for (int r = 0; r < R; ++r) acc[r][m] = _mm512_fmadd_ps(wv[r], xv, acc[r][m]);
+      }
+    }
+  }
   for (; i + 16 <= in; i += 16) {
-    __m512 xv = _mm512_loadu_ps(x + i);
-    for (int r = 0; r < ROWS; ++r) acc[r] = _mm512_fmadd_ps(LoadW(w + r * in, i), xv, acc[r]);
+    __m512 wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = LoadW(w + r * in, i);
+    for (int m = 0; m < MT; ++m) {
+      const __m512 xv = _mm512_loadu_ps(xr + m * in + i);
+      for (int r = 0; r < R; ++r) acc[r][m] = _mm512_fmadd_ps(wv[r], xv, acc[r][m]);
+    }
   }
   if (i < in) {
-    __mmask16 m = TailMask16(in - i);
-    __m512 xv = _mm512_maskz_loadu_ps(m, x + i);
-    for (int r = 0; r < ROWS; ++r) acc[r] = _mm512_fmadd_ps(LoadW(w + r * in, i, m), xv, acc[r]);
+    const __mmask16 k = TailMask16(in - i);
+    __m512 wv[R];
+    for (int r = 0; r < R; ++r) wv[r] = LoadW(w + r * in, i, k);
+    for (int m = 0; m < MT; ++m) {
+      const __m512 xv = _mm512_maskz_loadu_ps(k, xr + m * in + i);
+      for (int r = 0; r < R; ++r) acc[r][m] = _mm512_fmadd_ps(wv[r], xv, acc[r][m]);
+    }
   }
-  for (int r = 0; r < ROWS; ++r) y[o0 + r] = _mm512_reduce_add_ps(acc[r]);
+  for (int m = 0; m < MT; ++m)
+    for (int r = 0; r < R; ++r) y[(m0 + m) * out + o0 + r] = _mm512_reduce_add_ps(acc[r][m]);
+}
+
+constexpr int kTileO = 4, kTileM = 4;  // rows > 1: 16 accumulators, 4 weight vectors
+
+// Every row of x against output rows [o0, o0 + R).
+template <int R, typename T>
+inline void AllRows(const T* W, const float* x, int64_t rows, int64_t in, int64_t out, int64_t o0, float* y) {
+  int64_t m = 0;
+  for (; m + kTileM <= rows; m += kTileM) TileDot<R, kTileM>(W, x, in, out, o0, m, y);
+  switch (rows - m) {
+    case 3: TileDot<R, 3>(W, x, in, out, o0, m, y); break;
+    case 2: TileDot<R, 2>(W, x, in, out, o0, m, y); break;
+    case 1: TileDot<R, 1>(W, x, in, out, o0, m, y); break;
+    default: break;
+  }
 }
 
 template <typename T>
-void Gemv(const T* W, const float* x, int64_t out, int64_t in, float* y) {
-  const int64_t groups = (out + kRows - 1) / kRows;
+void Gemv(const T* W, const float* x, int64_t rows, int64_t out, int64_t in, float* y) {
+  if (rows == 1) {
+    const int64_t groups = (out + kRows - 1) / kRows;
+#pragma omp parallel for schedule(static) if (out * in >= kMinParallelGemvElems)
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t o = g * kRows;
+      if (o + kRows <= out) {
+        TileDot<kRows, 1>(W, x, in, out, o, 0, y);
+      } else {
+        for (int64_t r = o; r < out; ++r) TileDot<1, 1>(W, x, in, out, r, 0, y);
+      }
+    }
+    return;
+  }
+  const int64_t groups = (out + kTileO - 1) / kTileO;
 #pragma omp parallel for schedule(static) if (out * in >= kMinParallelGemvElems)
   for (int64_t g = 0; g < groups; ++g) {
-    const int64_t o = g * kRows;
-    if (o + kRows <= out) {
-      RowsDot<kRows>(W, x, in, o, y);
+    const int64_t o = g * kTileO;
+    if (o + kTileO <= out) {
+      AllRows<kTileO>(W, x, rows, in, out, o, y);
     } else {
-      for (int64_t r = o; r < out; ++r) RowsDot<1>(W, x, in, r, y);
+      for (int64_t r = o; r < out; ++r) AllRows<1>(W, x, rows, in, out, r, y);
     }
   }
 }
 
-// int32 dot of rows [o0, o0+ROWS) of Wq with the padded xq (64-byte steps).
+// int32 dots of output rows [o0, o0+R) of Wq with rows [m0, m0+MT) of the
+// quantised x (each row zero-padded to `ld`, a multiple of 64).
 // vpdpbusd needs an unsigned operand: u = Wq ^ 0x80 = Wq + 128, so
-// sum u*xq = sum Wq*xq + 128 * sum xq; the caller subtracts the second term.
-template <int ROWS>
-inline void RowsDotQ8(const int8_t* Wq, const int8_t* xq, int64_t in, int64_t o0, int32_t corr,
-                      const float* scale, float sx, float* y) {
-  __m512i acc[ROWS];
-  for (int r = 0; r < ROWS; ++r) acc[r] = _mm512_setzero_si512();
+// sum u*xq = sum Wq*xq + 128 * sum xq; corr[m] holds the second term.
+template <int R, int MT>
+inline void TileDotQ8(const int8_t* Wq, const int8_t* xq, int64_t ld, int64_t in, int64_t out, int64_t o0,
+                      int64_t m0, const int32_t* corr, const float* scale, const float* sx, float* y) {
+  __m512i acc[R][MT];
+  for (int r = 0; r < R; ++r)
+    for (int m = 0; m < MT; ++m) acc[r][m] = _mm512_setzero_si512();
   const __m512i flip = _mm512_set1_epi8((char)0x80);
   const int8_t* w = Wq + o0 * in;
+  const int8_t* xr = xq + m0 * ld;
   int64_t i = 0;
   for (; i + 64 <= in; i += 64) {
-    __m512i xv = _mm512_loadu_si512(xq + i);
-    for (int r = 0; r < ROWS; ++r) {
-      __m512i u = _mm512_xor_si512(_mm512_loadu_si512(w + r * in + i), flip);
-      acc[r] = _mm512_dpbusd_epi32(acc[r], u, xv);
+    __m512i u[R];
+    for (int r = 0; r < R; ++r) u[r] = _mm512_xor_si512(_mm512_loadu_si512(w + r * in + i), flip);
+    for (int m = 0; m < MT; ++m) {
+      const __m512i xv = _mm512_loadu_si512(xr + m * ld + i);
+      for (int r = 0; r < R; ++r) acc[r][m] = _mm512_dpbusd_epi32(acc[r][m], u[r], xv);
     }
   }
   if (i < in) {
-    __mmask64 m = (__mmask64)((~0ull) >> (64 - (in - i)));
-    __m512i xv = _mm512_loadu_si512(xq + i);  // xq is zero-padded to a multiple of 64
-    for (int r = 0; r < ROWS; ++r) {
-      __m512i u = _mm512_xor_si512(_mm512_maskz_loadu_epi8(m, w + r * in + i), flip);
-      acc[r] = _mm512_dpbusd_epi32(acc[r], u, xv);
+    const __mmask64 k = (__mmask64)((~0ull) >> (64 - (in - i)));
+    __m512i u[R];
+    for (int r = 0; r < R; ++r) u[r] = _mm512_xor_si512(_mm512_maskz_loadu_epi8(k, w + r * in + i), flip);
+    for (int m = 0; m < MT; ++m) {
+      const __m512i xv = _mm512_loadu_si512(xr + m * ld + i);  // zero past `in`
+      for (int r = 0; r < R; ++r) acc[r][m] = _mm512_dpbusd_epi32(acc[r][m], u[r], xv);
     }
   }
-  for (int r = 0; r < ROWS; ++r) {
-    int32_t dot = _mm512_reduce_add_epi32(acc[r]) - corr;
-    y[o0 + r] = (float)((double)dot * scale[o0 + r] * sx);
+  for (int m = 0; m < MT; ++m)
+    for (int r = 0; r < R; ++r) {
+      const int32_t dot = _mm512_reduce_add_epi32(acc[r][m]) - corr[m0 + m];
+      y[(m0 + m) * out + o0 + r] = (float)((double)dot * scale[o0 + r] * sx[m0 + m]);
+    }
+}
+
+template <int R>
+inline void AllRowsQ8(const int8_t* Wq, const int8_t* xq, int64_t ld, int64_t rows, int64_t in, int64_t out,
+                      int64_t o0, const int32_t* corr, const float* scale, const float* sx, float* y) {
+  int64_t m = 0;
+  for (; m + kTileM <= rows; m += kTileM) TileDotQ8<R, kTileM>(Wq, xq, ld, in, out, o0, m, corr, scale, sx, y);
+  switch (rows - m) {
+    case 3: TileDotQ8<R, 3>(Wq, xq, ld, in, out, o0, m, corr, scale, sx, y); break;
+    case 2: TileDotQ8<R, 2>(Wq, xq, ld, in, out, o0, m, corr, scale, sx, y); break;
+    case 1: TileDotQ8<R, 1>(Wq, xq, ld, in, out, o0, m, corr, scale, sx, y); break;
+    default: break;
   }
 }
 
 }  // namespace
 
-void GemvF32Avx512(const float* W, const float* x, int64_t out, int64_t in, float* y) { Gemv(W, x, out, in, y); }
-void GemvF16Avx512(const uint16_t* W, const float* x, int64_t out, int64_t in, float* y) {
-  Gemv(W, x, out, in, y);
+void GemvF32Avx512(const float* W, const float* x, int64_t rows, int64_t out, int64_t in, float* y) {
+  if (rows > kSkinnyRows) {
+    BlasSgemm(Trans::kNo, Trans::kYes, rows, out, in, 1.f, x, in, W, in, 0.f, y, out);
+    return;
+  }
+  Gemv(W, x, rows, out, in, y);
+}
+void GemvF16Avx512(const uint16_t* W, const float* x, int64_t rows, int64_t out, int64_t in, float* y) {
+  if (rows > kSkinnyRows) return ConvertGemmF16(W, x, rows, out, in, y);
+  Gemv(W, x, rows, out, in, y);
 }
 
-void GemvQ8Avx512Vnni(const int8_t* Wq, const float* scale, const float* x, int64_t out, int64_t in,
-                      float* y) {
-  const int64_t padded = (in + 63) / 64 * 64;
-  Scratch<int8_t> xq(padded);
-  const float sx = QuantizeXQ8(x, in, xq.p);
-  int32_t sum = 0;
-  for (int64_t i = 0; i < in; ++i) sum += xq[i];
-  for (int64_t i = in; i < padded; ++i) xq[i] = 0;
-  const int32_t corr = 128 * sum;
-  const int64_t groups = (out + kRows - 1) / kRows;
+void GemvQ8Avx512Vnni(const int8_t* Wq, const float* scale, const float* x, int64_t rows, int64_t out,
+                      int64_t in, float* y) {
+  if (rows > kSkinnyRows) return ConvertGemmQ8(Wq, scale, x, rows, out, in, y);
+  const int64_t ld = (in + 63) / 64 * 64;
+  Scratch<int8_t> xq(rows * ld);
+  Scratch<int32_t> corr(rows);
+  Scratch<float> sx(rows);
+  for (int64_t m = 0; m < rows; ++m) {
+    int8_t* q = xq.p + m * ld;
+    sx[m] = QuantizeXQ8(x + m * in, in, q);
+    int32_t sum = 0;
+    for (int64_t i = 0; i < in; ++i) sum += q[i];
+    for (int64_t i = in; i < ld; ++i) q[i] = 0;
+    corr[m] = 128 * sum;
+  }
+  if (rows == 1) {
+    const int64_t groups = (out + kRows - 1) / kRows;
+#pragma omp parallel for schedule(static) if (out * in >= kMinParallelGemvElems)
+    for (int64_t g = 0; g < groups; ++g) {
+      const int64_t o = g * kRows;
+      if (o + kRows <= out) {
+        TileDotQ8<kRows, 1>(Wq, xq.p, ld, in, out, o, 0, corr.p, scale, sx.p, y);
+      } else {
+        for (int64_t r = o; r < out; ++r) TileDotQ8<1, 1>(Wq, xq.p, ld, in, out, r, 0, corr.p, scale, sx.p, y);
+      }
+    }
+    return;
+  }
+  const int64_t groups = (out + kTileO - 1) / kTileO;
 #pragma omp parallel for schedule(static) if (out * in >= kMinParallelGemvElems)
   for (int64_t g = 0; g < groups; ++g) {
-    const int64_t o = g * kRows;
-    if (o + kRows <= out) {
-      RowsDotQ8<kRows>(Wq, xq.p, in, o, corr, scale, sx, y);
+    const int64_t o = g * kTileO;
+    if (o + kTileO <= out) {
+      AllRowsQ8<kTileO>(Wq, xq.p, ld, rows, in, out, o, corr.p, scale, sx.p, y);
     } else {
-      for (int64_t r = o; r < out; ++r) RowsDotQ8<1>(Wq, xq.p, in, r, corr, scale, sx, y);
+      for (int64_t r = o; r < out; ++r) AllRowsQ8<1>(Wq, xq.p, ld, rows, in, out, r, corr.p, scale, sx.p, y);
     }
   }
 }

@@ -355,12 +355,16 @@ double Sumsq(const float* x, int64_t n) {
   return acc;
 }
 
-void GemvF32(const float* W, const float* x, int64_t out, int64_t in, float* y) {
+void GemvF32Row(const float* W, const float* x, int64_t out, int64_t in, float* y) {
   for (int64_t o = 0; o < out; ++o) {
     double acc = 0;
     for (int64_t i = 0; i < in; ++i) acc += (double)W[o * in + i] * x[i];
     y[o] = (float)acc;
   }
+}
+
+void GemvF32(const float* W, const float* x, int64_t rows, int64_t out, int64_t in, float* y) {
+  for (int64_t m = 0; m < rows; ++m) GemvF32Row(W, x + m * in, out, in, y + m * out);
 }
 
 // IEEE half -> float, bit by bit (subnormals, inf, nan included).
@@ -379,28 +383,43 @@ float HalfToFloat(uint16_t h) {
   return mag;
 }
 
-void GemvF16(const uint16_t* W, const float* x, int64_t out, int64_t in, float* y) {
-  for (int64_t o = 0; o < out; ++o) {
-    double acc = 0;
-    for (int64_t i = 0; i < in; ++i) acc += (double)HalfToFloat(W[o * in + i]) * x[i];
-    y[o] = (float)acc;
-  }
+void GemvF16(const uint16_t* W, const float* x, int64_t rows, int64_t out, int64_t in, float* y) {
+  for (int64_t m = 0; m < rows; ++m)
+    for (int64_t o = 0; o < out; ++o) {
+      double acc = 0;
+      for (int64_t i = 0; i < in; ++i) acc += (double)HalfToFloat(W[o * in + i]) * x[m * in + i];
+      y[m * out + o] = (float)acc;
+    }
 }
 
-// x is quantised with one absmax scale: xq = round_half_even(x / sx),
-// sx = absmax/127; y[o] = scale[o] * sx * sum_i Wq[o,i] xq[i] (exact int sum).
-void GemvQ8(const int8_t* Wq, const float* scale, const float* x, int64_t out, int64_t in,
+// Up to kSkinnyRows rows, each row of x is quantised with its own absmax
+// scale: xq = round_half_even(x / sx), sx = absmax/127; y[o] = scale[o] * sx
+// * sum_i Wq[o,i] xq[i] (exact int sum). Above, W is dequantised
+// ((float)Wq * scale, rounded to fp32) and x taken as it is.
+void GemvQ8(const int8_t* Wq, const float* scale, const float* x, int64_t rows, int64_t out, int64_t in,
             float* y) {
-  float amax = 0;
-  for (int64_t i = 0; i < in; ++i) amax = std::max(amax, std::fabs(x[i]));
-  float sx = amax / 127.f;
-  float inv = amax > 0 ? 127.f / amax : 0.f;
+  if (rows > kSkinnyRows) {
+    for (int64_t m = 0; m < rows; ++m)
+      for (int64_t o = 0; o < out; ++o) {
+        double acc = 0;
+        for (int64_t i = 0; i < in; ++i) acc += (double)((float)Wq[o * in + i] * scale[o]) * x[m * in + i];
+        y[m * out + o] = (float)acc;
+      }
+    return;
+  }
   std::vector<int32_t> xq(in);
-  for (int64_t i = 0; i < in; ++i) xq[i] = (int32_t)std::nearbyint(x[i] * inv);
-  for (int64_t o = 0; o < out; ++o) {
-    int64_t acc = 0;
-    for (int64_t i = 0; i < in; ++i) acc += (int64_t)Wq[o * in + i] * xq[i];
-    y[o] = (float)((double)acc * scale[o] * sx);
+  for (int64_t m = 0; m < rows; ++m) {
+    const float* xr = x + m * in;
+    float amax = 0;
+    for (int64_t i = 0; i < in; ++i) amax = std::max(amax, std::fabs(xr[i]));
+    float sx = amax / 127.f;
+    float inv = amax > 0 ? 127.f / amax : 0.f;
+    for (int64_t i = 0; i < in; ++i) xq[i] = (int32_t)std::nearbyint(xr[i] * inv);
+    for (int64_t o = 0; o < out; ++o) {
+      int64_t acc = 0;
+      for (int64_t i = 0; i < in; ++i) acc += (int64_t)Wq[o * in + i] * xq[i];
+      y[m * out + o] = (float)((double)acc * scale[o] * sx);
+    }
   }
 }
 
