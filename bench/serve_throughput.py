@@ -3,12 +3,11 @@
 chat clients (threads + http.client, SSE), each level for --seconds; reports
 output tokens/s, TTFT p50/p99 and inter-token gap p50/p99, and the speculative
 acceptance from /metrics (the counters' change over the level), for each
---speculative mode. `myriad serve` has no --weights in this build, so the
-weight format is not varied (noted in the output). The issue's target: 16
+--speculative mode and --weights format. The issue's target: 16
 clients >= 6x the 1-client output rate on the GPT-2-shaped dense config.
 
     bench/serve_throughput.py [--ckpt runs/demo-moe] [--levels 1,4,16,64] [--seconds 20]
-        [--speculative off,ngram,mtp] [--max-tokens 64]
+        [--speculative off,ngram,mtp] [--weights fp32,fp16,int8] [--max-tokens 64]
     bench/serve_throughput.py --gpt2 --data data/default   (writes a GPT-2-shaped dense checkpoint
         with `myriad train --set train.steps=1` into bench/out/gpt2_ckpt first; random-ish weights)
 """
@@ -132,8 +131,9 @@ def level(port, model, n, seconds, max_tokens):
             "spec_acceptance_by_position": acc, "spec_mean_accepted_length": emi / ver if ver else None}
 
 
-def serve(ckpt, tokenizer, spec, draft_tokens, max_batch):
+def serve(ckpt, tokenizer, spec, draft_tokens, max_batch, weights="fp32"):
     cmd = [f"{common.BUILD}/myriad", "serve", "--ckpt", ckpt, "--tokenizer", tokenizer, "--port", "0", "--speculative", spec,
+           "--weights", weights,
            "--draft-tokens", str(draft_tokens), "--max-batch", str(max_batch), "--max-queue", "1024",
            "--http-threads", str(max(8, max_batch + 4)), "--model-name", "bench"]
     p = subprocess.Popen(cmd, env=common.myriad_env(), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
@@ -165,17 +165,19 @@ def main():
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--speculative", default="off,ngram,mtp")
+    ap.add_argument("--weights", default="fp32", help="comma-separated: fp32,fp16,int8")
     ap.add_argument("--draft-tokens", type=int, default=3)
     ap.add_argument("--json-out")
     a = ap.parse_args()
     ckpt = make_gpt2(a.data, os.path.join(common.ROOT, "bench/out/gpt2_ckpt")) if a.gpt2 else a.ckpt
     levels = [int(x) for x in a.levels.split(",")]
     results = {}
-    print(f"serve {ckpt}; CPU {common.cpu_model()}; weights fp32 (`myriad serve` has no --weights in this build)")
-    print(f"{'spec':6} {'clients':>7} {'out tok/s':>9} {'x 1':>5} {'TTFT p50':>9} {'p99':>7} {'ITL p50':>8} {'p99':>7}"
+    print(f"serve {ckpt}; CPU {common.cpu_model()}")
+    print(f"{'wts':5} {'spec':6} {'clients':>7} {'out tok/s':>9} {'x 1':>5} {'TTFT p50':>9} {'p99':>7} {'ITL p50':>8} {'p99':>7}"
           f" {'reqs':>5} {'err':>4}  acceptance by position")
-    for spec in a.speculative.split(","):
-        p, port = serve(ckpt, os.path.join(a.data, "tokenizer.model"), spec, a.draft_tokens, max(levels))
+    runs = [(w, s) for w in a.weights.split(",") for s in a.speculative.split(",")]
+    for weights, spec in runs:
+        p, port = serve(ckpt, os.path.join(a.data, "tokenizer.model"), spec, a.draft_tokens, max(levels), weights)
         try:
             level(port, "bench", 1, min(3, a.seconds), a.max_tokens)  # warm-up
             rows = []
@@ -184,12 +186,12 @@ def main():
                 rows.append(r)
                 x1 = r["tokens_per_s"] / rows[0]["tokens_per_s"] if rows[0]["tokens_per_s"] else float("nan")
                 acc = " ".join("-" if v is None else f"{v:.2f}" for v in r["spec_acceptance_by_position"])
-                print(f"{spec:6} {n:7d} {r['tokens_per_s']:9.1f} {x1:5.2f} {1e3 * r['ttft_p50']:7.0f}ms "
+                print(f"{weights:5} {spec:6} {n:7d} {r['tokens_per_s']:9.1f} {x1:5.2f} {1e3 * r['ttft_p50']:7.0f}ms "
                       f"{1e3 * r['ttft_p99']:5.0f}ms {1e3 * r['itl_p50']:6.0f}ms {1e3 * r['itl_p99']:5.0f}ms "
                       f"{r['requests']:5d} {r['errors']:4d}  {acc}", flush=True)
                 if r["first_error"]:
                     print(f"       first error: {r['first_error']}")
-            results[spec] = rows
+            results[f"{weights}/{spec}"] = rows
         finally:
             p.terminate()
             p.wait(timeout=60)
