@@ -272,6 +272,9 @@ Collector* RunEvictAndReturn(EngineTest* t, KvTier* tier, const std::vector<int3
   cfg.kv_pool_blocks = 4;
   cfg.max_batch = 1;
   cfg.tiers = {tier};
+  // The hit must come: a remote tier's lookup may take its time under a
+  // loaded test machine (the default, 50 ms, would admit without it).
+  cfg.remote_lookup_timeout_s = 10;
   auto engine = Engine::Create(t->model(), cfg);
   EXPECT_TRUE(engine.ok());
   RunToEnd(engine->get(), a, GreedyParams(max_tokens), keep);
@@ -396,8 +399,13 @@ TEST_F(EngineMlaTest, PrefixHitsFromT0AndEveryTierKeepGreedyOutput) {
     // int8 storage rounds the latent rows: the tokens may then differ from
     // the fp32 oracle's, but the hits must come.
     if (i != 1) EXPECT_EQ(c->tokens, Oracle(a, 8));
-    EXPECT_EQ(c->final_event.cached_tokens, 48);
-    EXPECT_EQ(TierHits(engine->stats(), tier->name()), 48);
+    // The hit is found; the load-or-recompute plan may choose to recompute
+    // it (a Redis read measured slow on a loaded machine, against this tiny
+    // model's prefill): either way all 48 tokens are accounted for.
+    const int64_t recomputed = engine->stats().recomputed_hit_tokens;
+    EXPECT_EQ(c->final_event.cached_tokens + recomputed, 48);
+    EXPECT_EQ(TierHits(engine->stats(), tier->name()) + recomputed, 48);
+    if (tier->name() != "redis") EXPECT_EQ(recomputed, 0) << "memory and disk reads beat recomputing";
   }
   std::filesystem::remove_all(dir);
 }
