@@ -43,3 +43,24 @@ stop_server() {
   SERVER_PID=""
   return "$rc"
 }
+
+# complete URL PROMPT -> "text<TAB>prompt_tokens<TAB>cached_tokens": one
+# greedy completion of 12 tokens (newlines in the text as \n).
+complete() {
+  curl -sf -m 30 "$1/v1/completions" -H 'Content-Type: application/json' \
+    -d "$("$PY" -c 'import json,sys; print(json.dumps({"model":"tiny","prompt":sys.argv[1],"max_tokens":12,"temperature":0}))' "$2")" |
+    "$PY" -c 'import json,sys; j=json.load(sys.stdin); u=j["usage"]; print(j["choices"][0]["text"].replace("\t"," ").replace("\n","\\n") + "\t" + str(u["prompt_tokens"]) + "\t" + str(u["prompt_tokens_details"]["cached_tokens"]))'
+}
+
+# start_redis: a redis-server of its own on a free port (data under
+# $WORK/redis); sets RPID and REDIS (its URL). The exit trap stops it too,
+# after a SIGCONT in case a test froze it, and a second server B_PID.
+start_redis() {
+  RDIR="$WORK/redis"; mkdir -p "$RDIR"
+  RPORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$RDIR" >"$RDIR/log" 2>&1 &
+  RPID=$!
+  trap 'kill -CONT "$RPID" 2>/dev/null; [ -n "$SERVER_PID" ] && kill -9 "$SERVER_PID" 2>/dev/null; [ -n "${B_PID:-}" ] && kill -9 "$B_PID" 2>/dev/null; kill "$RPID" 2>/dev/null; rm -rf "$WORK"' EXIT
+  for _ in $(seq 50); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
+  REDIS="redis://127.0.0.1:$RPORT"
+}

@@ -12,12 +12,6 @@ P2="Every checkpoint directory keeps a manifest with checksums of the files it l
 P3="Tokens are packed into rows of the sequence length plus one, and the loader keeps a cursor"
 P4="A status carries a message that names the thing, the value and a hint for the user to follow"
 
-# complete URL PROMPT -> "text<TAB>prompt_tokens<TAB>cached_tokens"
-complete() {
-  curl -sf "$1/v1/completions" -H 'Content-Type: application/json' \
-    -d "$("$PY" -c 'import json,sys; print(json.dumps({"model":"tiny","prompt":sys.argv[1],"max_tokens":12,"temperature":0}))' "$2")" |
-    "$PY" -c 'import json,sys; j=json.load(sys.stdin); u=j["usage"]; print(j["choices"][0]["text"].replace("\t"," ").replace("\n","\\n") + "\t" + str(u["prompt_tokens"]) + "\t" + str(u["prompt_tokens_details"]["cached_tokens"]))'
-}
 tier_hits() {  # URL TIER -> tokens served from that tier so far
   curl -sf "$1/metrics" | awk -v t="tier=\"$2\"" '$1 ~ /^myriad_kv_hit_tokens_total/ && index($0, t) {print $2}'
 }
@@ -81,13 +75,7 @@ grep -qiE "checksum|corrupt" "$WORK/serve.log" && pass "the log names the corrup
 stop_server
 
 echo "== two servers share prefixes through Redis"
-RDIR="$WORK/redis"; mkdir -p "$RDIR"
-RPORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$RDIR" >"$RDIR/log" 2>&1 &
-RPID=$!
-trap '[ -n "$SERVER_PID" ] && kill -9 "$SERVER_PID" 2>/dev/null; [ -n "${B_PID:-}" ] && kill -9 "$B_PID" 2>/dev/null; kill "$RPID" 2>/dev/null; rm -rf "$WORK"' EXIT
-for _ in $(seq 50); do redis-cli -p "$RPORT" ping >/dev/null 2>&1 && break; sleep 0.1; done
-REDIS="redis://127.0.0.1:$RPORT"
+start_redis
 start_server --kv-redis "$REDIS" --kv-write-through
 A_URL="$URL"
 # start_peer NAME ARGS...: another server on the same Redis, its own log;
