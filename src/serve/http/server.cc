@@ -1,5 +1,7 @@
 #include "serve/http/server.h"
 
+#include "serve/http/server_internal.h"
+
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -29,29 +31,8 @@
 
 namespace myriad::serve {
 
-using nlohmann::json;
-namespace net = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = net::ip::tcp;
-using Clock = std::chrono::steady_clock;
 
 namespace {
-
-constexpr const char* kJson = "application/json";
-
-// State shared with engine callbacks, which may outlive a request's handler
-// (a client that went away) and must not touch the server after it is gone.
-struct Accounts {
-  explicit Accounts(PriceTable p) : ledger(std::move(p)) {}
-  BillingLedger ledger;
-  mutable std::mutex mu;
-  ServerCounters counters;
-  std::map<int, int64_t> responses_by_status;
-  std::set<uint64_t> running_ids;  // submitted, final event not yet seen
-  std::condition_variable idle_cv;  // signalled when a request finishes
-  int64_t active_http = 0;          // completion responses not yet fully written
-};
 
 // The hand-over between the engine thread (Push) and a connection thread.
 struct Pending {
@@ -192,46 +173,6 @@ bool ConstantTimeEquals(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-// What a handler sees of a request.
-struct HttpRequest {
-  http::request<http::string_body> msg;
-  std::string path;  // the target without its query
-
-  const std::string& body() const { return msg.body(); }
-  std::string get_header_value(http::field f) const { return std::string(msg[f]); }
-};
-
-// Bytes of a streamed response, written from a worker thread; false when the
-// connection is gone.
-using ChunkWriter = std::function<bool(const std::string&)>;
-
-// What a handler produces: a whole response, or a head and a stream function
-// that writes the body in chunks (run on a worker thread).
-struct HttpResponse {
-  int status = 200;
-  std::string content_type;
-  std::string body;
-  std::vector<std::pair<std::string, std::string>> headers;
-  std::function<void(const ChunkWriter&)> stream;
-  std::function<void()> on_written;  // run once the response is written or abandoned
-
-  void set_header(const std::string& k, const std::string& v) { headers.emplace_back(k, v); }
-  void set_content(std::string b, const char* type) {
-    body = std::move(b);
-    content_type = type;
-  }
-};
-
-void SendError(HttpResponse& res, const ApiError& e) {
-  res.status = e.status;
-  res.set_content(ErrorJson(e), kJson);
-}
-
-ApiError ErrorWithMessage(int status, const std::string& message) {
-  ApiError e = ErrorForStatus(status);
-  e.message = message;
-  return e;
-}
 
 // A request the engine cancelled before it finished that no stop string
 // ended: the drain timeout of a shutdown (or the engine stopping). Not a
@@ -247,336 +188,11 @@ ApiError CancelledError(double drain_timeout_s) {
   return e;
 }
 
-// HTTP/1.1 text of a whole response, or of the head alone (`chunked`: the
-// body follows in chunks).
-template <class Body>
-void FillHead(http::response<Body>& m, const HttpResponse& r, bool keep_alive) {
-  if (!r.content_type.empty()) m.set(http::field::content_type, r.content_type);
-  for (const auto& [k, v] : r.headers) m.set(k, v);
-  m.keep_alive(keep_alive);
-}
-
-std::string WholeResponse(const HttpResponse& r, unsigned version, bool keep_alive) {
-  http::response<http::string_body> m{static_cast<http::status>(r.status), version};
-  FillHead(m, r, keep_alive);
-  m.body() = r.body;
-  m.prepare_payload();
-  std::ostringstream os;
-  os << m;
-  return std::move(os).str();
-}
-
-std::string StreamHead(const HttpResponse& r, unsigned version, bool keep_alive) {
-  http::response<http::empty_body> m{static_cast<http::status>(r.status), version};
-  FillHead(m, r, keep_alive);
-  if (version >= 11) m.chunked(true);
-  std::ostringstream os;
-  os << m.base();
-  return std::move(os).str();
-}
-
-std::string Chunk(const std::string& data) {
-  char len[24];
-  std::snprintf(len, sizeof len, "%zx\r\n", data.size());
-  return len + data + "\r\n";
-}
-
-std::chrono::steady_clock::duration Seconds(double s) {
-  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(std::max(0.0, s)));
-}
-
-constexpr size_t kHeaderLimit = 32 << 10;  // request line and fields; more is 431
-
-class Session;
-
 }  // namespace
 
-struct HttpServer::Impl {
-  Engine* engine;
-  const Tokenizer* tok;
-  ChatTemplate chat_template;
-  ServerConfig cfg;
-  TextConventions text;  // prompt framing and stop ids
-  std::shared_ptr<Accounts> acct;
-  int bound_port = 0;
-  std::atomic<bool> draining{false};
-  std::once_flag shutdown_once;
-  int64_t started_unix = 0;
-  std::atomic<uint64_t> request_counter{0};
-  uint64_t id_salt = 0;
 
-  // The network, in destruction order (last first): the I/O context
-  // destroys handlers that hold sessions, whose destructors use `sessions`.
-  std::mutex sessions_mu;
-  std::unordered_map<Session*, std::weak_ptr<Session>> sessions;
-  net::io_context ioc{1};
-  std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
-  std::optional<tcp::acceptor> acceptor;
-  std::optional<net::steady_timer> accept_retry;
-  std::unique_ptr<net::thread_pool> workers;  // completions run here
-  std::thread io_thread;
 
-  Impl(Engine* e, const Tokenizer* t, ChatTemplate ct, PriceTable prices, ServerConfig c)
-      : engine(e), tok(t), chat_template(std::move(ct)), cfg(std::move(c)),
-        text(TextConventions::For(*t, cfg.model_eos_ids)), acct(std::make_shared<Accounts>(std::move(prices))) {
-    std::random_device rd;
-    id_salt = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-    started_unix = std::chrono::duration_cast<std::chrono::seconds>(
-                       std::chrono::system_clock::now().time_since_epoch()).count();
-  }
-
-  std::string NewId(Endpoint ep, uint64_t n) {
-    char buf[64];
-    uint64_t x = (n + 1) * 0x9E3779B97F4A7C15ull ^ id_salt;
-    std::snprintf(buf, sizeof buf, "%s-%016llx%08llx", ep == Endpoint::kChat ? "chatcmpl" : "cmpl",
-                  static_cast<unsigned long long>(x), static_cast<unsigned long long>(n & 0xffffffffu));
-    return buf;
-  }
-
-  void Accept();
-  // On the I/O thread: authentication and routing; completions go to a worker.
-  void Dispatch(const std::shared_ptr<Session>& s, HttpRequest req);
-  void HandleCompletion(const HttpRequest& req, HttpResponse& res, Endpoint ep);
-  void HandleModels(const HttpRequest& req, HttpResponse& res);
-  void CountRequest() {
-    std::lock_guard<std::mutex> lock(acct->mu);
-    acct->counters.http_requests++;
-  }
-  void CountResponse(int status) {
-    std::lock_guard<std::mutex> lock(acct->mu);
-    acct->responses_by_status[status]++;
-    if (status >= 400 && status != 429 && status != 503 && status != 401) acct->counters.bad_requests++;
-  }
-  void WaitIdle(double seconds);
-  ServerSnapshot Snapshot();  // what /metrics and the summary report
-};
-
-namespace {
-
-// One connection, driven on its strand of the I/O thread: wait for a request
-// (idle deadline), read its head (header deadline) and body (body deadline,
-// size limit), answer it (inline, or on a worker for a completion), then the
-// next one: pipelined requests wait in `buffer_` and are answered in order.
-class Session : public std::enable_shared_from_this<Session> {
- public:
-  Session(HttpServer::Impl* srv, tcp::socket sock) : srv_(srv), stream_(std::move(sock)) {}
-  ~Session() {
-    std::lock_guard<std::mutex> lock(srv_->sessions_mu);
-    srv_->sessions.erase(this);
-  }
-
-  void Start() {
-    {
-      std::lock_guard<std::mutex> lock(srv_->sessions_mu);
-      srv_->sessions.emplace(this, weak_from_this());
-    }
-    net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->WaitForRequest(); });
-  }
-
-  // On the strand: a response made on the I/O thread.
-  void Respond(const HttpResponse& res, bool keep_alive) {
-    srv_->CountResponse(res.status);
-    auto data = std::make_shared<std::string>(WholeResponse(res, version_, keep_alive));
-    stream_.expires_after(Seconds(srv_->cfg.body_timeout_s));
-    net::async_write(stream_, net::buffer(*data),
-                     [self = shared_from_this(), data, keep_alive](beast::error_code ec, size_t) {
-                       if (ec || !keep_alive) return self->Close();
-                       self->WaitForRequest();
-                     });
-  }
-
-  // On a worker thread: writes a response (a whole one, or a head and the
-  // stream), then hands the connection back to the strand.
-  void RespondFromWorker(HttpResponse& res, bool keep_alive) {
-    srv_->CountResponse(res.status);
-    bool ok;
-    if (!res.stream) {
-      ok = BlockingWrite(WholeResponse(res, version_, keep_alive));
-    } else {
-      const bool chunked = version_ >= 11;
-      if (!chunked) keep_alive = false;  // HTTP/1.0: the body ends with the connection
-      ok = BlockingWrite(StreamHead(res, version_, keep_alive));
-      res.stream([&](const std::string& data) {
-        if (ok) ok = BlockingWrite(chunked ? Chunk(data) : data);
-        return ok;
-      });
-      if (ok && chunked) ok = BlockingWrite("0\r\n\r\n");
-    }
-    if (res.on_written) res.on_written();
-    net::post(stream_.get_executor(), [self = shared_from_this(), ok, keep_alive] {
-      if (ok && keep_alive) self->WaitForRequest();
-      else self->Close();
-    });
-  }
-
-  void Close() {
-    if (closed_) return;
-    closed_ = true;
-    beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
-    stream_.close();
-  }
-
-  net::any_io_executor executor() { return stream_.get_executor(); }
-  unsigned version() const { return version_; }
-
- private:
-  // Waits for the first byte of the next request, up to the idle timeout
-  // (bytes of a pipelined request may be buffered already).
-  void WaitForRequest() {
-    if (closed_) return;
-    if (buffer_.size() > 0) return ReadHead();
-    stream_.expires_after(Seconds(srv_->cfg.keep_alive_timeout_s));
-    stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
-      if (ec) return self->Close();
-      self->buffer_.commit(n);
-      self->ReadHead();
-    });
-  }
-
-  void ReadHead() {
-    parser_.emplace();
-    parser_->header_limit(kHeaderLimit);
-    parser_->body_limit(srv_->cfg.max_body_bytes);
-    stream_.expires_after(Seconds(srv_->cfg.header_timeout_s));
-    http::async_read_header(stream_, buffer_, *parser_,
-                            [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHead(ec); });
-  }
-
-  void OnHead(beast::error_code ec) {
-    if (ec) return OnReadError(ec);
-    version_ = parser_->get().version() == 10 ? 10 : 11;
-    if (parser_->is_done()) return OnRequest();
-    if (beast::iequals(parser_->get()[http::field::expect], "100-continue")) {
-      static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
-      stream_.expires_after(Seconds(srv_->cfg.body_timeout_s));
-      net::async_write(stream_, net::buffer(kContinue), [self = shared_from_this()](beast::error_code ec, size_t) {
-        if (ec) return self->Close();
-        self->ReadBody();
-      });
-      return;
-    }
-    ReadBody();
-  }
-
-  void ReadBody() {
-    stream_.expires_after(Seconds(srv_->cfg.body_timeout_s));
-    http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, size_t) {
-      if (ec) return self->OnReadError(ec);
-      self->OnRequest();
-    });
-  }
-
-  // A request that cannot be read: an answer where the client can use one,
-  // then the connection is closed (what follows on it cannot be parsed).
-  void OnReadError(beast::error_code ec) {
-    if (ec == http::error::body_limit) {
-      srv_->CountRequest();
-      return Refuse(ErrorForStatus(413));
-    }
-    if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
-      srv_->CountRequest();
-      return Refuse(ErrorWithMessage(431, "the request head is over " + std::to_string(kHeaderLimit >> 10) +
-                                              " KiB (hint: fewer or shorter headers)"));
-    }
-    if (ec.category() == beast::error_code(http::error::bad_target).category() && ec != http::error::end_of_stream &&
-        ec != http::error::partial_message) {
-      srv_->CountRequest();
-      return Refuse(ErrorWithMessage(400, "malformed HTTP request: " + ec.message()));
-    }
-    Close();  // timeout, reset, end of stream: nobody to answer
-  }
-
-  // Answers and closes. The rest of the request is read and dropped for a
-  // moment first (a lingering close): closing with unread bytes would reset
-  // the connection, and the client might lose the answer.
-  void Refuse(const ApiError& e) {
-    version_ = 11;
-    HttpResponse res;
-    SendError(res, e);
-    srv_->CountResponse(res.status);
-    auto data = std::make_shared<std::string>(WholeResponse(res, version_, false));
-    stream_.expires_after(Seconds(srv_->cfg.body_timeout_s));
-    net::async_write(stream_, net::buffer(*data), [self = shared_from_this(), data](beast::error_code ec, size_t) {
-      if (ec) return self->Close();
-      beast::error_code ignored;
-      self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-      self->stream_.expires_after(std::chrono::seconds(2));
-      self->discard_ = std::make_unique<char[]>(kDiscard);
-      self->Discard();
-    });
-  }
-  void Discard() {
-    stream_.async_read_some(net::buffer(discard_.get(), kDiscard), [self = shared_from_this()](beast::error_code ec,
-                                                                                                 size_t) {
-      if (ec) return self->Close();
-      self->Discard();
-    });
-  }
-
-  void OnRequest() {
-    HttpRequest req;
-    req.msg = parser_->release();
-    parser_.reset();
-    const std::string_view target = req.msg.target();
-    req.path = std::string(target.substr(0, target.find('?')));
-    srv_->CountRequest();
-    srv_->Dispatch(shared_from_this(), std::move(req));
-  }
-
-  // From a worker: the write runs on the strand; this waits for it.
-  bool BlockingWrite(std::string bytes) {
-    auto done = std::make_shared<std::promise<bool>>();
-    std::future<bool> result = done->get_future();
-    auto data = std::make_shared<std::string>(std::move(bytes));
-    net::post(stream_.get_executor(), [self = shared_from_this(), data, done] {
-      if (self->closed_) return done->set_value(false);
-      self->stream_.expires_after(Seconds(self->srv_->cfg.body_timeout_s));
-      net::async_write(self->stream_, net::buffer(*data),
-                       [data, done](beast::error_code ec, size_t) { done->set_value(!ec); });
-    });
-    try {
-      return result.get();
-    } catch (const std::future_error&) {
-      return false;  // the I/O context dropped the write (stopped)
-    }
-  }
-
-  static constexpr size_t kDiscard = 16 << 10;
-  HttpServer::Impl* srv_;
-  beast::tcp_stream stream_;
-  beast::flat_buffer buffer_{kHeaderLimit + (16 << 10)};
-  std::optional<http::request_parser<http::string_body>> parser_;
-  std::unique_ptr<char[]> discard_;
-  unsigned version_ = 11;
-  bool closed_ = false;
-};
-
-}  // namespace
-
-void HttpServer::Impl::Accept() {
-  acceptor->async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket sock) {
-    if (!acceptor->is_open()) return;
-    if (ec) {
-      // Out of descriptors or the like: try again in a moment instead of spinning.
-      LOG_WARN("http: accept failed: %s", ec.message().c_str());
-      accept_retry->expires_after(std::chrono::milliseconds(100));
-      accept_retry->async_wait([this](beast::error_code) {
-        if (acceptor->is_open()) Accept();
-      });
-      return;
-    }
-    // Without it, Nagle's algorithm holds a response's last segment until the
-    // client's delayed ACK: ~40 ms per response on a kept-alive connection.
-    beast::error_code ignored;
-    sock.set_option(tcp::no_delay(true), ignored);
-    std::make_shared<Session>(this, std::move(sock))->Start();
-    Accept();
-  });
-}
-
-void HttpServer::Impl::Dispatch(const std::shared_ptr<Session>& s, HttpRequest req) {
+void HttpServer::Impl::Dispatch(const std::shared_ptr<Connection>& s, HttpRequest req) {
   const bool keep_alive = req.msg.keep_alive();
   HttpResponse res;
   auto not_allowed = [&](const char* allow) {
@@ -990,7 +606,7 @@ void HttpServer::Shutdown() {
       beast::error_code ignored;
       m.acceptor->close(ignored);
       m.accept_retry->cancel();
-      std::vector<std::shared_ptr<Session>> open;
+      std::vector<std::shared_ptr<Connection>> open;
       {
         std::lock_guard<std::mutex> lock(m.sessions_mu);
         for (auto& [p, w] : m.sessions)
