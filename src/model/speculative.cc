@@ -199,15 +199,13 @@ bool AutoPrefersNgram(const NgramDrafter& ngram, const std::vector<int32_t>& con
 SpeculativeDecoder::SpeculativeDecoder(InferenceSession* session, DraftMode mode, int draft_tokens)
     : s_(session), mode_(mode), k_(std::max(0, draft_tokens)) {
   if (mode_ == DraftMode::kAuto && !HasMtp(session->config())) mode_ = DraftMode::kNgram;
-  if (mode_ == DraftMode::kMtp || mode_ == DraftMode::kAuto) {
+  if (mode_ == DraftMode::kMtp || mode_ == DraftMode::kAuto)
     CHECK_MSG(HasMtp(session->config()), "--speculative mtp needs a model with MTP modules (model.mtp_depth >= 1)");
-    mtp_ = std::make_unique<MtpDrafter>(session->weights(), session->max_len());
-  }
 }
 
 const float* SpeculativeDecoder::Prefill(const std::vector<int32_t>& prompt) {
   const int64_t n = static_cast<int64_t>(prompt.size());
-  if (!mtp_) return s_->Forward(prompt.data(), n);
+  if (mode_ != DraftMode::kMtp && mode_ != DraftMode::kAuto) return s_->Forward(prompt.data(), n);
   CHECK_MSG(s_->len() == 0, "SpeculativeDecoder::Prefill: the session holds %lld tokens already",
             static_cast<long long>(s_->len()));
   hidden_.resize(static_cast<size_t>(n * s_->config().d_model));
@@ -219,6 +217,8 @@ const float* SpeculativeDecoder::Prefill(const std::vector<int32_t>& prompt) {
 
 std::vector<int32_t> SpeculativeDecoder::Step(const std::vector<int32_t>& context, int max_new, const SamplingParams& sp,
                                               Rng* rng) {
+  CHECK_MSG(mtp_ || (mode_ != DraftMode::kMtp && mode_ != DraftMode::kAuto),
+            "SpeculativeDecoder::Step before Prefill: MTP drafts need the prompt's hidden rows");
   const int64_t V = s_->config().vocab_size;
   const int64_t room = s_->max_len() - s_->len() - 1;  // after the pending token
   const int k = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>({k_, room, max_new - 1})));

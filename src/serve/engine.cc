@@ -67,7 +67,6 @@ struct Batch {
   std::vector<SeqChunk> chunks;
   std::vector<Request*> owners;
   int64_t tokens = 0, prefill_tokens = 0;
-  int decoding = 0, draft_tokens = 0;  // decode chunks; the step's draft length
   bool hidden = false;                 // some owner drafts with MTP: the forward keeps hidden rows
 };
 
@@ -329,11 +328,10 @@ Batch EngineImpl::BuildBatch() {
     if (r->computed >= r->prompt_len && static_cast<int64_t>(r->tokens.size()) - r->computed == 1)
       decoding.push_back(r.get());
   }
-  batch.decoding = static_cast<int>(decoding.size());
-  batch.draft_tokens = StepDraftTokens(batch.decoding);
+  const int k = StepDraftTokens(static_cast<int>(decoding.size()));
   for (Request* r : decoding) {
     r->feed.clear();
-    if (batch.draft_tokens > 0 && MakeDraft(r, batch.draft_tokens)) {
+    if (k > 0 && MakeDraft(r, k)) {
       r->feed.push_back(r->tokens.back());
       r->feed.insert(r->feed.end(), r->draft.begin(), r->draft.end());
       AddChunk(r, static_cast<int64_t>(r->feed.size()), &batch, r->feed.data());
