@@ -244,17 +244,38 @@ const float* Model::StageForward(int slot, const int32_t* tokens, int B, int T, 
   ops::RmsNorm(S.resid[L].data(), W.norm, eps, Ns, C, S.final_norm.data(), S.final_rstd.data());
   ops::Linear(S.final_norm.data(), W.head, Ns, C, V, S.logits.data());
   const int64_t Ntot = N * cp;  // tokens of the B whole sequences
-  ops::SoftmaxXent(S.logits.data(), S.targets.data() + own.begin, Ns, V, loss_scale / static_cast<float>(Ntot),
-                   S.losses.data(), backward ? S.logits.data() : nullptr);
   LossParts& out = *loss;
-  out.main += ops::Sum(S.losses.data(), Ns);
-  out.main /= static_cast<double>(Ntot);
+  S.mtp_run = objective_ ? 0 : Dm;
+  if (objective_) {
+    // The objective on the host copy of this rank's rows; its gradient back
+    // into the logits buffer, as SoftmaxXent leaves it.
+    std::vector<float> lg(static_cast<size_t>(Ns * V)), dl;
+    ops::CopyToHost(lg.data(), S.logits.data(), Ns * V * sizeof(float));
+    std::vector<int64_t> seq(Ns);
+    std::vector<int32_t> pos(Ns), tgt(Ns);
+    for (int64_t r = 0; r < Ns; ++r) {
+      const int64_t n = own.begin + r;
+      seq[r] = objective_seq_base_ + n / Tl;
+      pos[r] = lpos[n % Tl];
+      tgt[r] = h_ids[N + n];
+    }
+    if (backward) dl.assign(lg.size(), 0.f);
+    HeadObjective::Rows rows{Ns, V, seq.data(), pos.data(), tgt.data()};
+    const double sum = objective_->Apply(rows, lg.data(), backward ? dl.data() : nullptr);
+    if (backward) ops::CopyToDevice(S.logits.data(), dl.data(), Ns * V * sizeof(float));
+    out.main += sum / static_cast<double>(loss_scale);
+  } else {
+    ops::SoftmaxXent(S.logits.data(), S.targets.data() + own.begin, Ns, V, loss_scale / static_cast<float>(Ntot),
+                     S.losses.data(), backward ? S.logits.data() : nullptr);
+    out.main += ops::Sum(S.losses.data(), Ns);
+    out.main /= static_cast<double>(Ntot);
+  }
 
   // ---- MTP modules: module k predicts token i+k+1 from h^{k-1}_i and x[i+k].
   // Under context parallelism they run on whole sequences (gathered), the
   // same on every cp rank, each rank carrying 1/cp of their loss.
   const double mtp_w = Dm > 0 ? cfg_.mtp_loss_weight / Dm / cp : 0.0;
-  for (int j = 0; j < Dm; ++j) {
+  for (int j = 0; j < S.mtp_run; ++j) {
     const int k = j + 1, Tk = T - k, Tprev = T - j;
     CHECK_MSG(Tk >= 1, "sequence length %d too short for mtp_depth %d", T, Dm);
     const int64_t Nk = static_cast<int64_t>(B) * Tk;
@@ -328,7 +349,7 @@ const float* Model::StageForward(int slot, const int32_t* tokens, int B, int T, 
   // ---- Balance losses and loads (this stage's blocks).
   for (int bi = 0; bi < static_cast<int>(bias_index_.size()); ++bi) {
     int idx = bias_index_[bi];
-    if (idx < 0 || (bi < L && (bi < l0_ || bi >= l1_))) continue;
+    if (idx < 0 || (bi < L && (bi < l0_ || bi >= l1_)) || bi >= L + S.mtp_run) continue;
     const MoeActs& ma = bi < L ? S.acts[bi].moe : S.mtp[bi - L].block.moe;
     out.aux += ma.aux_loss;
     for (size_t e = 0; e < ma.load.size(); ++e) load_[idx][e] += ma.load[e];
@@ -349,7 +370,7 @@ const float* Model::StageBackward(int slot, const float* d_out_stage, float loss
   const int cp = hooks_ ? hooks_->SeqShards() : 1;
   const int Tl = T / cp;
   const int64_t N = static_cast<int64_t>(B) * Tl, C = cfg_.d_model, V = cfg_.vocab_size;
-  const int L = static_cast<int>(cfg_.n_layers), Dm = static_cast<int>(cfg_.mtp_depth);
+  const int L = static_cast<int>(cfg_.n_layers);
   ModelWeights<float*> W = layout_.Bind(params_.data());
   ModelWeights<float*> G = layout_.Bind(grads_.data());
   const bool sp = hooks_ && hooks_->SeqParallel();
@@ -382,7 +403,7 @@ const float* Model::StageBackward(int slot, const float* d_out_stage, float loss
       if (sp) hooks_->ReduceScatterRows(src, d_own, rows, C);
       else ops::Copy(src, rows * C, d_own);
     };
-    for (int j = Dm - 1; j >= 0; --j) {
+    for (int j = S.mtp_run - 1; j >= 0; --j) {
       const int k = j + 1, Tk = T - k, Tprev = T - j;
       const int64_t Nk = static_cast<int64_t>(B) * Tk;
       const RowRange ok = own_rows(Nk);

@@ -48,6 +48,27 @@ struct LossParts {
   }
 };
 
+// A per-token objective on the main head, in place of next-token
+// cross-entropy (post-training: src/rl/objective.h). The model hands it the
+// host copy of its head's logits for the rows this rank computes, with each
+// row's sequence (global index: the sequence base given with it, plus the
+// micro-batch row), position and next token; it returns the sum of its terms
+// over those rows, already weighted for the whole batch, and d(that sum) /
+// d(logits). A step with an objective runs no MTP module.
+class HeadObjective {
+ public:
+  virtual ~HeadObjective() = default;
+  struct Rows {
+    int64_t n = 0, vocab = 0;
+    const int64_t* seq = nullptr;    // [n] global sequence index
+    const int32_t* pos = nullptr;    // [n] input position t (the row predicts token t+1)
+    const int32_t* target = nullptr; // [n] token t+1
+  };
+  // logits [n, vocab] (host); dlogits [n, vocab] (host) to fill, or null
+  // without backward. Called from the model's thread, one call per forward.
+  virtual double Apply(const Rows& rows, const float* logits, float* dlogits) = 0;
+};
+
 class Model {
  public:
   // `plan` cuts the model for tensor/expert parallelism (ShardPlan{}: whole).
@@ -89,6 +110,14 @@ class Model {
   // backward, accumulates the gradient of loss_scale * total into grads().
   // Expert loads are added to expert_load() either way.
   LossParts Step(const int32_t* tokens, int B, int T, bool backward, float loss_scale = 1.f);
+  // The head objective of the following forwards (null: cross-entropy, and
+  // the MTP modules), and the global index of their first sequence. With
+  // one, LossParts::main is the objective's sum / loss_scale, so that the
+  // gradient is still of loss_scale * total. Not owned.
+  void set_head_objective(HeadObjective* objective, int64_t seq_base = 0) {
+    objective_ = objective;
+    objective_seq_base_ = seq_base;
+  }
 
   // Main-head logits [B*T, V] of the last Step without backward (a host copy).
   std::vector<float> logits() const;
@@ -148,10 +177,13 @@ class Model {
     std::vector<MtpActs> mtp;
     std::vector<Buf<int32_t>> mtp_etok, mtp_tgt;  // embedded tokens and targets of each MTP module
     std::vector<Buf<int32_t>> mtp_pos;            // RoPE positions of each MTP module's rows
+    int mtp_run = 0;                              // MTP modules this forward ran (0 with an objective)
   };
   BlockContext Context(int block_index, const int32_t* pos);
   BlockContext MainContext(int layer, Slot& slot);  // + the DSA group of a main layer
   bool dsa_dense_ = false;
+  HeadObjective* objective_ = nullptr;
+  int64_t objective_seq_base_ = 0;
 
   ModelConfig cfg_;
   ParamLayout layout_;

@@ -148,10 +148,11 @@ Result<std::unique_ptr<DistTrainer>> DistTrainer::Create(comm::Comm* world, cons
   return t;
 }
 
-StepStats DistTrainer::Step(const int32_t* global, int A, int B, int T, int64_t step) {
+StepStats DistTrainer::Step(const int32_t* global, int A, int B, int T, int64_t step, HeadObjective* objective) {
   Mesh& m = *mesh_;
   StepStats st;
   const bool pipe = pipe_ != nullptr, multi = !solo();
+  CHECK_MSG(!(pipe && objective), "a head objective (post-training) needs parallel.pp = 1");
   if (mc_.dsa()) model_->set_dsa_dense(step <= mc_.dsa_warmup_steps);
   const int64_t D = m.data_size(), S = static_cast<int64_t>(A) * B / D, mb = S / micro_;
   const int32_t* mine = global + m.data_rank() * S * (T + 1);
@@ -181,8 +182,10 @@ StepStats DistTrainer::Step(const int32_t* global, int A, int B, int T, int64_t 
   } else {
     for (int64_t i = 0; i < micro_; ++i) {
       zero_->set_reduce(i == micro_ - 1);
+      model_->set_head_objective(objective, m.data_rank() * S + i * mb);
       loss.AddScaled(model_->Step(mine + i * mb * (T + 1), static_cast<int>(mb), T, true, scale), scale);
     }
+    model_->set_head_objective(nullptr);
   }
   zero_->Finish();
   if (embed_group_) zero_->SumSegmentGrad(model_->layout().offsets().embed, embed_group_);

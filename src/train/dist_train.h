@@ -57,7 +57,10 @@ class DistTrainer {
   // One optimizer step on the global batch `global` [A*B, T+1] (every rank
   // passes the same tokens; each takes its data rank's sequences). A*B is
   // train.grad_accum * train.batch_size of the config it was created with.
-  StepStats Step(const int32_t* global, int A, int B, int T, int64_t step);
+  // With `objective`, the head computes it in place of cross-entropy (the
+  // model's HeadObjective: post-training), each micro-batch's rows with
+  // their global sequence index in `global`; no pipeline (pp = 1).
+  StepStats Step(const int32_t* global, int A, int B, int T, int64_t step, HeadObjective* objective = nullptr);
   // Mean main loss over `batches` validation batches (every rank the same
   // batches). Without a pipeline this is trainer.h's Evaluate on the model.
   EvalResult Evaluate(DataLoader& val, int B, int T, int64_t batches);
