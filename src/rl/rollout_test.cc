@@ -38,10 +38,11 @@ ModelConfig TinyMoe() {
 
 class RolloutTest : public ::testing::Test {
  protected:
-  RolloutTest() : model_(TinyMoe()) {
-    model_.InitWeights(5);
+  RolloutTest() : model_(TinyMoe()) { Init(&model_); }
+  static void Init(Model* m) {
+    m->InitWeights(5);
     Rng rng(13);
-    for (auto& b : model_.biases())
+    for (auto& b : m->biases())
       for (auto& x : b) x = 0.05f * rng.Normal();
   }
   std::vector<int32_t> Prompt(uint64_t seed, int n) const {
@@ -64,9 +65,10 @@ class RolloutTest : public ::testing::Test {
   }
   // log_softmax(logits / T) of each completion token, from one session's
   // forward over prompt + completion.
-  std::vector<double> OracleLogprobs(const Sample& s, float temperature) {
-    InferenceSession session(model_, model_.config().max_seq_len);
-    const int64_t V = model_.config().vocab_size;
+  std::vector<double> OracleLogprobs(const Sample& s, float temperature) { return OracleLogprobs(model_, s, temperature); }
+  static std::vector<double> OracleLogprobs(const Model& model, const Sample& s, float temperature) {
+    InferenceSession session(model, model.config().max_seq_len);
+    const int64_t V = model.config().vocab_size;
     std::vector<double> out;
     const float* logits = session.Forward(s.prompt.data(), static_cast<int64_t>(s.prompt.size()));
     for (size_t k = 0; k < s.completion.size(); ++k) {
@@ -162,6 +164,38 @@ TEST_F(RolloutTest, GroupSharesThePromptsPrefix) {
   EXPECT_EQ(st.completion_tokens, 3 * G * 6);
   EXPECT_EQ(st.requests, 3 * G);
   EXPECT_GT(st.seconds, 0);
+}
+
+// The RL loop: roll out, change the weights in place (a trainer's step),
+// WeightsChanged, roll out again: the second rollout's logprobs are the new
+// policy's, though its prompts' prefixes were cached under the old one.
+TEST_F(RolloutTest, AfterWeightsChangedTheLogprobsAreTheNewPolicys) {
+  OneThread one;
+  auto engine = MakeEngine();
+  auto before = Rollout(*engine, Prompts(), 3, Sampled(1.f, 6), 4);
+  ASSERT_TRUE(before.ok());
+  std::vector<float> w = model_.ParamsToHost();
+  Rng rng(77);
+  for (float& x : w) x += 0.05f * rng.Normal();
+  model_.ParamsFromHost(w.data(), 0, static_cast<int64_t>(w.size()));
+  for (auto& b : model_.biases())
+    for (float& x : b) x += 0.5f * rng.Normal();
+  ASSERT_TRUE(engine->WeightsChanged().ok());
+  RolloutStats st;
+  auto after = Rollout(*engine, Prompts(), 3, Sampled(1.f, 6), 4, &st);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(st.cached_tokens, 2 * (32 + 16)) << "only the group's own sharing, nothing from before";
+  Model old_model(TinyMoe());  // the policy before the step
+  Init(&old_model);
+  double moved = 0;
+  for (const Sample& s : *after) {
+    const std::vector<double> want = OracleLogprobs(s, 1.f), old = OracleLogprobs(old_model, s, 1.f);
+    for (size_t t = 0; t < want.size(); ++t) {
+      EXPECT_NEAR(s.logprobs[t], want[t], 1e-4) << "prompt " << s.prompt_index << " token " << t;
+      moved = std::max(moved, std::fabs(want[t] - old[t]));
+    }
+  }
+  EXPECT_GT(moved, 1e-2) << "the step must change the logprobs, or this test cannot fail";
 }
 
 // The engine's queue holds one request and its thread is held in another
