@@ -101,6 +101,15 @@ InferenceWeights::InferenceWeights(const Model& model, WeightFormat fmt)
   }
 }
 
+void InferenceWeights::RefreshBiases() {
+  CHECK_MSG(model_.biases().size() == biases_.size(), "RefreshBiases: the model's MoE blocks changed");
+  for (size_t i = 0; i < biases_.size(); ++i) {
+    const std::vector<float>& h = model_.biases()[i];
+    CHECK_MSG(h.size() == biases_[i].size(), "RefreshBiases: a selection bias changed size");
+    ops::CopyToDevice(biases_[i].data(), h.data(), h.size() * sizeof(float));
+  }
+}
+
 void InferenceWeights::InitLayer(const BlockWeights<float*>& w, WeightFormat fmt, Layer* Lp, int* bias_i) {
   const int64_t C = cfg_.d_model, D = cfg_.head_dim(), H = cfg_.n_heads, Hkv = cfg_.n_kv_heads;
   Layer& L = *Lp;

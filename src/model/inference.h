@@ -41,14 +41,18 @@ class InferLinear {
 };
 
 // The weights of a model in one format, as inference reads them. Immutable
-// after construction, so any number of threads may read one. `model` must
-// outlive it (fp32 weights are read in place).
+// after construction (but RefreshBiases), so any number of threads may read
+// one. `model` must outlive it (fp32 weights are read in place).
 class InferenceWeights {
  public:
   InferenceWeights(const Model& model, WeightFormat fmt);
   const Model& model() const { return model_; }
   const ModelConfig& config() const { return cfg_; }
   WeightFormat format() const { return fmt_; }
+  // Copies the model's selection biases again (after they changed in
+  // place; same sizes). fp32 weights need nothing more: they are read in
+  // place. Nobody may read these weights meanwhile.
+  void RefreshBiases();
   // Bytes of weights read per decoded token (for the roofline).
   int64_t WeightBytesPerToken() const;
 
@@ -216,6 +220,10 @@ class InferenceSession {
   // Forgets every position from `len` on (a rejected draft's keys and
   // values); the next Forward writes over them.
   void Truncate(int64_t len);
+  // Copies the model's selection biases again (after they changed in
+  // place; same sizes). fp32 weights need nothing more: they are read in
+  // place. Nobody may read these weights meanwhile.
+  void RefreshBiases();
   // Bytes of weights read per decoded token (for the roofline).
   int64_t WeightBytesPerToken() const { return weights_.WeightBytesPerToken(); }
   const ModelConfig& config() const { return cfg_; }

@@ -83,7 +83,7 @@ PrefixCacheConfig CacheConfig(const EngineConfig& cfg) {
 class EngineImpl : public Engine {
  public:
   EngineImpl(const Model* model, const EngineConfig& cfg, int64_t pool_blocks)
-      : mcfg_(model->config()), cfg_(cfg), pool_(mcfg_, pool_blocks), runner_(*model, &pool_, cfg.weights),
+      : model_(model), mcfg_(model->config()), cfg_(cfg), pool_(mcfg_, pool_blocks), runner_(*model, &pool_, cfg.weights),
         cache_(&pool_, FingerprintModel(*model, cfg.weights), CacheConfig(cfg), [this] { cv_.notify_all(); }) {
     stats_.kv_blocks_total = pool_blocks;
     mtp_ = (cfg.speculative == DraftMode::kMtp || cfg.speculative == DraftMode::kAuto) &&
@@ -123,6 +123,8 @@ class EngineImpl : public Engine {
                            " (hint: lower max_tokens, or raise the pool: myriad serve --kv-blocks)");
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return Status::Error("engine: shutting down");
+    if (weights_pending_)
+      return Status::Error("engine: refusing a request while WeightsChanged runs (hint: submit after it returns)");
     if (static_cast<int>(waiting_.size()) >= cfg_.max_queue) {
       ++stats_.rejected;
       return Status::Error("engine: queue full (" + std::to_string(waiting_.size()) +
@@ -132,6 +134,7 @@ class EngineImpl : public Engine {
     r->id = next_id_++;
     const uint64_t id = r->id;
     waiting_.push_back(std::move(r));
+    ++in_flight_;
     ++stats_.requests;
     stats_.prompt_tokens += n;
     stats_.waiting = static_cast<int>(waiting_.size());
@@ -156,6 +159,22 @@ class EngineImpl : public Engine {
     s.skipped_lookups = c.skipped_lookups;
     s.late_lookups = c.late_lookups;
     return s;
+  }
+
+  Status WeightsChanged() override {
+    if (cfg_.weights != WeightFormat::kF32)
+      return Status::Error(std::string("engine: WeightsChanged with --weights ") + WeightFormatName(cfg_.weights) +
+                           ": the engine computes with copies converted at start, which do not follow the model "
+                           "(hint: fp32 weights for an engine whose model changes, or build a new engine)");
+    std::unique_lock<std::mutex> lock(mu_);
+    if (stopping_) return Status::Error("engine: WeightsChanged after Shutdown");
+    if (in_flight_ > 0 || weights_pending_)
+      return Status::Error("engine: WeightsChanged with " + std::to_string(in_flight_) +
+                           " requests in flight (hint: wait for every request's final event first)");
+    weights_pending_ = true;
+    cv_.notify_all();
+    weights_cv_.wait(lock, [&] { return !weights_pending_; });
+    return Status::Ok();
   }
 
   void Shutdown() override {
@@ -194,7 +213,9 @@ class EngineImpl : public Engine {
   void Finish(Request* r, const std::string& reason, Events* events);
   void ReleaseBlocks(Request* r);
   void WarmUp();
+  void RefreshWeights();
 
+  const Model* model_;
   const ModelConfig mcfg_;
   const EngineConfig cfg_;
   KvPool pool_;
@@ -204,8 +225,11 @@ class EngineImpl : public Engine {
   NgramDrafter ngram_;
   bool mtp_ = false;   // speculative mtp/auto with a model that has MTP modules
 
-  std::mutex mu_;  // guards waiting_, cancel_, stopping_, stats_, next_id_
+  std::mutex mu_;  // guards waiting_, cancel_, stopping_, stats_, next_id_, in_flight_, weights_pending_
   std::condition_variable cv_;
+  std::condition_variable weights_cv_;  // WeightsChanged waits on it
+  int64_t in_flight_ = 0;               // submitted, final event not yet made
+  bool weights_pending_ = false;        // WeightsChanged waits for the scheduler to refresh
   std::deque<std::unique_ptr<Request>> waiting_;
   std::unordered_set<uint64_t> cancel_;
   bool stopping_ = false, joined_ = false;
@@ -214,6 +238,7 @@ class EngineImpl : public Engine {
 
   std::vector<std::unique_ptr<Request>> running_;  // scheduler thread only (admitted, incl. loading)
   std::vector<std::unique_ptr<Request>> finished_;  // this step's, events still to send
+  std::vector<float> tempered_;      // AcceptToken's logits / temperature
   bool head_awaits_lookup_ = false;  // the first waiting request waits for its remote lookup
   std::thread thread_;
 };
@@ -250,8 +275,26 @@ void EngineImpl::WarmUp() {
   for (int32_t b : blocks) pool_.Release(b);
 }
 
+void EngineImpl::RefreshWeights() {
+  // Scheduler thread, nothing running or waiting: nobody reads the weights.
+  runner_.RefreshBiases();
+  cache_.Reset(FingerprintModel(*model_, cfg_.weights));
+}
+
 void EngineImpl::Loop() {
   for (;;) {
+    bool refresh = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      refresh = weights_pending_ && running_.empty();
+    }
+    if (refresh) {
+      RefreshWeights();
+      std::lock_guard<std::mutex> lock(mu_);
+      weights_pending_ = false;
+      ++stats_.weight_version;
+      weights_cv_.notify_all();
+    }
     {
       std::unique_lock<std::mutex> lock(mu_);
       auto loading_only = [&] {
@@ -260,16 +303,16 @@ void EngineImpl::Loop() {
         return true;
       };
       if (running_.empty() || loading_only()) {
-        if (running_.empty() && waiting_.empty() && stopping_) break;
+        if (running_.empty() && waiting_.empty() && stopping_ && !weights_pending_) break;
         // Wake on a new request, a cancel, shutdown, or (polling) a prefetch
         // or a remote lookup (the head of the queue waits for it: polled).
         if (head_awaits_lookup_)
           cv_.wait_for(lock, std::chrono::milliseconds(1), [&] { return !cancel_.empty() || stopping_; });
         else
           cv_.wait_for(lock, std::chrono::milliseconds(running_.empty() ? 50 : 1),
-                       [&] { return !waiting_.empty() || !cancel_.empty() || stopping_; });
+                       [&] { return !waiting_.empty() || !cancel_.empty() || stopping_ || weights_pending_; });
         if (running_.empty() && waiting_.empty()) {
-          if (stopping_) break;
+          if (stopping_ && !weights_pending_) break;
           continue;
         }
       }
@@ -556,7 +599,16 @@ void EngineImpl::AfterVerify(Request* r, const float* rows, Events* events) {
 bool EngineImpl::AcceptToken(Request* r, int32_t tok, const float* logits, Events* events) {
   // A generated token (sampled from `logits`): stop sequences, limits, events.
   // Returns false once the request has finished.
-  if (r->params.logprobs >= 0) r->logprobs.push_back(LogprobsOf(logits, runner_.vocab(), tok, r->params.logprobs));
+  if (r->params.logprobs >= 0) {
+    const float temp = r->params.sampling.temperature;
+    if (r->params.logprobs_at_temperature && temp > 0.f && temp != 1.f) {
+      const int64_t V = runner_.vocab();
+      tempered_.resize(V);
+      for (int64_t i = 0; i < V; ++i) tempered_[i] = logits[i] / temp;
+      logits = tempered_.data();
+    }
+    r->logprobs.push_back(LogprobsOf(logits, runner_.vocab(), tok, r->params.logprobs));
+  }
   r->tokens.push_back(tok);
   ++r->generated;
   // Stop sequences: finish without emitting the stop tokens; hold back a
@@ -616,6 +668,7 @@ void EngineImpl::Finish(Request* r, const std::string& reason, Events* events) {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.cached_tokens += r->cached_tokens;
   stats_.completion_tokens += r->generated;
+  --in_flight_;
   if (reason == "cancelled") ++stats_.cancelled;
   r->tokens.clear();  // marks it finished for the retire pass
 }

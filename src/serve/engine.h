@@ -62,6 +62,11 @@ struct GenerationParams {
   // model (LogprobsOf: before temperature/top-k/top-p) and the `logprobs`
   // most likely alternatives. -1: none (nothing computed).
   int logprobs = -1;
+  // With logprobs >= 0: the log-probabilities of the tempered distribution
+  // instead, log_softmax(logits / temperature) -- the policy an RL trainer
+  // scores (rl/rollout.h). Top-k/top-p truncation is not applied (nor does
+  // the trainer apply it); at temperature 0 it is log_softmax(logits).
+  bool logprobs_at_temperature = false;
 };
 
 // What happened to a request, streamed to its callback from the engine thread.
@@ -94,6 +99,7 @@ struct EngineStats {
   int spec_draft_tokens = 0;
   int running = 0, waiting = 0;
   int64_t kv_blocks_used = 0, kv_blocks_total = 0;
+  int64_t weight_version = 0;           // WeightsChanged calls that took effect
 };
 
 class Engine {
@@ -110,6 +116,22 @@ class Engine {
   // event has finish_reason "cancelled".
   virtual void Cancel(uint64_t id) = 0;
   virtual EngineStats stats() = 0;
+  // The model's parameters or MoE selection biases were changed in place
+  // (an RL trainer's step on the Model this engine reads): call it after the
+  // change, with no request in flight (every one submitted has had its final
+  // event). It drops every prefix block cached in the device pool without
+  // writing it down, refreshes the engine's copy of the selection biases,
+  // and re-fingerprints the weights, so the prefix cache's chain keys
+  // change: blocks the lower tiers hold under the old weights are never
+  // matched again (they age out there). Returns when the next request will
+  // see the new weights. Errors: a request in flight or submitted
+  // meanwhile, weights converted at start (fp16/int8: copies of the old
+  // weights), or a shut-down engine. Not from an event callback (it waits
+  // for the scheduler thread that calls them). Changing the weights while a
+  // request runs is a data race the engine cannot see: don't.
+  virtual Status WeightsChanged() {
+    return Status::Error("engine: this engine does not support WeightsChanged");
+  }
   // Finishes running requests, refuses new ones, joins the thread.
   virtual void Shutdown() = 0;
 };

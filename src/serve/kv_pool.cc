@@ -90,4 +90,16 @@ void KvPool::MarkCached(int32_t b) {
   ++n_cached_;
 }
 
+int64_t KvPool::DropUnreferencedCached() {
+  int64_t n = 0;
+  while (auto b = lru_.PopOldest()) {
+    CHECK(meta_[*b].refs == 0 && meta_[*b].cached);
+    meta_[*b].cached = false;
+    --n_cached_;
+    free_.push_back(*b);
+    ++n;
+  }
+  return n;
+}
+
 }  // namespace myriad::serve

@@ -85,6 +85,11 @@ class KvPool {
   // Keeps block b (which the caller references) after its last release, as
   // a cached block, until Allocate evicts it.
   void MarkCached(int32_t b);
+  // Forgets that every unreferenced cached block is cached: each goes back
+  // to the free list without on_evict (its data is worthless: the weights
+  // changed). Referenced cached blocks stay as they are; returns how many
+  // were dropped.
+  int64_t DropUnreferencedCached();
   bool is_cached(int32_t b) const { return meta_[b].cached; }
   int refs(int32_t b) const { return meta_[b].refs; }
 

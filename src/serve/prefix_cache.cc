@@ -76,6 +76,15 @@ void PrefixCache::OnEvict(int32_t b) {
   if (WritesBack()) WriteBack(b, key);
 }
 
+int64_t PrefixCache::Reset(const ModelFingerprint& fp) {
+  const int64_t dropped = pool_.DropUnreferencedCached();
+  CHECK_MSG(pool_.cached() == 0, "PrefixCache::Reset with cached blocks still referenced (a request running)");
+  index_.clear();
+  block_key_.assign(pool_.num_blocks(), 0);
+  fp_ = fp;
+  return dropped;
+}
+
 PrefixCacheStats PrefixCache::stats() const {
   std::lock_guard<std::mutex> lock(stats_mu_);
   return stats_;

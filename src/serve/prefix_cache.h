@@ -161,6 +161,13 @@ class PrefixCache {
   int32_t Find(BlockKey key) const;
   bool Publish(int32_t b, BlockKey key);
 
+  // The weights changed (Engine::WeightsChanged), with no block referenced:
+  // every block cached in T0 is dropped (freed, not written down), the
+  // index is emptied, and chain keys are made with `fp` from now on, so
+  // what the tiers and the write-back queue hold under the old fingerprint
+  // is never matched. Returns the dropped blocks.
+  int64_t Reset(const ModelFingerprint& fp);
+
   // The cost model: the engine feeds it measured prefills and steps.
   LoadCostModel& cost() { return cost_; }
   PrefixCacheStats stats() const;  // any thread
@@ -198,7 +205,7 @@ class PrefixCache {
   int64_t MaxQueuedWrites() const;
 
   KvPool& pool_;
-  const ModelFingerprint fp_;
+  ModelFingerprint fp_;  // changed only by Reset (scheduler thread; the other threads get keys, not fp_)
   const PrefixCacheConfig cfg_;
   LoadCostModel cost_;
   std::function<void()> on_load_done_;

@@ -61,6 +61,8 @@ class BatchRunner {
   const float* hidden_row(size_t i) const { return hidden_.data() + row0_[i] * weights_.config().d_model; }
   int64_t vocab() const { return weights_.config().vocab_size; }
   const InferenceWeights& weights() const { return weights_; }
+  // The model's selection biases changed in place (Engine::WeightsChanged).
+  void RefreshBiases() { weights_.RefreshBiases(); }
 
  private:
   class PoolAttention;
