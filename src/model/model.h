@@ -64,8 +64,8 @@ class HeadObjective {
     const int32_t* pos = nullptr;    // [n] input position t (the row predicts token t+1)
     const int32_t* target = nullptr; // [n] token t+1
   };
-  // logits [n, vocab] (host); dlogits [n, vocab] (host) to fill, or null
-  // without backward. Called from the model's thread, one call per forward.
+  // logits [n, vocab] (host); dlogits [n, vocab] (host, zeroed) to add the
+  // gradient into, or null without backward. Called from the model's thread, one call per forward.
   virtual double Apply(const Rows& rows, const float* logits, float* dlogits) = 0;
 };
 

@@ -25,8 +25,12 @@ double LogSoftmax(const float* z, int64_t n, std::vector<double>* ls) {
   return h;
 }
 
-int64_t Cell(const HeadObjective::Rows& rows, int64_t r, int T) {
-  return rows.seq[r] * T + rows.pos[r];
+// Row r's index in a table of `cells` entries (seq * T + pos), checked.
+int64_t Cell(const HeadObjective::Rows& rows, int64_t r, int T, size_t cells) {
+  const int64_t cell = rows.seq[r] * T + rows.pos[r];
+  CHECK_MSG(cell >= 0 && cell < static_cast<int64_t>(cells), "row (sequence %lld, position %d) outside the table",
+            static_cast<long long>(rows.seq[r]), rows.pos[r]);
+  return cell;
 }
 
 }  // namespace
@@ -84,13 +88,11 @@ LogprobRecorder::LogprobRecorder(int64_t num_seqs, int T)
 double LogprobRecorder::Apply(const Rows& rows, const float* logits, float* dlogits) {
   std::vector<double> ls;
   for (int64_t r = 0; r < rows.n; ++r) {
-    const int64_t cell = Cell(rows, r, T_);
-    CHECK_MSG(cell >= 0 && cell < static_cast<int64_t>(logp_.size()), "row outside the recorder's table");
+    const int64_t cell = Cell(rows, r, T_, logp_.size());
     const double h = LogSoftmax(logits + r * rows.vocab, rows.vocab, &ls);
     logp_[cell] = static_cast<float>(ls[rows.target[r]]);
     entropy_[cell] = static_cast<float>(h);
   }
-  if (dlogits) std::fill(dlogits, dlogits + rows.n * rows.vocab, 0.f);
   return 0.0;
 }
 
@@ -106,12 +108,10 @@ GrpoObjective::GrpoObjective(PolicyLossConfig cfg, int T, std::vector<float> coe
 
 double GrpoObjective::Apply(const Rows& rows, const float* logits, float* dlogits) {
   const int64_t V = rows.vocab;
-  if (dlogits) std::fill(dlogits, dlogits + rows.n * V, 0.f);
   std::vector<double> ls;
   double sum = 0;
   for (int64_t r = 0; r < rows.n; ++r) {
-    const int64_t cell = Cell(rows, r, T_);
-    CHECK_MSG(cell >= 0 && cell < static_cast<int64_t>(coef_.size()), "row outside the objective's table");
+    const int64_t cell = Cell(rows, r, T_, coef_.size());
     const double c = coef_[cell];
     if (c == 0) continue;
     const double h = LogSoftmax(logits + r * V, V, &ls);
@@ -180,14 +180,12 @@ double DistillObjective::Apply(const Rows& rows, const float* logits, float* dlo
   const int64_t V = rows.vocab;
   CHECK_MSG(teacher_->vocab == V, "teacher vocabulary %lld != student's %lld",
             static_cast<long long>(teacher_->vocab), static_cast<long long>(V));
-  if (dlogits) std::fill(dlogits, dlogits + rows.n * V, 0.f);
   const int K = teacher_->top_k;
   std::vector<double> ls, lt;
   std::vector<float> zs, zt;
   double sum = 0;
   for (int64_t r = 0; r < rows.n; ++r) {
-    const int64_t cell = Cell(rows, r, T_);
-    CHECK_MSG(cell >= 0 && cell < static_cast<int64_t>(coef_.size()), "row outside the objective's table");
+    const int64_t cell = Cell(rows, r, T_, coef_.size());
     const double c = coef_[cell];
     if (c == 0) continue;
     const float* z = logits + r * V;
@@ -246,7 +244,6 @@ double DistillObjective::Apply(const Rows& rows, const float* logits, float* dlo
 
 double SumObjective::Apply(const Rows& rows, const float* logits, float* dlogits) {
   const size_t cells = static_cast<size_t>(rows.n * rows.vocab);
-  if (dlogits) std::fill(dlogits, dlogits + cells, 0.f);
   double sum = 0;
   for (auto& [obj, w] : parts_) {
     if (dlogits) tmp_.assign(cells, 0.f);

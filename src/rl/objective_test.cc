@@ -188,7 +188,7 @@ TEST(RlObjective, TopKTeacherIsTheFullFormulaOnItsSupport) {
   int64_t seq = 0;
   int32_t pos = 0, tgt = 1;
   HeadObjective::Rows rows{1, V, &seq, &pos, &tgt};
-  float d[V];
+  float d[V] = {};
   const double loss = obj.Apply(rows, z, d);
   double zs[3] = {z[2], z[0], z[3]}, lt[3] = {-0.5, -1.5, -2.0};
   auto lse = [](const double* x) {
