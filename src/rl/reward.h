@@ -69,4 +69,19 @@ struct RewardResult {
 // zero reward with a detail.
 RewardResult Score(const RewardSpec& spec, std::string_view completion, const RewardOptions& options = {});
 
+// The exact-match answer of a completion (see RewardSpec::answer), before
+// normalisation; empty when there is none.
+std::string ExtractAnswer(std::string_view completion);
+// Trimmed, lower-cased, commas between digits dropped.
+std::string NormalizeAnswer(std::string_view answer);
+
+// The countdown/arithmetic grammar: integers, + - * /, parentheses, evaluated
+// in exact rationals (num/den, den > 0, reduced); `literals` lists every
+// integer in the expression. Errors on syntax, division by zero, overflow.
+struct ArithValue {
+  long long num = 0, den = 1;
+  std::vector<long long> literals;
+};
+Result<ArithValue> EvaluateArithmetic(std::string_view expr);
+
 }  // namespace myriad::rl
