@@ -19,6 +19,8 @@ PACKAGES=(
   python3 python3-torch python3-numpy
   # chat templates: Python's Jinja, a reference renderer of the parity test
   python3-jinja2
+  # pictures in the docs (post-training curves)
+  gnuplot-nox
   # default corpus: English and Chinese text (code comes from Python's stdlib)
   fortunes fortunes-zh libpython3-stdlib
 )

@@ -26,6 +26,9 @@ const Verb kVerbs[] = {
     {"import", myriad::cli::RunImport, "import a Hugging Face model folder as a run directory"},
     {"export", myriad::cli::RunExport, "write a checkpoint as a Hugging Face model folder (--hf OUT)"},
     {"serve", myriad::cli::RunServe, "serve a checkpoint over an OpenAI-compatible HTTP API"},
+    {"rl", myriad::cli::RunRl, "reinforcement learning with verifiable rewards (GRPO), or its SFT baseline"},
+    {"distill", myriad::cli::RunDistill, "on-policy distillation from one teacher per domain (MOPD)"},
+    {"tasks", myriad::cli::RunTasks, "write the built-in RL tasks as JSONL (and text for pretraining)"},
     {"tune", myriad::lab::RunTuneCli, "kernel lab: verify, time and tune kernels into a tuned table"},
     {"plan", myriad::cli::RunPlan, "cost model and parallel planner: layout, step time, MFU, time to train"},
     {"simulate", myriad::cli::RunSimulate, "failure simulator: ETTR, checkpoint interval, recovery"},
@@ -46,7 +49,7 @@ int main(int argc, char** argv) {
   for (const auto& v : kVerbs) {
     if (std::strcmp(argv[1], v.name)) continue;
     // Verbs that run the model's kernels use the kernel lab's tuned table.
-    for (const char* uses : {"train", "eval", "generate", "serve"}) {
+    for (const char* uses : {"train", "eval", "generate", "serve", "rl", "distill"}) {
       if (std::strcmp(argv[1], uses)) continue;
       myriad::Result<std::string> tuned = myriad::lab::InstallTunedKernelsFromDefaultPath();
       if (!tuned.ok()) {
@@ -57,7 +60,7 @@ int main(int argc, char** argv) {
     }
     return v.run(argc - 1, argv + 1);
   }
-  std::fprintf(stderr, "myriad: unknown verb '%s' (hint: one of prepare, train, launch, preflight, eval, generate, doctor, inspect, import, export, serve, tune, plan, simulate)\n",
+  std::fprintf(stderr, "myriad: unknown verb '%s' (hint: one of prepare, train, launch, preflight, eval, generate, doctor, inspect, import, export, serve, rl, distill, tasks, tune, plan, simulate)\n",
                argv[1]);
   return 2;
 }

@@ -14,4 +14,7 @@ int RunServe(int argc, char** argv);
 int RunPlan(int argc, char** argv);
 int RunSimulate(int argc, char** argv);
 int RunImport(int argc, char** argv);
+int RunRl(int argc, char** argv);
+int RunDistill(int argc, char** argv);
+int RunTasks(int argc, char** argv);
 }  // namespace myriad::cli

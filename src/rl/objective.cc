@@ -242,6 +242,43 @@ double DistillObjective::Apply(const Rows& rows, const float* logits, float* dlo
   return sum;
 }
 
+NllObjective::NllObjective(int T, std::vector<float> coef) : T_(T), coef_(std::move(coef)) {}
+
+double NllObjective::Apply(const Rows& rows, const float* logits, float* dlogits) {
+  const int64_t V = rows.vocab;
+  std::vector<double> ls;
+  double sum = 0;
+  for (int64_t r = 0; r < rows.n; ++r) {
+    const int64_t cell = Cell(rows, r, T_, coef_.size());
+    const double c = coef_[cell];
+    if (c == 0) continue;
+    const double h = LogSoftmax(logits + r * V, V, &ls);
+    const int32_t y = rows.target[r];
+    sum += c * -ls[y];
+    ++stats_.tokens;
+    stats_.loss += c * -ls[y];
+    stats_.entropy_sum += h;
+    if (dlogits) {
+      // d(-log p_y)/dz_v = p_v - [v == y]
+      float* d = dlogits + r * V;
+      for (int64_t v = 0; v < V; ++v) d[v] += static_cast<float>(c * std::exp(ls[v]));
+      d[y] -= static_cast<float>(c);
+    }
+  }
+  return sum;
+}
+
+double LogitsRecorder::Apply(const Rows& rows, const float* logits, float*) {
+  CHECK_MSG(out_->top_k == 0 && out_->vocab == rows.vocab, "LogitsRecorder: a table of vocab %lld for logits of %lld",
+            static_cast<long long>(out_->vocab), static_cast<long long>(rows.vocab));
+  const size_t cells = out_->logits.size() / static_cast<size_t>(rows.vocab);
+  for (int64_t r = 0; r < rows.n; ++r) {
+    const int64_t cell = Cell(rows, r, T_, cells);
+    std::copy(logits + r * rows.vocab, logits + (r + 1) * rows.vocab, out_->logits.begin() + cell * rows.vocab);
+  }
+  return 0.0;
+}
+
 double SumObjective::Apply(const Rows& rows, const float* logits, float* dlogits) {
   const size_t cells = static_cast<size_t>(rows.n * rows.vocab);
   double sum = 0;

@@ -123,6 +123,33 @@ class DistillObjective : public HeadObjective {
   ObjectiveStats stats_;
 };
 
+// Supervised fine-tuning: sum_t c_t * -log p(token t+1) (the SFT baseline
+// and off-policy distillation on teacher samples).
+class NllObjective : public HeadObjective {
+ public:
+  NllObjective(int T, std::vector<float> coef);
+  double Apply(const Rows& rows, const float* logits, float* dlogits) override;
+  const ObjectiveStats& stats() const { return stats_; }
+  void Reset() { stats_ = ObjectiveStats{}; }
+
+ private:
+  int T_;
+  std::vector<float> coef_;
+  ObjectiveStats stats_;
+};
+
+// Forward only: copies the logits of every row it sees into a teacher's
+// full-distribution table (rows[cell] = logits), cells seq * T + pos.
+class LogitsRecorder : public HeadObjective {
+ public:
+  LogitsRecorder(int T, TeacherRows* out) : T_(T), out_(out) {}
+  double Apply(const Rows& rows, const float* logits, float* dlogits) override;
+
+ private:
+  int T_;
+  TeacherRows* out_;
+};
+
 // sum_i w_i * objective_i (e.g. distillation mixed with a verifier reward's
 // policy gradient). The parts are not owned.
 class SumObjective : public HeadObjective {

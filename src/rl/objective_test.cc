@@ -16,6 +16,8 @@
 
 #include "core/config.h"
 #include "core/safetensors.h"
+#include "core/rng.h"
+#include "model/inference.h"
 #include "model/model.h"
 #include "train/train_config.h"
 
@@ -222,6 +224,78 @@ TEST(RlObjective, MismatchedTeacherVocabularyIsAClearError) {
   int32_t pos = 0, tgt = 1;
   HeadObjective::Rows rows{1, 5, &seq, &pos, &tgt};
   EXPECT_DEATH(obj.Apply(rows, z, nullptr), "teacher vocabulary 7 != student's 5");
+}
+
+}  // namespace
+}  // namespace myriad::rl
+
+namespace myriad::rl {
+namespace {
+
+ModelConfig TinyDense() {
+  ModelConfig c;
+  c.vocab_size = 61; c.d_model = 32; c.n_layers = 2; c.n_heads = 4; c.n_kv_heads = 2; c.d_ff = 48;
+  c.n_dense_layers = 2; c.n_routed_experts = 0; c.max_seq_len = 32; c.mtp_depth = 0; c.init_std = 0.2;
+  return c;
+}
+
+// SFT's loss is the model's own next-token cross-entropy when every position
+// weighs 1/(B*T): the same loss and the same gradients (the built-in loss is
+// checked against PyTorch in the golden tests).
+TEST(RlObjective, NllWithUniformWeightsIsTheModelsCrossEntropy) {
+  Model model(TinyDense());
+  model.InitWeights(3);
+  const int B = 3, T = 12;
+  Rng rng(7);
+  std::vector<int32_t> tokens(B * (T + 1));
+  for (auto& t : tokens) t = static_cast<int32_t>(rng.Below(61));
+  model.ZeroGrads();
+  const LossParts ce = model.Step(tokens.data(), B, T, true);
+  const std::vector<float> g_ce = model.GradsToHost();
+  NllObjective nll(T, std::vector<float>(B * T, 1.f / (B * T)));
+  model.ZeroGrads();
+  model.set_head_objective(&nll);
+  const LossParts ob = model.Step(tokens.data(), B, T, true);
+  model.set_head_objective(nullptr);
+  const std::vector<float> g_ob = model.GradsToHost();
+  EXPECT_NEAR(ob.total, ce.main, 1e-6 * ce.main);
+  EXPECT_EQ(nll.stats().tokens, B * T);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < g_ce.size(); ++i) {
+    num = std::max(num, std::fabs(static_cast<double>(g_ce[i]) - g_ob[i]));
+    den = std::max(den, std::fabs(static_cast<double>(g_ce[i])));
+  }
+  ASSERT_GT(den, 0);
+  EXPECT_LE(num / den, 1e-5);
+}
+
+// The teacher's table holds, at cell seq * T + pos, the logits an
+// InferenceSession computes after tokens 0..pos of that sequence.
+TEST(RlObjective, LogitsRecorderFillsTheTeacherTableByCell) {
+  Model model(TinyDense());
+  model.InitWeights(4);
+  const int B = 2, T = 9;
+  const int64_t V = 61;
+  Rng rng(9);
+  std::vector<int32_t> tokens(B * (T + 1));
+  for (auto& t : tokens) t = static_cast<int32_t>(rng.Below(V));
+  TeacherRows rows;
+  rows.vocab = V;
+  rows.logits.assign(static_cast<size_t>(B) * T * V, 0.f);
+  LogitsRecorder rec(T, &rows);
+  model.set_head_objective(&rec);
+  (void)model.Step(tokens.data(), B, T, false);
+  model.set_head_objective(nullptr);
+  double worst = 0;
+  for (int s = 0; s < B; ++s) {
+    InferenceSession session(model, T + 1);
+    for (int t = 0; t < T; ++t) {
+      const float* lg = session.Forward(&tokens[s * (T + 1) + t], 1);
+      for (int64_t v = 0; v < V; ++v)
+        worst = std::max(worst, std::fabs(static_cast<double>(lg[v]) - rows.logits[(s * T + t) * V + v]));
+    }
+  }
+  EXPECT_LE(worst, 1e-4);
 }
 
 }  // namespace

@@ -250,6 +250,19 @@ StepStats DistTrainer::Step(const int32_t* global, int A, int B, int T, int64_t 
   return st;
 }
 
+void DistTrainer::Forward(const int32_t* global, int A, int B, int T, HeadObjective* objective) {
+  CHECK_MSG(!pipe_, "a head objective (post-training) needs parallel.pp = 1");
+  Mesh& m = *mesh_;
+  const int64_t D = m.data_size(), S = static_cast<int64_t>(A) * B / D, mb = S / micro_;
+  const int32_t* mine = global + m.data_rank() * S * (T + 1);
+  for (int64_t i = 0; i < micro_; ++i) {
+    model_->set_head_objective(objective, m.data_rank() * S + i * mb);
+    (void)model_->Step(mine + i * mb * (T + 1), static_cast<int>(mb), T, /*backward=*/false);
+  }
+  model_->set_head_objective(nullptr);
+  model_->ClearExpertLoad();
+}
+
 EvalResult DistTrainer::Evaluate(DataLoader& val, int B, int T, int64_t batches) {
   if (!pipe_) return myriad::Evaluate(*model_, val, B, T, batches);
   EvalResult r = EvaluateWith(val, B, T, batches, [&](const int32_t* tokens) { return pipe_->ForwardLoss(tokens, B, T); });

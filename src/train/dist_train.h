@@ -61,6 +61,12 @@ class DistTrainer {
   // model's HeadObjective: post-training), each micro-batch's rows with
   // their global sequence index in `global`; no pipeline (pp = 1).
   StepStats Step(const int32_t* global, int A, int B, int T, int64_t step, HeadObjective* objective = nullptr);
+  // A forward only over this data rank's sequences of `global` (as Step
+  // takes them) with `objective` on the head: each micro-batch's rows with
+  // their global sequence index. No gradients, no optimizer; the expert
+  // loads it counts are cleared. Post-training records the behaviour and
+  // reference logprobs with it. No pipeline (pp = 1).
+  void Forward(const int32_t* global, int A, int B, int T, HeadObjective* objective);
   // Mean main loss over `batches` validation batches (every rank the same
   // batches). Without a pipeline this is trainer.h's Evaluate on the model.
   EvalResult Evaluate(DataLoader& val, int B, int T, int64_t batches);

@@ -110,9 +110,10 @@ static double MeasureModelGemmPeakGflops(int n) {
 }
 
 Status LoadRunConfig(const std::string& path, const std::vector<std::string>& overrides,
-                     ModelConfig* model, TrainConfig* train) {
+                     ModelConfig* model, TrainConfig* train, const std::function<void(ConfigDoc*)>& extra) {
   ASSIGN_OR_RETURN(auto doc, ConfigDoc::Load(path, overrides));
   *train = TrainConfig::Read(doc.get());
+  if (extra) extra(doc.get());
   if (!train->init_from.empty()) {
     // The model is the source's; [model] may only agree with it (init_from.h).
     ASSIGN_OR_RETURN(InitSource src, ResolveInitSource(Env::Default(), train->init_from));

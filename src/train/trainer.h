@@ -36,9 +36,12 @@ struct RunSpec {
   int* exit_code = nullptr;            // set to a kExit* code when RunTraining fails for that reason
 };
 
-// Reads, checks and cross-checks a config file (+ overrides).
+// Reads, checks and cross-checks a config file (+ overrides). `extra`, when
+// given, reads the keys of other sections (post-training's [rl] and
+// [distill]) from the same document before unknown keys are refused.
 Status LoadRunConfig(const std::string& path, const std::vector<std::string>& overrides,
-                     ModelConfig* model, TrainConfig* train);
+                     ModelConfig* model, TrainConfig* train,
+                     const std::function<void(ConfigDoc*)>& extra = nullptr);
 
 struct EvalResult {
   double loss = 0;        // mean next-token loss (nats)

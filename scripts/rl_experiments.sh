@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# The post-training experiments of docs/rl.md, end to end on this machine:
+#   scripts/rl_experiments.sh [MYRIAD] [OUT]      (defaults: build/myriad runs/rl-exp)
+# 1. task text (`myriad tasks --text`, training splits only) -> a tokenizer and shards;
+# 2. a small MoE pretrained on it (configs/arith-pretrain.toml);
+# 3. arithmetic: GRPO vs SFT on the references, equal problems (configs/rl-arith.toml);
+# 4. teachers: GRPO on Python, GRPO on both domains (the "mixed" teacher);
+# 5. students from the pretrained model at equal compute: MOPD from the two
+#    domain teachers, SFT on those teachers' samples, MOPD from the mixed teacher;
+# 6. OUT/summary.json, a Markdown table on stdout, docs/img/rl-reward.png.
+# Each stage is skipped when its run directory already finished (rerun to continue).
+set -euo pipefail
+M="${1:-build/myriad}"
+OUT="${2:-runs/rl-exp}"
+STAGES="${STAGES:-pre rl sft teachers students}"
+mkdir -p "$OUT/corpus"
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+done_run() { [ -f "$OUT/$1/done" ]; }
+run() {  # run NAME VERB ARGS...: one post-training run, logged to OUT/NAME.log
+  local name="$1" verb="$2"; shift 2
+  if done_run "$name"; then echo "== $name: done before"; return; fi
+  echo "== $name: myriad $verb $*"
+  local t0=$SECONDS
+  "$M" "$verb" -c configs/rl-arith.toml --set train.init_from="$OUT/pre" --set train.out_dir="$OUT/$name" "$@" \
+    2> >(tee "$OUT/$name.log" | grep -E "^eval|teacher for|error" >&2)
+  echo "$((SECONDS - t0))" >"$OUT/$name/done"
+}
+if has pre && [ ! -f "$OUT/pre/done" ]; then
+  "$M" tasks --domain arithmetic --count 20000 --difficulty 1 --seed 1 --text "$OUT/arithmetic.txt"
+  "$M" tasks --domain python --count 20000 --difficulty 1 --seed 1 --text "$OUT/python.txt"
+  # Documents of 100 problems (prepare splits train/val by document).
+  split -l 100 -d -a 4 --additional-suffix=.txt "$OUT/arithmetic.txt" "$OUT/corpus/arith-"
+  split -l 300 -d -a 4 --additional-suffix=.txt "$OUT/python.txt" "$OUT/corpus/py-"
+  "$M" prepare --input "$OUT/corpus" --out "$OUT/data" --vocab 300 --val-fraction 0.02
+  t0=$SECONDS
+  "$M" train -c configs/arith-pretrain.toml --set data.dir="$OUT/data" --set train.out_dir="$OUT/pre" ${PRE_ARGS:-}
+  echo "$((SECONDS - t0))" >"$OUT/pre/done"
+fi
+PY=(--set rl.domains=python --set train.seq_len=56 --set train.steps=100)
+BOTH=(--set rl.domains=arithmetic,python --set train.seq_len=56 --set train.steps=150)
+has rl && run rl-arith rl
+has sft && run sft-arith rl --set rl.algorithm=sft
+if has teachers; then
+  run rl-python rl "${PY[@]}"
+  run rl-mixed rl "${BOTH[@]}"
+fi
+if has students; then
+  TEACHERS="arithmetic=$OUT/rl-arith,python=$OUT/rl-python"
+  run mopd distill "${BOTH[@]}" --set distill.teachers="$TEACHERS"
+  run sft-teacher rl "${BOTH[@]}" --set rl.algorithm=sft --set rl.sft_source=teacher --set distill.teachers="$TEACHERS"
+  run mopd-mixed distill "${BOTH[@]}" --set distill.teachers="*=$OUT/rl-mixed"
+fi
+python3 scripts/rl_report.py "$OUT"
+if command -v gnuplot >/dev/null && [ -f "$OUT/rl-arith/metrics.jsonl" ]; then
+  mkdir -p docs/img
+  gnuplot -e "dat='$OUT/reward.dat'; png='docs/img/rl-reward.png'" scripts/rl_plot.gp && echo "wrote docs/img/rl-reward.png"
+fi

@@ -1,0 +1,848 @@
+#include "rl/post_train.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <thread>
+#include <unistd.h>
+
+#include "core/check.h"
+#include "core/env.h"
+#include "core/log.h"
+#include "core/rng.h"
+#include "ops/ops.h"
+#include "rl/rollout.h"
+#include "train/checkpoint/async_writer.h"
+#include "train/comm/local_comm.h"
+#include "train/checkpoint/checkpoint.h"
+#include "train/dist_train.h"
+#include "train/init_from.h"
+#include "train/memory_estimate.h"
+#include "train/trainer.h"
+
+namespace myriad::rl {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+const char* AlgorithmName(Algorithm a) {
+  switch (a) {
+    case Algorithm::kGrpo: return "grpo";
+    case Algorithm::kSft: return "sft";
+    case Algorithm::kDistill: return "distill";
+  }
+  return "?";
+}
+
+std::vector<std::string> SplitList(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  std::istringstream in(s);
+  while (std::getline(in, cur, sep)) {
+    const size_t a = cur.find_first_not_of(" \t"), b = cur.find_last_not_of(" \t");
+    if (a != std::string::npos) out.push_back(cur.substr(a, b - a + 1));
+  }
+  return out;
+}
+
+const char* LossNormName(LossNorm n) { return n == LossNorm::kToken ? "token" : "sequence"; }
+const char* DistillLossName(DistillLoss l) {
+  return l == DistillLoss::kReverseKl ? "reverse_kl" : l == DistillLoss::kForwardKl ? "forward_kl" : "jsd";
+}
+
+// A forward of `model` (whole, no hooks) over sequences [first, first + count)
+// of `global` [*, T+1], in chunks of B, with `objective` on the head (rows
+// carry their global sequence index).
+void ForwardRows(Model& model, const int32_t* global, int64_t first, int64_t count, int B, int T,
+                 HeadObjective* objective) {
+  for (int64_t s = first; s < first + count; s += B) {
+    const int n = static_cast<int>(std::min<int64_t>(B, first + count - s));
+    model.set_head_objective(objective, s);
+    (void)model.Step(global + s * (T + 1), n, T, /*backward=*/false);
+  }
+  model.set_head_objective(nullptr);
+  model.ClearExpertLoad();
+}
+
+// Two tokenizers are the same vocabulary when every id stands for the same bytes.
+Status SameVocabulary(const Tokenizer& a, const Tokenizer& b, const std::string& what) {
+  if (a.vocab_size() != b.vocab_size())
+    return Status::Error(what + ": its tokenizer has " + std::to_string(b.vocab_size()) + " tokens, the student's " +
+                         std::to_string(a.vocab_size()) +
+                         " (hint: distillation compares next-token distributions id by id; teacher and student "
+                         "must share one tokenizer)");
+  for (int id = 0; id < a.vocab_size(); ++id)
+    if (a.DecodePiece(id) != b.DecodePiece(id) || a.is_special(id) != b.is_special(id))
+      return Status::Error(what + ": token " + std::to_string(id) + " is '" + a.PieceName(id) +
+                           "' for the student and '" + b.PieceName(id) +
+                           "' for the teacher (hint: teacher and student must share one tokenizer)");
+  return Status::Ok();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Config
+
+PostTrainConfig PostTrainConfig::Read(ConfigDoc* doc, Algorithm default_algorithm) {
+  PostTrainConfig c;
+  const std::string algo = doc->GetString("rl.algorithm", AlgorithmName(default_algorithm));
+  if (algo == "grpo") c.algorithm = Algorithm::kGrpo;
+  else if (algo == "sft") c.algorithm = Algorithm::kSft;
+  else if (algo == "distill") c.algorithm = Algorithm::kDistill;
+  else doc->Fail("rl.algorithm: unknown algorithm '" + algo + "' (expected grpo, sft or distill)");
+  c.domains = SplitList(doc->GetString("rl.domains", "arithmetic"), ',');
+  c.tasks_file = doc->GetString("rl.tasks_file", "");
+  if (c.domains.empty() && c.tasks_file.empty()) doc->Fail("rl.domains: empty (and no rl.tasks_file)");
+  c.difficulty = static_cast<int>(doc->GetInt("rl.difficulty", c.difficulty, 1, 5));
+  c.train_tasks = static_cast<int>(doc->GetInt("rl.train_tasks", c.train_tasks, 1, 1 << 24));
+  c.eval_tasks = static_cast<int>(doc->GetInt("rl.eval_tasks", c.eval_tasks, 0, 1 << 20));
+  c.prompts_per_step = static_cast<int>(doc->GetInt("rl.prompts_per_step", c.prompts_per_step, 1, 1 << 16));
+  c.group_size = static_cast<int>(doc->GetInt("rl.group_size", c.group_size, 1, 1024));
+  c.max_tokens = static_cast<int>(doc->GetInt("rl.max_tokens", c.max_tokens, 1, 1 << 20));
+  c.temperature = doc->GetFloat("rl.temperature", c.temperature);
+  if (!(c.temperature > 0 && c.temperature <= 10))
+    doc->Fail("rl.temperature: " + std::to_string(c.temperature) + " is outside (0, 10] (the policy samples)");
+  c.top_k = static_cast<int>(doc->GetInt("rl.top_k", c.top_k, 0, 1 << 20));
+  c.top_p = doc->GetFloat("rl.top_p", c.top_p);
+  if (!(c.top_p > 0 && c.top_p <= 1)) doc->Fail("rl.top_p: " + std::to_string(c.top_p) + " is outside (0, 1]");
+  c.engine_max_batch = static_cast<int>(doc->GetInt("rl.engine_max_batch", c.engine_max_batch, 1, 4096));
+  c.inner_steps = static_cast<int>(doc->GetInt("rl.inner_steps", c.inner_steps, 1, 64));
+  if (const std::string n = doc->GetString("rl.loss_norm", "token"); !ParseLossNorm(n, &c.loss_norm))
+    doc->Fail("rl.loss_norm: unknown normalisation '" + n + "' (expected token or sequence)");
+  c.policy.clip_low = doc->GetFloat("rl.clip_low", c.policy.clip_low);
+  c.policy.clip_high = doc->GetFloat("rl.clip_high", c.policy.clip_high);
+  c.policy.kl_beta = doc->GetFloat("rl.kl_beta", c.policy.kl_beta);
+  if (!(c.policy.clip_low >= 0 && c.policy.clip_low < 1)) doc->Fail("rl.clip_low: must be in [0, 1)");
+  if (!(c.policy.clip_high >= 0)) doc->Fail("rl.clip_high: must be >= 0");
+  if (!(c.policy.kl_beta >= 0)) doc->Fail("rl.kl_beta: must be >= 0");
+  c.scale_by_std = doc->GetBool("rl.scale_by_std", c.scale_by_std);
+  c.reward.max_chars = static_cast<int>(doc->GetInt("rl.max_chars", 0, 0, 1 << 20));
+  c.reward.length_penalty = doc->GetFloat("rl.length_penalty", 0.0);
+  c.reward.format_penalty = doc->GetFloat("rl.format_penalty", 0.0);
+  c.reward_threads = static_cast<int>(doc->GetInt("rl.reward_threads", c.reward_threads, 1, 256));
+  c.eval_every = static_cast<int>(doc->GetInt("rl.eval_every", c.eval_every, 0, 1 << 20));
+  c.eval_samples = static_cast<int>(doc->GetInt("rl.eval_samples", c.eval_samples, 1, 256));
+  c.sft_source = doc->GetString("rl.sft_source", c.sft_source);
+  if (c.sft_source != "reference" && c.sft_source != "teacher")
+    doc->Fail("rl.sft_source: unknown source '" + c.sft_source + "' (expected reference or teacher)");
+  // [distill]: teachers = "domain=path, domain=path" ("*=path" or a bare path: any domain).
+  for (const std::string& item : SplitList(doc->GetString("distill.teachers", ""), ',')) {
+    TeacherConfig t;
+    const size_t eq = item.find('=');
+    if (eq == std::string::npos) {
+      t.path = item;
+    } else {
+      t.domain = item.substr(0, eq);
+      t.path = item.substr(eq + 1);
+      if (t.domain == "*") t.domain.clear();
+    }
+    if (t.path.empty()) doc->Fail("distill.teachers: '" + item + "' names no path (expected domain=path)");
+    c.teachers.push_back(t);
+  }
+  c.teacher_select = doc->GetString("distill.select", c.teacher_select);
+  if (c.teacher_select != "domain" && c.teacher_select != "measured")
+    doc->Fail("distill.select: unknown rule '" + c.teacher_select + "' (expected domain or measured)");
+  if (const std::string l = doc->GetString("distill.loss", "reverse_kl"); !ParseDistillLoss(l, &c.distill_loss))
+    doc->Fail("distill.loss: unknown loss '" + l + "' (expected reverse_kl, forward_kl or jsd)");
+  c.reward_weight = doc->GetFloat("distill.reward_weight", c.reward_weight);
+  if (!(c.reward_weight >= 0)) doc->Fail("distill.reward_weight: must be >= 0");
+  const bool needs_teachers =
+      c.algorithm == Algorithm::kDistill || (c.algorithm == Algorithm::kSft && c.sft_source == "teacher");
+  if (needs_teachers && c.teachers.empty())
+    doc->Fail(std::string("distill.teachers: ") +
+              (c.algorithm == Algorithm::kDistill ? "distillation" : "rl.sft_source = \"teacher\"") +
+              " needs at least one teacher (\"domain=path, ...\")");
+  return c;
+}
+
+nlohmann::json PostTrainConfig::ToJson() const {
+  nlohmann::json tj = nlohmann::json::array();
+  for (const auto& t : teachers) tj.push_back({{"path", t.path}, {"domain", t.domain}});
+  return {{"algorithm", AlgorithmName(algorithm)},
+          {"domains", domains},
+          {"tasks_file", tasks_file},
+          {"difficulty", difficulty},
+          {"train_tasks", train_tasks},
+          {"eval_tasks", eval_tasks},
+          {"prompts_per_step", prompts_per_step},
+          {"group_size", group_size},
+          {"max_tokens", max_tokens},
+          {"temperature", temperature},
+          {"top_k", top_k},
+          {"top_p", top_p},
+          {"engine_max_batch", engine_max_batch},
+          {"inner_steps", inner_steps},
+          {"loss_norm", LossNormName(loss_norm)},
+          {"clip_low", policy.clip_low},
+          {"clip_high", policy.clip_high},
+          {"kl_beta", policy.kl_beta},
+          {"scale_by_std", scale_by_std},
+          {"max_chars", reward.max_chars},
+          {"length_penalty", reward.length_penalty},
+          {"format_penalty", reward.format_penalty},
+          {"eval_every", eval_every},
+          {"eval_samples", eval_samples},
+          {"teachers", tj},
+          {"teacher_select", teacher_select},
+          {"distill_loss", DistillLossName(distill_loss)},
+          {"reward_weight", reward_weight},
+          {"sft_source", sft_source}};
+}
+
+nlohmann::json HeldOutScores::ToJson() const {
+  auto one = [](const DomainScore& d) {
+    return nlohmann::json{{"problems", d.problems}, {"pass1", d.pass1}, {"passk", d.passk},
+                          {"greedy", d.greedy}, {"reward", d.reward}};
+  };
+  nlohmann::json j = {{"all", one(all)}, {"seconds", seconds}};
+  for (const auto& [name, d] : domains) j["domains"][name] = one(d);
+  return j;
+}
+
+// ---------------------------------------------------------------------------
+// Sampling and scoring
+
+std::vector<int32_t> TaskSampler::PromptIds(const Task& t) const {
+  std::vector<int32_t> ids = text->prompt_prefix;
+  tok->EncodeTo(t.prompt, &ids);
+  return ids;
+}
+
+std::vector<std::vector<int32_t>> TaskSampler::StopSeqs() const {
+  std::vector<std::vector<int32_t>> s;
+  for (int32_t id : text->stop_ids) s.push_back({id});
+  if (std::vector<int32_t> nl = tok->Encode("\n"); !nl.empty()) s.push_back(nl);
+  return s;
+}
+
+std::string TaskSampler::CompletionText(const std::vector<int32_t>& completion) const {
+  std::string s = tok->Decode(completion);
+  if (const size_t nl = s.find('\n'); nl != std::string::npos) s.resize(nl);
+  return s;
+}
+
+std::vector<RewardResult> ScoreAll(const std::vector<const Task*>& tasks, const std::vector<std::string>& completions,
+                                   const RewardOptions& options, int threads) {
+  CHECK_MSG(tasks.size() == completions.size(), "ScoreAll: %zu tasks for %zu completions", tasks.size(),
+            completions.size());
+  // Equal (task, completion) pairs are scored once.
+  std::map<std::pair<const Task*, std::string>, size_t> unique_of;
+  std::vector<size_t> slot(tasks.size());
+  std::vector<size_t> first;  // an index of each unique pair
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    auto [it, fresh] = unique_of.emplace(std::make_pair(tasks[i], completions[i]), first.size());
+    if (fresh) first.push_back(i);
+    slot[i] = it->second;
+  }
+  std::vector<RewardResult> unique(first.size());
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t k; (k = next.fetch_add(1)) < first.size();)
+      unique[k] = Score(tasks[first[k]]->reward, completions[first[k]], options);
+  };
+  const int n = std::max(1, std::min<int>(threads, static_cast<int>(first.size())));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < n; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  std::vector<RewardResult> out(tasks.size());
+  for (size_t i = 0; i < tasks.size(); ++i) out[i] = unique[slot[i]];
+  return out;
+}
+
+Result<HeldOutScores> EvaluateHeldOut(const TaskSampler& s, const std::vector<Task>& tasks, int samples,
+                                      double temperature, uint64_t seed) {
+  const auto t0 = Clock::now();
+  HeldOutScores out;
+  if (tasks.empty()) return out;
+  std::vector<std::vector<int32_t>> prompts;
+  for (const Task& t : tasks) prompts.push_back(s.PromptIds(t));
+  serve::GenerationParams p;
+  p.max_tokens = s.max_tokens;
+  p.stop_token_seqs = s.StopSeqs();
+  p.sampling = SamplingParams{static_cast<float>(temperature), 0, 1.f};
+  ASSIGN_OR_RETURN(std::vector<Sample> sampled, Rollout(*s.engine, prompts, samples, p, seed));
+  p.sampling = SamplingParams{0.f, 0, 1.f};
+  ASSIGN_OR_RETURN(std::vector<Sample> greedy, Rollout(*s.engine, prompts, 1, p, seed));
+  std::vector<const Task*> which;
+  std::vector<std::string> texts;
+  for (const Sample& x : sampled) which.push_back(&tasks[x.prompt_index]), texts.push_back(s.CompletionText(x.completion));
+  for (const Sample& x : greedy) which.push_back(&tasks[x.prompt_index]), texts.push_back(s.CompletionText(x.completion));
+  const std::vector<RewardResult> r = ScoreAll(which, texts, s.reward, s.reward_threads);
+  const size_t ns = sampled.size();
+  auto add = [](DomainScore* d, double pass1, double passk, double greedy_ok, double reward) {
+    ++d->problems;
+    d->pass1 += pass1, d->passk += passk, d->greedy += greedy_ok, d->reward += reward;
+  };
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    double ok = 0, rew = 0;
+    for (int j = 0; j < samples; ++j) {
+      const RewardResult& x = r[i * samples + j];
+      ok += x.correct, rew += x.reward;
+    }
+    const double greedy_ok = r[ns + i].correct;
+    add(&out.domains[tasks[i].domain], ok / samples, ok > 0, greedy_ok, rew / samples);
+    add(&out.all, ok / samples, ok > 0, greedy_ok, rew / samples);
+  }
+  auto finish = [](DomainScore* d) {
+    if (d->problems == 0) return;
+    d->pass1 /= d->problems, d->passk /= d->problems, d->greedy /= d->problems, d->reward /= d->problems;
+  };
+  for (auto& [name, d] : out.domains) finish(&d);
+  finish(&out.all);
+  out.seconds = Since(t0);
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// The run
+
+namespace {
+
+struct Teacher {
+  TeacherConfig cfg;
+  LoadedPolicy policy;
+  std::unique_ptr<serve::Engine> engine;  // sft_source = teacher and measured selection
+};
+
+// The task pools: generated per domain, or a file's (every tenth task by
+// position held out).
+Status BuildTasks(const PostTrainConfig& pc, uint64_t seed, std::vector<Task>* train, std::vector<Task>* held) {
+  if (!pc.tasks_file.empty()) {
+    ASSIGN_OR_RETURN(std::vector<Task> all, LoadTasksJsonl(pc.tasks_file));
+    if (all.empty()) return Status::Error(pc.tasks_file + ": no tasks");
+    for (size_t i = 0; i < all.size(); ++i) (i % 10 == 9 ? held : train)->push_back(std::move(all[i]));
+    if (train->empty()) return Status::Error(pc.tasks_file + ": no training tasks (one task is held out)");
+    return Status::Ok();
+  }
+  for (const std::string& d : pc.domains) {
+    ASSIGN_OR_RETURN(std::vector<Task> tr, GenerateTasks(d, pc.train_tasks, pc.difficulty, seed, Split::kTrain));
+    ASSIGN_OR_RETURN(std::vector<Task> ho, GenerateTasks(d, pc.eval_tasks, pc.difficulty, seed, Split::kHeldOut));
+    for (auto& t : tr) train->push_back(std::move(t));
+    for (auto& t : ho) held->push_back(std::move(t));
+  }
+  return Status::Ok();
+}
+
+std::string FormatEta(double s) {
+  char b[32];
+  if (s >= 3600) std::snprintf(b, sizeof b, "%dh%02dm", static_cast<int>(s / 3600), static_cast<int>(s / 60) % 60);
+  else if (s >= 60) std::snprintf(b, sizeof b, "%dm%02ds", static_cast<int>(s / 60), static_cast<int>(s) % 60);
+  else std::snprintf(b, sizeof b, "%.0fs", s);
+  return b;
+}
+
+}  // namespace
+
+Status RunPostTraining(const PostTrainSpec& spec) {
+  const Algorithm default_algo = spec.verb == "distill" ? Algorithm::kDistill : Algorithm::kGrpo;
+  ModelConfig mc;
+  TrainConfig tc;
+  PostTrainConfig pc;
+  const auto refused = [&](Status s) {
+    if (spec.exit_code) *spec.exit_code = kExitConfig;
+    return s;
+  };
+  Status loaded = LoadRunConfig(spec.config_path, spec.overrides, &mc, &tc, [&](ConfigDoc* doc) {
+    pc = PostTrainConfig::Read(doc, default_algo);
+  });
+  if (!loaded.ok()) return refused(loaded);
+  if (tc.init_from.empty())
+    return refused(Status::Error(spec.config_path + ": train.init_from must name the policy's starting model "
+                                 "(a checkpoint or Hugging Face folder; post-training starts from a trained model)"));
+  // One rollout batch: prompts_per_step x group_size sequences of seq_len+1
+  // tokens = train.batch_size x train.grad_accum.
+  const int P = pc.prompts_per_step, G = pc.group_size;
+  const int64_t S = static_cast<int64_t>(P) * G;
+  if (S % tc.batch_size != 0)
+    return refused(Status::Error(spec.config_path + ": rl.prompts_per_step x rl.group_size = " + std::to_string(S) +
+                                 " sequences must be a multiple of train.batch_size = " +
+                                 std::to_string(tc.batch_size)));
+  tc.grad_accum = S / tc.batch_size;
+  tc.optim.steps = tc.steps * pc.inner_steps;  // the LR schedule runs over optimizer steps
+  if (Status s = tc.CheckSizes(mc); !s.ok()) return refused(s.With(spec.config_path));
+
+  std::unique_ptr<comm::Comm> self;
+  comm::Comm* world = spec.world;
+  if (!world) {
+    self = comm::MakeSelfComm();
+    world = self.get();
+  }
+  const bool dist = world->size() > 1, root = world->rank() == 0;
+  if (dist && (tc.parallel.zero == 3))
+    return refused(Status::Error(spec.config_path + ": post-training under mpirun needs the whole model on every rank "
+                                 "(each rank's engine samples it): parallel.zero must be 0, 1 or 2"));
+  if (Status s = CheckRunMemory(mc, tc, world); !s.ok()) return refused(s.With(spec.config_path));
+  if (tc.threads > 0) omp_set_num_threads(static_cast<int>(tc.threads));
+  // fp32 throughout: the engine's samples, the behaviour logprobs and the
+  // step see the same arithmetic (train.precision is not used here).
+  ops::SetGemmPrecision(ops::GemmPrecision::kFp32);
+  Env* env = Env::Default();
+  const int B = static_cast<int>(tc.batch_size), T = static_cast<int>(tc.seq_len), A = static_cast<int>(tc.grad_accum);
+
+  ASSIGN_OR_RETURN(std::unique_ptr<DistTrainer> dtr, DistTrainer::Create(world, mc, tc));
+  const ParallelDims dims = dtr->mesh().dims();
+  if (dims.tp > 1 || dims.ep > 1 || dims.pp > 1 || dims.cp > 1)
+    return refused(Status::Error(spec.config_path + ": post-training runs data-parallel only (its engine samples the "
+                                 "whole model on every rank): parallel.tp, ep, pp and cp must be 1"));
+  const int D = world->size(), rank = world->rank();
+  if (P % D != 0)
+    return refused(Status::Error(spec.config_path + ": rl.prompts_per_step = " + std::to_string(P) +
+                                 " must be a multiple of the " + std::to_string(D) + " ranks (each samples its share)"));
+
+  // The policy's tokenizer and conventions (its checkpoint's or folder's).
+  if (!spec.load_model) return Status::Error("post-training: no model loader");
+  ASSIGN_OR_RETURN(LoadedPolicy start, spec.load_model(tc.init_from));
+  if (start.tokenizer_path.empty())
+    return Status::Error(tc.init_from + ": names no tokenizer (hint: a checkpoint of `myriad train` records it)");
+  ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::Load(start.tokenizer_path));
+  if (tok.vocab_size() > mc.vocab_size)
+    return Status::Error(start.tokenizer_path + ": " + std::to_string(tok.vocab_size()) +
+                         " tokens for a model of vocab_size " + std::to_string(mc.vocab_size));
+  const TextConventions text = TextConventions::For(tok, start.eos_token_ids);
+  std::unique_ptr<Model> reference;  // frozen: the KL's reference policy
+  if (pc.algorithm == Algorithm::kGrpo && pc.policy.kl_beta > 0) reference = std::move(start.model);
+  start.model.reset();
+
+  // Tasks.
+  std::vector<Task> train_tasks, held_out;
+  RETURN_IF_ERROR(BuildTasks(pc, tc.seed, &train_tasks, &held_out));
+  std::set<std::string> domains;
+  for (const Task& t : train_tasks) domains.insert(t.domain);
+
+  // Teachers: loaded whole, vocabularies checked against the student's.
+  std::vector<Teacher> teachers;
+  const bool use_teachers =
+      pc.algorithm == Algorithm::kDistill || (pc.algorithm == Algorithm::kSft && pc.sft_source == "teacher");
+  serve::EngineConfig ec;
+  ec.max_batch = pc.engine_max_batch;
+  ec.max_queue = std::max(64, pc.engine_max_batch * 4);
+  if (use_teachers) {
+    for (const TeacherConfig& tcfg : pc.teachers) {
+      const std::string what = "distill.teachers: " + tcfg.path;
+      auto lp = spec.load_model(tcfg.path);
+      if (!lp.ok()) return refused(lp.status().With(what));
+      Teacher t{tcfg, std::move(lp).value(), nullptr};
+      if (t.policy.model->config().max_seq_len < T)
+        return refused(Status::Error(what + ": the teacher's model.max_seq_len = " +
+                                     std::to_string(t.policy.model->config().max_seq_len) + " < train.seq_len = " +
+                                     std::to_string(T)));
+      if (t.policy.model->config().vocab_size != mc.vocab_size)
+        return refused(Status::Error(what + ": the teacher's model has vocab_size " +
+                                     std::to_string(t.policy.model->config().vocab_size) + ", the student's " +
+                                     std::to_string(mc.vocab_size) +
+                                     " (hint: teacher and student must share one tokenizer)"));
+      ASSIGN_OR_RETURN(Tokenizer ttok, Tokenizer::Load(t.policy.tokenizer_path));
+      if (Status s = SameVocabulary(tok, ttok, what); !s.ok()) return refused(s);
+      ASSIGN_OR_RETURN(t.engine, serve::Engine::Create(t.policy.model.get(), ec));
+      teachers.push_back(std::move(t));
+    }
+  }
+
+  // Resume, or start from the policy's weights.
+  int64_t iter = 0;
+  std::map<std::string, int> teacher_for;  // domain -> index in teachers
+  if (!spec.fresh && env->FileExists(tc.out_dir)) {
+    ASSIGN_OR_RETURN(std::vector<std::string> found, ListCheckpoints(env, tc.out_dir));
+    if (!found.empty()) {
+      std::vector<std::string> skipped;
+      ASSIGN_OR_RETURN(LoadedCheckpoint ck, LoadNewestValidCheckpoint(env, tc.out_dir, &skipped));
+      auto saved = ModelConfig::FromJson(ck.manifest["model_config"]);
+      if (!saved.ok()) return saved.status().With(ck.dir);
+      if (saved->ToJson() != mc.ToJson())
+        return Status::Error(ck.dir + ": checkpoint was written for another model (hint: --fresh to start over)");
+      if (!ck.manifest.contains("post_train"))
+        return Status::Error(ck.dir + ": not a post-training checkpoint (hint: --fresh, or another train.out_dir)");
+      RETURN_IF_ERROR(dtr->Restore(ck, /*with_optimizer=*/true));
+      iter = ck.step;
+      if (ck.manifest["post_train"].contains("teacher_for"))
+        teacher_for = ck.manifest["post_train"]["teacher_for"].get<std::map<std::string, int>>();
+      if (root) LOG_INFO("resumed from %s at iteration %lld", ck.dir.c_str(), static_cast<long long>(iter));
+    }
+  }
+  if (iter == 0) {
+    ASSIGN_OR_RETURN(InitSource src, ResolveInitSource(env, tc.init_from));
+    RETURN_IF_ERROR(LoadInitWeights(env, src, dtr.get()).With("train.init_from=" + tc.init_from));
+  }
+
+  // The prompts must fit a training row with their responses.
+  TaskSampler sampler;
+  sampler.tok = &tok;
+  sampler.text = &text;
+  sampler.max_tokens = pc.max_tokens;
+  sampler.reward_threads = pc.reward_threads;
+  sampler.reward = pc.reward;
+  const std::vector<int32_t> newline = tok.Encode("\n");
+  std::vector<std::vector<int32_t>> train_prompts;
+  for (const Task& t : train_tasks) train_prompts.push_back(sampler.PromptIds(t));
+  for (size_t i = 0; i < train_tasks.size(); ++i) {
+    const int64_t need = static_cast<int64_t>(train_prompts[i].size()) + pc.max_tokens + static_cast<int64_t>(newline.size());
+    if (need > T + 1)
+      return refused(Status::Error(spec.config_path + ": task " + train_tasks[i].id + "'s prompt (" +
+                                   std::to_string(train_prompts[i].size()) + " tokens) + rl.max_tokens = " +
+                                   std::to_string(need) + " tokens exceed train.seq_len + 1 = " + std::to_string(T + 1) +
+                                   " (hint: raise train.seq_len or lower rl.max_tokens)"));
+  }
+
+  // The policy's engine reads the trainer's model in place.
+  ASSIGN_OR_RETURN(std::unique_ptr<serve::Engine> engine, serve::Engine::Create(&dtr->model(), ec));
+  sampler.engine = engine.get();
+
+  // Which teacher teaches each domain: by tag, or by measured held-out score.
+  if (use_teachers && teacher_for.empty()) {
+    for (const std::string& d : domains) {
+      int pick = -1;
+      if (pc.teacher_select == "domain") {
+        for (size_t i = 0; i < teachers.size() && pick < 0; ++i)
+          if (teachers[i].cfg.domain == d) pick = static_cast<int>(i);
+        for (size_t i = 0; i < teachers.size() && pick < 0; ++i)
+          if (teachers[i].cfg.domain.empty()) pick = static_cast<int>(i);
+        if (pick < 0)
+          return refused(Status::Error(spec.config_path + ": distill.teachers: no teacher for domain '" + d +
+                                       "' (hint: add " + d + "=PATH, or *=PATH for any domain)"));
+        if (root) LOG_INFO("teacher for %s: %s (by domain tag)", d.c_str(), teachers[pick].cfg.path.c_str());
+      } else {
+        std::vector<Task> probe;
+        for (const Task& t : held_out)
+          if (t.domain == d) probe.push_back(t);
+        if (probe.empty()) return Status::Error("distill.select = measured: no held-out tasks of domain " + d);
+        double best = -1;
+        std::string report;
+        for (size_t i = 0; i < teachers.size(); ++i) {
+          TaskSampler ts = sampler;
+          ts.engine = teachers[i].engine.get();
+          ASSIGN_OR_RETURN(HeldOutScores sc, EvaluateHeldOut(ts, probe, pc.eval_samples, pc.temperature, tc.seed));
+          char b[160];
+          std::snprintf(b, sizeof b, "%s%s pass@1 %.3f", report.empty() ? "" : ", ", teachers[i].cfg.path.c_str(),
+                        sc.all.pass1);
+          report += b;
+          if (sc.all.pass1 > best) best = sc.all.pass1, pick = static_cast<int>(i);
+        }
+        if (root)
+          LOG_INFO("teacher for %s: %s (measured on %zu held-out problems: %s)", d.c_str(),
+                   teachers[pick].cfg.path.c_str(), probe.size(), report.c_str());
+      }
+      teacher_for[d] = pick;
+    }
+  }
+
+  // Output: metrics, checkpoints.
+  if (root) RETURN_IF_ERROR(env->CreateDirs(tc.out_dir));
+  const std::string metrics_path = tc.metrics_file.empty() ? tc.out_dir + "/metrics.jsonl" : tc.metrics_file;
+  std::ofstream metrics;
+  if (root) {
+    metrics.open(metrics_path, iter == 0 ? std::ios::trunc : std::ios::app);
+    if (!metrics) return Status::Error(metrics_path + ": cannot open for writing");
+  }
+  std::unique_ptr<AsyncCheckpointWriter> writer;
+  if (root) writer = std::make_unique<AsyncCheckpointWriter>(env, tc.out_dir, static_cast<int>(tc.keep_last));
+  auto save = [&](int64_t it) -> Status {
+    nlohmann::json meta = {{"step", it},
+                           {"model_config", mc.ToJson()},
+                           {"train_config", tc.ToJson()},
+                           {"tokenizer", start.tokenizer_path},
+                           {"post_train", {{"config", pc.ToJson()}, {"teacher_for", teacher_for}}},
+                           {"parallel", dims.ToJson()}};
+    std::unique_ptr<CheckpointSnapshot> snap = dtr->Snapshot(it, meta);
+    if (!root) return Status::Ok();
+    RETURN_IF_ERROR(writer->Submit(std::move(snap), 0.0));
+    return writer->Wait();
+  };
+  auto log_line = [&](const std::string& line) {
+    if (root && !spec.quiet) std::fprintf(stderr, "%s\n", line.c_str());
+  };
+  auto evaluate = [&](int64_t it, nlohmann::json* rec) -> Status {
+    if (!root || held_out.empty()) return Status::Ok();
+    ASSIGN_OR_RETURN(HeldOutScores sc,
+                     EvaluateHeldOut(sampler, held_out, pc.eval_samples, pc.temperature, tc.seed ^ 0x5eedULL));
+    (*rec)["eval"] = sc.ToJson();
+    char b[256];
+    std::snprintf(b, sizeof b, "eval @%lld | pass@1 %.3f | pass@%d %.3f | greedy %.3f | %d problems | %.1fs",
+                  static_cast<long long>(it), sc.all.pass1, pc.eval_samples, sc.all.passk, sc.all.greedy,
+                  sc.all.problems, sc.seconds);
+    std::string line = b;
+    if (sc.domains.size() > 1)
+      for (const auto& [d, x] : sc.domains) {
+        std::snprintf(b, sizeof b, " | %s %.3f", d.c_str(), x.pass1);
+        line += b;
+      }
+    log_line(line);
+    return Status::Ok();
+  };
+
+  if (root)
+    LOG_INFO("%s: %zu training and %zu held-out tasks (%s); %d prompts x %d samples per iteration, %d optimizer "
+             "step(s) each; iterations %lld..%lld",
+             AlgorithmName(pc.algorithm), train_tasks.size(), held_out.size(),
+             pc.tasks_file.empty() ? "generated" : pc.tasks_file.c_str(), P, G, pc.inner_steps,
+             static_cast<long long>(iter + 1), static_cast<long long>(tc.steps));
+  if (iter == 0) {
+    nlohmann::json rec = {{"iteration", 0}};
+    RETURN_IF_ERROR(evaluate(0, &rec));
+    if (root && rec.contains("eval")) metrics << rec.dump() << "\n" << std::flush;
+  }
+
+  const int64_t local_prompts = P / D, local_seqs = local_prompts * G, seq_base = rank * local_seqs;
+  std::vector<int32_t> tokens(S * (T + 1));
+  std::vector<int32_t> plen(S), rlen(S);
+  std::vector<double> rewards(S), correct(S);
+  const auto run_start = Clock::now();
+  const int64_t first_iter = iter;
+  int64_t iters_this_run = 0;
+  while (iter < tc.steps) {
+    ++iter;
+    const auto t_iter = Clock::now();
+    // The prompts: a function of (seed, iteration) only.
+    Rng pick(tc.seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(iter));
+    std::vector<int> chosen(P);
+    for (int& c : chosen) c = static_cast<int>(pick.Below(train_tasks.size()));
+    std::vector<std::vector<int32_t>> my_prompts;
+    for (int64_t i = 0; i < local_prompts; ++i) my_prompts.push_back(train_prompts[chosen[rank * local_prompts + i]]);
+
+    // 1. Rollouts: the policy's samples (GRPO, distillation), the
+    //    references (SFT) or a teacher's samples (SFT on teacher samples).
+    const auto t_roll = Clock::now();
+    serve::GenerationParams gp;
+    gp.max_tokens = pc.max_tokens;
+    gp.sampling = SamplingParams{static_cast<float>(pc.temperature), pc.top_k, static_cast<float>(pc.top_p)};
+    gp.stop_token_seqs = sampler.StopSeqs();
+    const uint64_t roll_seed = tc.seed * 1000003ULL + static_cast<uint64_t>(iter);
+    std::vector<std::vector<int32_t>> completions(local_seqs);
+    std::vector<bool> stopped(local_seqs, false);
+    RolloutStats rs;
+    if (pc.algorithm == Algorithm::kSft && pc.sft_source == "reference") {
+      for (int64_t i = 0; i < local_prompts; ++i) {
+        const Task& t = train_tasks[chosen[rank * local_prompts + i]];
+        if (t.reference.empty()) return Status::Error("task " + t.id + " has no reference to fine-tune on");
+        for (int g = 0; g < G; ++g) completions[i * G + g] = tok.Encode(t.reference);
+      }
+    } else if (pc.algorithm == Algorithm::kSft) {
+      // Each prompt's teacher samples it (grouped by teacher).
+      for (size_t ti = 0; ti < teachers.size(); ++ti) {
+        std::vector<std::vector<int32_t>> mine;
+        std::vector<int64_t> which;
+        for (int64_t i = 0; i < local_prompts; ++i)
+          if (teacher_for[train_tasks[chosen[rank * local_prompts + i]].domain] == static_cast<int>(ti))
+            mine.push_back(my_prompts[i]), which.push_back(i);
+        if (mine.empty()) continue;
+        ASSIGN_OR_RETURN(std::vector<Sample> got, Rollout(*teachers[ti].engine, mine, G, gp, roll_seed, &rs));
+        for (const Sample& x : got) {
+          const int64_t k = which[x.prompt_index] * G + x.sample_index;
+          completions[k] = x.completion;
+          stopped[k] = x.finish_reason == "stop";
+        }
+      }
+    } else {
+      ASSIGN_OR_RETURN(std::vector<Sample> got, Rollout(*engine, my_prompts, G, gp, roll_seed, &rs));
+      for (const Sample& x : got) {
+        completions[x.prompt_index * G + x.sample_index] = x.completion;
+        stopped[x.prompt_index * G + x.sample_index] = x.finish_reason == "stop";
+      }
+    }
+    const double rollout_s = Since(t_roll);
+
+    // 2. Rewards.
+    const auto t_score = Clock::now();
+    std::vector<const Task*> which(local_seqs);
+    std::vector<std::string> texts(local_seqs);
+    for (int64_t k = 0; k < local_seqs; ++k) {
+      which[k] = &train_tasks[chosen[rank * local_prompts + k / G]];
+      texts[k] = sampler.CompletionText(completions[k]);
+    }
+    const std::vector<RewardResult> scored = ScoreAll(which, texts, pc.reward, pc.reward_threads);
+    const double score_s = Since(t_score);
+
+    // 3. The global batch: every rank's slice, then summed over ranks.
+    std::fill(tokens.begin(), tokens.end(), 0);
+    std::fill(plen.begin(), plen.end(), 0);
+    std::fill(rlen.begin(), rlen.end(), 0);
+    std::fill(rewards.begin(), rewards.end(), 0.0);
+    std::fill(correct.begin(), correct.end(), 0.0);
+    for (int64_t k = 0; k < local_seqs; ++k) {
+      const int64_t s = seq_base + k;
+      std::vector<int32_t> row = my_prompts[k / G];
+      const int p = static_cast<int>(row.size());
+      std::vector<int32_t> resp = completions[k];
+      if (stopped[k]) resp.insert(resp.end(), newline.begin(), newline.end());  // the stop the engine did not emit
+      resp.resize(std::min<size_t>(resp.size(), static_cast<size_t>(T + 1 - p)));
+      row.insert(row.end(), resp.begin(), resp.end());
+      std::copy(row.begin(), row.end(), tokens.begin() + s * (T + 1));
+      plen[s] = p;
+      rlen[s] = static_cast<int>(resp.size());
+      rewards[s] = scored[k].reward;
+      correct[s] = scored[k].correct;
+    }
+    if (dist) {
+      world->AllReduce(tokens.data(), tokens.size(), comm::DType::kI32, comm::ReduceOp::kSum);
+      world->AllReduce(plen.data(), S, comm::DType::kI32, comm::ReduceOp::kSum);
+      world->AllReduce(rlen.data(), S, comm::DType::kI32, comm::ReduceOp::kSum);
+      world->AllReduce(rewards.data(), S, comm::DType::kF64, comm::ReduceOp::kSum);
+      world->AllReduce(correct.data(), S, comm::DType::kF64, comm::ReduceOp::kSum);
+    }
+    std::vector<int> pl(plen.begin(), plen.end()), rl(rlen.begin(), rlen.end());
+    std::vector<float> coef = TokenWeights(pl, rl, T, pc.loss_norm);
+
+    // 4. The objective and its tables.
+    const auto t_train = Clock::now();
+    std::unique_ptr<GrpoObjective> grpo;
+    std::unique_ptr<DistillObjective> distill;
+    std::unique_ptr<NllObjective> nll;
+    std::unique_ptr<SumObjective> sum;
+    HeadObjective* obj = nullptr;
+    double ratio_first_min = 1, ratio_first_max = 1;
+    const bool want_grpo = pc.algorithm == Algorithm::kGrpo ||
+                           (pc.algorithm == Algorithm::kDistill && pc.reward_weight > 0);
+    if (want_grpo) {
+      LogprobRecorder old(S, T);
+      dtr->Forward(tokens.data(), A, B, T, &old);
+      std::vector<float> ref;
+      if (reference) {
+        LogprobRecorder rr(S, T);
+        ForwardRows(*reference, tokens.data(), seq_base, local_seqs, B, T, &rr);
+        ref = rr.logp();
+      }
+      grpo = std::make_unique<GrpoObjective>(pc.policy, T, coef, old.logp(), std::move(ref),
+                                             GroupAdvantages(rewards, G, pc.scale_by_std));
+      obj = grpo.get();
+    }
+    if (pc.algorithm == Algorithm::kDistill) {
+      auto rows = std::make_shared<TeacherRows>();
+      rows->vocab = mc.vocab_size;
+      rows->logits.assign(static_cast<size_t>(S) * T * mc.vocab_size, 0.f);
+      std::set<int> used;
+      for (int64_t k = 0; k < local_seqs; ++k) used.insert(teacher_for[which[k]->domain]);
+      if (used.size() == 1) {
+        LogitsRecorder rec(T, rows.get());
+        ForwardRows(*teachers[*used.begin()].policy.model, tokens.data(), seq_base, local_seqs, B, T, &rec);
+      } else {
+        TeacherRows tmp;
+        tmp.vocab = mc.vocab_size;
+        tmp.logits.assign(rows->logits.size(), 0.f);
+        for (int ti : used) {
+          LogitsRecorder rec(T, &tmp);
+          ForwardRows(*teachers[ti].policy.model, tokens.data(), seq_base, local_seqs, B, T, &rec);
+          const size_t per_seq = static_cast<size_t>(T) * mc.vocab_size;
+          for (int64_t k = 0; k < local_seqs; ++k)
+            if (teacher_for[which[k]->domain] == ti)
+              std::copy_n(tmp.logits.begin() + (seq_base + k) * per_seq, per_seq,
+                          rows->logits.begin() + (seq_base + k) * per_seq);
+        }
+      }
+      distill = std::make_unique<DistillObjective>(pc.distill_loss, T, coef, rows);
+      obj = distill.get();
+      if (grpo) {
+        sum = std::make_unique<SumObjective>(std::vector<std::pair<HeadObjective*, double>>{
+            {distill.get(), 1.0}, {grpo.get(), pc.reward_weight}});
+        obj = sum.get();
+      }
+    }
+    if (pc.algorithm == Algorithm::kSft) {
+      nll = std::make_unique<NllObjective>(T, coef);
+      obj = nll.get();
+    }
+
+    // 5. Optimizer steps on the batch (the ratio to the behaviour policy's
+    //    logprobs moves from the second on).
+    StepStats st;
+    ObjectiveStats first_stats, last_stats;
+    for (int k = 0; k < pc.inner_steps; ++k) {
+      if (grpo) grpo->Reset();
+      if (distill) distill->Reset();
+      if (nll) nll->Reset();
+      st = dtr->Step(tokens.data(), A, B, T, (iter - 1) * pc.inner_steps + k + 1, obj);
+      const ObjectiveStats& os = distill ? distill->stats() : grpo ? grpo->stats() : nll->stats();
+      if (k == 0) {
+        first_stats = os;
+        if (grpo) ratio_first_min = grpo->stats().ratio_min, ratio_first_max = grpo->stats().ratio_max;
+      }
+      last_stats = os;
+    }
+    RETURN_IF_ERROR(engine->WeightsChanged());
+    const double train_s = Since(t_train);
+
+    // 6. Metrics (objective statistics summed over ranks).
+    double agg[6] = {static_cast<double>(last_stats.tokens), last_stats.loss, last_stats.clipped,
+                     last_stats.kl_sum, last_stats.entropy_sum, static_cast<double>(rs.completion_tokens)};
+    double mm[2] = {-ratio_first_min, ratio_first_max};
+    if (dist) {
+      world->AllReduce(agg, 6, comm::DType::kF64, comm::ReduceOp::kSum);
+      world->AllReduce(mm, 2, comm::DType::kF64, comm::ReduceOp::kMax);
+    }
+    double rmean = 0, rvar = 0, acc = 0, len = 0;
+    for (int64_t s = 0; s < S; ++s) rmean += rewards[s], acc += correct[s], len += rlen[s];
+    rmean /= S, acc /= S, len /= S;
+    for (int64_t s = 0; s < S; ++s) rvar += (rewards[s] - rmean) * (rewards[s] - rmean);
+    const double rstd = std::sqrt(rvar / S);
+    const double toks = std::max(1.0, agg[0]);
+    const double iter_s = Since(t_iter);
+    nlohmann::json rec = {{"iteration", iter},
+                          {"optimizer_step", iter * pc.inner_steps},
+                          {"reward_mean", rmean},
+                          {"reward_std", rstd},
+                          {"correct", acc},
+                          {"response_len", len},
+                          {"loss", st.loss.total},
+                          {"grad_norm", st.grad_norm},
+                          {"lr", st.lr},
+                          {"kl", agg[3] / toks},
+                          {"entropy", agg[4] / toks},
+                          {"clip_fraction", agg[2] / toks},
+                          {"ratio_min_first_step", -mm[0]},
+                          {"ratio_max_first_step", mm[1]},
+                          {"rollout_s", rollout_s},
+                          {"score_s", score_s},
+                          {"train_s", train_s},
+                          {"iteration_s", iter_s},
+                          {"rollout_fraction", rollout_s / iter_s},
+                          {"rollout_tokens", agg[5]},
+                          {"rollout_tokens_per_s", rollout_s > 0 ? agg[5] / rollout_s : 0.0},
+                          {"prefix_cached_tokens", rs.cached_tokens}};
+    if (dist) rec["ranks"] = D;
+    ++iters_this_run;
+    const double elapsed = Since(run_start);
+    const double eta = elapsed / static_cast<double>(iter - first_iter) * static_cast<double>(tc.steps - iter);
+    if (root && !spec.quiet && (iter % tc.log_every == 0 || iter == tc.steps)) {
+      char line[320];
+      std::snprintf(line, sizeof line,
+                    "iter %lld/%lld | reward %.3f±%.3f | correct %.3f | kl %.4f | entropy %.3f | len %.1f | clip %.1f%% "
+                    "| rollout %.2fs train %.2fs (%.0f%% rollout, %.0f tok/s) | ETA %s",
+                    static_cast<long long>(iter), static_cast<long long>(tc.steps), rmean, rstd, acc,
+                    static_cast<double>(rec["kl"]), static_cast<double>(rec["entropy"]), len,
+                    100 * static_cast<double>(rec["clip_fraction"]), rollout_s, train_s, 100 * rollout_s / iter_s,
+                    static_cast<double>(rec["rollout_tokens_per_s"]), FormatEta(eta).c_str());
+      log_line(line);
+    }
+    if ((pc.eval_every > 0 && iter % pc.eval_every == 0) || iter == tc.steps) RETURN_IF_ERROR(evaluate(iter, &rec));
+    if (root) {
+      metrics << rec.dump() << "\n" << std::flush;
+      if (!metrics) {
+        LOG_WARN("%s: cannot write metrics; training goes on", metrics_path.c_str());
+        metrics.clear();
+      }
+    }
+    const bool stop = spec.stop_after > 0 && iters_this_run >= spec.stop_after;
+    if ((tc.ckpt_every > 0 && iter % tc.ckpt_every == 0) || iter == tc.steps || stop) RETURN_IF_ERROR(save(iter));
+    if (stop) break;
+  }
+  engine->Shutdown();
+  for (Teacher& t : teachers) t.engine->Shutdown();
+  if (root)
+    LOG_INFO("done: %lld iterations in %s; checkpoints in %s", static_cast<long long>(iters_this_run),
+             FormatEta(Since(run_start)).c_str(), tc.out_dir.c_str());
+  return Status::Ok();
+}
+
+}  // namespace myriad::rl
