@@ -46,6 +46,9 @@ int RunPostTrainVerb(const char* verb, int argc, char** argv) {
   app.add_option("--stop-after", spec.stop_after, "stop after N iterations of this run, saving a checkpoint");
   app.add_flag("--quiet,-q", spec.quiet, "no progress lines");
   CLI11_PARSE(app, argc, argv);
+  // `myriad distill` distils whatever rl.algorithm the config (one shared
+  // with `myriad rl`) or a --set names: applied last, so it wins.
+  if (v == "distill") spec.overrides.push_back("rl.algorithm=distill");
   std::unique_ptr<comm::Comm> world = comm::InitWorld(nullptr, nullptr);
   spec.world = world.get();
   int exit_code = 1;

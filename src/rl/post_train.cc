@@ -800,8 +800,6 @@ Status RunPostTraining(const PostTrainSpec& spec) {
                           {"kl", agg[3] / toks},
                           {"entropy", agg[4] / toks},
                           {"clip_fraction", agg[2] / toks},
-                          {"ratio_min_first_step", -mm[0]},
-                          {"ratio_max_first_step", mm[1]},
                           {"rollout_s", rollout_s},
                           {"score_s", score_s},
                           {"train_s", train_s},
@@ -810,6 +808,10 @@ Status RunPostTraining(const PostTrainSpec& spec) {
                           {"rollout_tokens", agg[5]},
                           {"rollout_tokens_per_s", rollout_s > 0 ? agg[5] / rollout_s : 0.0},
                           {"prefix_cached_tokens", rs.cached_tokens}};
+    if (grpo) {  // the importance ratio's range over the batch at the first inner step (1 and 1)
+      rec["ratio_min_first_step"] = -mm[0];
+      rec["ratio_max_first_step"] = mm[1];
+    }
     if (dist) rec["ranks"] = D;
     ++iters_this_run;
     const double elapsed = Since(run_start);

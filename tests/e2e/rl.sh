@@ -61,10 +61,17 @@ grep -qE "^iter 4/4 \| reward .* \| rollout .*s train .*s \(.*% rollout" "$WORK/
 
 "$MYRIAD" rl -c "$CFG" "${RL[@]}" --set rl.algorithm=sft --set train.steps=2 --set train.out_dir="$WORK/sft" -q \
   2>"$WORK/sft.log" && pass "sft baseline runs" || fail "sft: $(tail -3 "$WORK/sft.log")"
+# (a config that says rl.algorithm = grpo, as one shared with `myriad rl` does, still distils)
 "$MYRIAD" distill -c "$CFG" "${RL[@]}" --set train.steps=2 --set distill.teachers="arithmetic=$WORK/straight" \
-  --set distill.select=measured --set train.out_dir="$WORK/distill" 2>"$WORK/distill.log" \
+  --set rl.algorithm=grpo --set distill.select=measured --set train.out_dir="$WORK/distill" 2>"$WORK/distill.log" \
   && grep -q "teacher for arithmetic: .*measured on 12 held-out problems" "$WORK/distill.log" \
   && pass "distill runs, teacher chosen by measured score" || fail "distill: $(tail -3 "$WORK/distill.log")"
+python3 - "$WORK/distill/metrics.jsonl" <<'PY' && pass "distillation's divergence to the teacher is logged and > 0" || fail "distill metrics"
+import json, sys
+it = [json.loads(l) for l in open(sys.argv[1])]
+it = [r for r in it if r.get("iteration", 0) > 0]
+assert len(it) == 2 and all(r["kl"] > 0 for r in it) and "ratio_min_first_step" not in it[0], it
+PY
 
 # Data-parallel: two ranks sample and train their halves.
 if mpirun --oversubscribe -np 2 "$MYRIAD" rl -c "$CFG" "${RL[@]}" --set train.steps=2 --set parallel.dp=2 \
