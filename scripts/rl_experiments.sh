@@ -48,9 +48,12 @@ if has teachers; then
 fi
 if has students; then
   TEACHERS="arithmetic=$OUT/rl-arith,python=$OUT/rl-python"
-  run mopd distill "${BOTH[@]}" --set distill.teachers="$TEACHERS"
-  run sft-teacher rl "${BOTH[@]}" --set rl.algorithm=sft --set rl.sft_source=teacher --set distill.teachers="$TEACHERS"
-  run mopd-mixed distill "${BOTH[@]}" --set distill.teachers="*=$OUT/rl-mixed"
+  # Equal student compute: 600 iterations each, half of their prompts
+  # arithmetic (the arithmetic teacher had 300 iterations of it).
+  STUDENT=("${BOTH[@]}" --set train.steps=600 --set rl.eval_every=50 --set train.ckpt_every=100)
+  run mopd distill "${STUDENT[@]}" --set distill.teachers="$TEACHERS"
+  run sft-teacher rl "${STUDENT[@]}" --set rl.algorithm=sft --set rl.sft_source=teacher --set distill.teachers="$TEACHERS"
+  run mopd-mixed distill "${STUDENT[@]}" --set distill.teachers="*=$OUT/rl-mixed"
 fi
 python3 scripts/rl_report.py "$OUT"
 if command -v gnuplot >/dev/null && [ -f "$OUT/rl-arith/metrics.jsonl" ]; then

@@ -3,6 +3,7 @@
 // written here (every expression over a subset of the numbers); the spec
 // parser's field-named errors.
 #include "rl/reward.h"
+#include "rl/tasks.h"
 
 #include <gtest/gtest.h>
 
@@ -233,6 +234,29 @@ TEST(Reward, SpecJsonRoundTrips) {
     auto b = ParseRewardSpec(RewardSpecToJson(a));
     ASSERT_TRUE(b.ok()) << b.status().message();
     EXPECT_EQ(RewardSpecToJson(*b), RewardSpecToJson(a));
+  }
+}
+
+}  // namespace
+}  // namespace myriad::rl
+
+namespace myriad::rl {
+namespace {
+
+// A generated Python task cannot be passed by shadowing `type` (or `int`) in
+// the module the tests run in and returning an object equal to everything.
+TEST(Reward, GeneratedPythonTestsResistShadowedTypeChecks) {
+  auto tasks = GenerateTasks("python", 3, 1, 21, Split::kTrain);
+  ASSERT_TRUE(tasks.ok()) << tasks.status().message();
+  for (const Task& t : *tasks) {
+    const std::string body = t.reference.substr(0, t.reference.size() - 1);
+    EXPECT_TRUE(Score(t.reward, body).correct) << t.id;
+    const std::string forged =
+        " Yes()\nclass Yes(int):\n    def __eq__(self, o): return True\n    __hash__ = int.__hash__\n"
+        "import builtins\ntype = lambda r: int\nint = object\nbuiltins.type = lambda r: bool\n"
+        "str = object\nbool = object\n";
+    RewardResult r = Score(t.reward, forged);
+    EXPECT_FALSE(r.correct) << t.id << ": " << r.detail;
   }
 }
 

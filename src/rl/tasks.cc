@@ -215,8 +215,12 @@ Task PythonTask(Rng& rng, int d) {
       }
     }
     PyVal want = tp.eval(x, y, s, xs, k);
-    // Type-strict: an object whose __eq__ is always true does not pass.
-    t.reward.tests.push_back("assert (lambda r: type(r) is " + want.type + " and r == " + want.literal + ")(" + call + ")");
+    // Type-strict, through names the completion cannot rebind (it could
+    // define `type` or `int` in the module the tests run in): an object
+    // whose __eq__ is always true, or a shadowed `type`, does not pass.
+    const std::string cls = want.type == "int" ? "(0).__class__" : want.type == "bool" ? "(True).__class__" : "('').__class__";
+    t.reward.tests.push_back("assert (lambda r: (0).__class__.__class__(r) is " + cls + " and r == " + want.literal + ")(" +
+                             call + ")");
   }
   t.reward.kind = RewardKind::kPython;
   t.reward.entry = "f";
