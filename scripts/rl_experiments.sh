@@ -54,6 +54,9 @@ if has students; then
   run mopd distill "${STUDENT[@]}" --set distill.teachers="$TEACHERS"
   run sft-teacher rl "${STUDENT[@]}" --set rl.algorithm=sft --set rl.sft_source=teacher --set distill.teachers="$TEACHERS"
   run mopd-mixed distill "${STUDENT[@]}" --set distill.teachers="*=$OUT/rl-mixed"
+  # MOPD for twice as long (the learning rate is constant, so this is the
+  # 600-iteration run continued).
+  run mopd-1200 distill "${STUDENT[@]}" --set train.steps=1200 --set distill.teachers="$TEACHERS"
 fi
 python3 scripts/rl_report.py "$OUT"
 if command -v gnuplot >/dev/null && [ -f "$OUT/rl-arith/metrics.jsonl" ]; then
