@@ -638,7 +638,10 @@ Status RunPostTraining(const PostTrainSpec& spec) {
           if (teacher_for[train_tasks[chosen[rank * local_prompts + i]].domain] == static_cast<int>(ti))
             mine.push_back(my_prompts[i]), which.push_back(i);
         if (mine.empty()) continue;
-        ASSIGN_OR_RETURN(std::vector<Sample> got, Rollout(*teachers[ti].engine, mine, G, gp, roll_seed, &rs));
+        RolloutStats one;
+        ASSIGN_OR_RETURN(std::vector<Sample> got, Rollout(*teachers[ti].engine, mine, G, gp, roll_seed, &one));
+        rs.prompt_tokens += one.prompt_tokens, rs.cached_tokens += one.cached_tokens;
+        rs.completion_tokens += one.completion_tokens, rs.requests += one.requests;
         for (const Sample& x : got) {
           const int64_t k = which[x.prompt_index] * G + x.sample_index;
           completions[k] = x.completion;

@@ -61,6 +61,14 @@ grep -qE "^iter 4/4 \| reward .* \| rollout .*s train .*s \(.*% rollout" "$WORK/
 
 "$MYRIAD" rl -c "$CFG" "${RL[@]}" --set rl.algorithm=sft --set train.steps=2 --set train.out_dir="$WORK/sft" -q \
   2>"$WORK/sft.log" && pass "sft baseline runs" || fail "sft: $(tail -3 "$WORK/sft.log")"
+"$MYRIAD" rl -c "$CFG" "${RL[@]}" --set rl.algorithm=sft --set rl.sft_source=teacher --set train.steps=2 \
+  --set distill.teachers="arithmetic=$WORK/straight" --set train.out_dir="$WORK/sft-teacher" -q 2>"$WORK/sftt.log" \
+  && python3 -c "
+import json,sys
+it=[json.loads(l) for l in open(sys.argv[1])]
+it=[r for r in it if r.get('iteration',0)>0]
+assert len(it)==2 and all(r['rollout_tokens']>0 for r in it), it" "$WORK/sft-teacher/metrics.jsonl" \
+  && pass "sft on a teacher's samples runs (its rollouts counted)" || fail "sft on teacher samples: $(tail -3 "$WORK/sftt.log")"
 # (a config that says rl.algorithm = grpo, as one shared with `myriad rl` does, still distils)
 "$MYRIAD" distill -c "$CFG" "${RL[@]}" --set train.steps=2 --set distill.teachers="arithmetic=$WORK/straight" \
   --set rl.algorithm=grpo --set distill.select=measured --set train.out_dir="$WORK/distill" 2>"$WORK/distill.log" \
