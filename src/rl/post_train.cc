@@ -3,18 +3,13 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <set>
-#include <sstream>
-#include <thread>
-#include <unistd.h>
 
 #include "core/check.h"
 #include "core/env.h"
@@ -36,31 +31,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-const char* AlgorithmName(Algorithm a) {
-  switch (a) {
-    case Algorithm::kGrpo: return "grpo";
-    case Algorithm::kSft: return "sft";
-    case Algorithm::kDistill: return "distill";
-  }
-  return "?";
-}
-
-std::vector<std::string> SplitList(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::string cur;
-  std::istringstream in(s);
-  while (std::getline(in, cur, sep)) {
-    const size_t a = cur.find_first_not_of(" \t"), b = cur.find_last_not_of(" \t");
-    if (a != std::string::npos) out.push_back(cur.substr(a, b - a + 1));
-  }
-  return out;
-}
-
-const char* LossNormName(LossNorm n) { return n == LossNorm::kToken ? "token" : "sequence"; }
-const char* DistillLossName(DistillLoss l) {
-  return l == DistillLoss::kReverseKl ? "reverse_kl" : l == DistillLoss::kForwardKl ? "forward_kl" : "jsd";
-}
 
 // A forward of `model` (whole, no hooks) over sequences [first, first + count)
 // of `global` [*, T+1], in chunks of B, with `objective` on the head (rows
@@ -91,226 +61,7 @@ Status SameVocabulary(const Tokenizer& a, const Tokenizer& b, const std::string&
   return Status::Ok();
 }
 
-}  // namespace
 
-// ---------------------------------------------------------------------------
-// Config
-
-PostTrainConfig PostTrainConfig::Read(ConfigDoc* doc, Algorithm default_algorithm) {
-  PostTrainConfig c;
-  const std::string algo = doc->GetString("rl.algorithm", AlgorithmName(default_algorithm));
-  if (algo == "grpo") c.algorithm = Algorithm::kGrpo;
-  else if (algo == "sft") c.algorithm = Algorithm::kSft;
-  else if (algo == "distill") c.algorithm = Algorithm::kDistill;
-  else doc->Fail("rl.algorithm: unknown algorithm '" + algo + "' (expected grpo, sft or distill)");
-  c.domains = SplitList(doc->GetString("rl.domains", "arithmetic"), ',');
-  c.tasks_file = doc->GetString("rl.tasks_file", "");
-  if (c.domains.empty() && c.tasks_file.empty()) doc->Fail("rl.domains: empty (and no rl.tasks_file)");
-  c.difficulty = static_cast<int>(doc->GetInt("rl.difficulty", c.difficulty, 1, 5));
-  c.train_tasks = static_cast<int>(doc->GetInt("rl.train_tasks", c.train_tasks, 1, 1 << 24));
-  c.eval_tasks = static_cast<int>(doc->GetInt("rl.eval_tasks", c.eval_tasks, 0, 1 << 20));
-  c.prompts_per_step = static_cast<int>(doc->GetInt("rl.prompts_per_step", c.prompts_per_step, 1, 1 << 16));
-  c.group_size = static_cast<int>(doc->GetInt("rl.group_size", c.group_size, 1, 1024));
-  c.max_tokens = static_cast<int>(doc->GetInt("rl.max_tokens", c.max_tokens, 1, 1 << 20));
-  c.temperature = doc->GetFloat("rl.temperature", c.temperature);
-  if (!(c.temperature > 0 && c.temperature <= 10))
-    doc->Fail("rl.temperature: " + std::to_string(c.temperature) + " is outside (0, 10] (the policy samples)");
-  c.top_k = static_cast<int>(doc->GetInt("rl.top_k", c.top_k, 0, 1 << 20));
-  c.top_p = doc->GetFloat("rl.top_p", c.top_p);
-  if (!(c.top_p > 0 && c.top_p <= 1)) doc->Fail("rl.top_p: " + std::to_string(c.top_p) + " is outside (0, 1]");
-  c.engine_max_batch = static_cast<int>(doc->GetInt("rl.engine_max_batch", c.engine_max_batch, 1, 4096));
-  c.inner_steps = static_cast<int>(doc->GetInt("rl.inner_steps", c.inner_steps, 1, 64));
-  if (const std::string n = doc->GetString("rl.loss_norm", "token"); !ParseLossNorm(n, &c.loss_norm))
-    doc->Fail("rl.loss_norm: unknown normalisation '" + n + "' (expected token or sequence)");
-  c.policy.clip_low = doc->GetFloat("rl.clip_low", c.policy.clip_low);
-  c.policy.clip_high = doc->GetFloat("rl.clip_high", c.policy.clip_high);
-  c.policy.kl_beta = doc->GetFloat("rl.kl_beta", c.policy.kl_beta);
-  if (!(c.policy.clip_low >= 0 && c.policy.clip_low < 1)) doc->Fail("rl.clip_low: must be in [0, 1)");
-  if (!(c.policy.clip_high >= 0)) doc->Fail("rl.clip_high: must be >= 0");
-  if (!(c.policy.kl_beta >= 0)) doc->Fail("rl.kl_beta: must be >= 0");
-  c.scale_by_std = doc->GetBool("rl.scale_by_std", c.scale_by_std);
-  c.reward.max_chars = static_cast<int>(doc->GetInt("rl.max_chars", 0, 0, 1 << 20));
-  c.reward.length_penalty = doc->GetFloat("rl.length_penalty", 0.0);
-  c.reward.format_penalty = doc->GetFloat("rl.format_penalty", 0.0);
-  c.reward_threads = static_cast<int>(doc->GetInt("rl.reward_threads", c.reward_threads, 1, 256));
-  c.eval_every = static_cast<int>(doc->GetInt("rl.eval_every", c.eval_every, 0, 1 << 20));
-  c.eval_samples = static_cast<int>(doc->GetInt("rl.eval_samples", c.eval_samples, 1, 256));
-  c.sft_source = doc->GetString("rl.sft_source", c.sft_source);
-  if (c.sft_source != "reference" && c.sft_source != "teacher")
-    doc->Fail("rl.sft_source: unknown source '" + c.sft_source + "' (expected reference or teacher)");
-  // [distill]: teachers = "domain=path, domain=path" ("*=path" or a bare path: any domain).
-  for (const std::string& item : SplitList(doc->GetString("distill.teachers", ""), ',')) {
-    TeacherConfig t;
-    const size_t eq = item.find('=');
-    if (eq == std::string::npos) {
-      t.path = item;
-    } else {
-      t.domain = item.substr(0, eq);
-      t.path = item.substr(eq + 1);
-      if (t.domain == "*") t.domain.clear();
-    }
-    if (t.path.empty()) doc->Fail("distill.teachers: '" + item + "' names no path (expected domain=path)");
-    c.teachers.push_back(t);
-  }
-  c.teacher_select = doc->GetString("distill.select", c.teacher_select);
-  if (c.teacher_select != "domain" && c.teacher_select != "measured")
-    doc->Fail("distill.select: unknown rule '" + c.teacher_select + "' (expected domain or measured)");
-  if (const std::string l = doc->GetString("distill.loss", "reverse_kl"); !ParseDistillLoss(l, &c.distill_loss))
-    doc->Fail("distill.loss: unknown loss '" + l + "' (expected reverse_kl, forward_kl or jsd)");
-  c.reward_weight = doc->GetFloat("distill.reward_weight", c.reward_weight);
-  if (!(c.reward_weight >= 0)) doc->Fail("distill.reward_weight: must be >= 0");
-  const bool needs_teachers =
-      c.algorithm == Algorithm::kDistill || (c.algorithm == Algorithm::kSft && c.sft_source == "teacher");
-  if (needs_teachers && c.teachers.empty())
-    doc->Fail(std::string("distill.teachers: ") +
-              (c.algorithm == Algorithm::kDistill ? "distillation" : "rl.sft_source = \"teacher\"") +
-              " needs at least one teacher (\"domain=path, ...\")");
-  return c;
-}
-
-nlohmann::json PostTrainConfig::ToJson() const {
-  nlohmann::json tj = nlohmann::json::array();
-  for (const auto& t : teachers) tj.push_back({{"path", t.path}, {"domain", t.domain}});
-  return {{"algorithm", AlgorithmName(algorithm)},
-          {"domains", domains},
-          {"tasks_file", tasks_file},
-          {"difficulty", difficulty},
-          {"train_tasks", train_tasks},
-          {"eval_tasks", eval_tasks},
-          {"prompts_per_step", prompts_per_step},
-          {"group_size", group_size},
-          {"max_tokens", max_tokens},
-          {"temperature", temperature},
-          {"top_k", top_k},
-          {"top_p", top_p},
-          {"engine_max_batch", engine_max_batch},
-          {"inner_steps", inner_steps},
-          {"loss_norm", LossNormName(loss_norm)},
-          {"clip_low", policy.clip_low},
-          {"clip_high", policy.clip_high},
-          {"kl_beta", policy.kl_beta},
-          {"scale_by_std", scale_by_std},
-          {"max_chars", reward.max_chars},
-          {"length_penalty", reward.length_penalty},
-          {"format_penalty", reward.format_penalty},
-          {"eval_every", eval_every},
-          {"eval_samples", eval_samples},
-          {"teachers", tj},
-          {"teacher_select", teacher_select},
-          {"distill_loss", DistillLossName(distill_loss)},
-          {"reward_weight", reward_weight},
-          {"sft_source", sft_source}};
-}
-
-nlohmann::json HeldOutScores::ToJson() const {
-  auto one = [](const DomainScore& d) {
-    return nlohmann::json{{"problems", d.problems}, {"pass1", d.pass1}, {"passk", d.passk},
-                          {"greedy", d.greedy}, {"reward", d.reward}};
-  };
-  nlohmann::json j = {{"all", one(all)}, {"seconds", seconds}};
-  for (const auto& [name, d] : domains) j["domains"][name] = one(d);
-  return j;
-}
-
-// ---------------------------------------------------------------------------
-// Sampling and scoring
-
-std::vector<int32_t> TaskSampler::PromptIds(const Task& t) const {
-  std::vector<int32_t> ids = text->prompt_prefix;
-  tok->EncodeTo(t.prompt, &ids);
-  return ids;
-}
-
-std::vector<std::vector<int32_t>> TaskSampler::StopSeqs() const {
-  std::vector<std::vector<int32_t>> s;
-  for (int32_t id : text->stop_ids) s.push_back({id});
-  if (std::vector<int32_t> nl = tok->Encode("\n"); !nl.empty()) s.push_back(nl);
-  return s;
-}
-
-std::string TaskSampler::CompletionText(const std::vector<int32_t>& completion) const {
-  std::string s = tok->Decode(completion);
-  if (const size_t nl = s.find('\n'); nl != std::string::npos) s.resize(nl);
-  return s;
-}
-
-std::vector<RewardResult> ScoreAll(const std::vector<const Task*>& tasks, const std::vector<std::string>& completions,
-                                   const RewardOptions& options, int threads) {
-  CHECK_MSG(tasks.size() == completions.size(), "ScoreAll: %zu tasks for %zu completions", tasks.size(),
-            completions.size());
-  // Equal (task, completion) pairs are scored once.
-  std::map<std::pair<const Task*, std::string>, size_t> unique_of;
-  std::vector<size_t> slot(tasks.size());
-  std::vector<size_t> first;  // an index of each unique pair
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    auto [it, fresh] = unique_of.emplace(std::make_pair(tasks[i], completions[i]), first.size());
-    if (fresh) first.push_back(i);
-    slot[i] = it->second;
-  }
-  std::vector<RewardResult> unique(first.size());
-  std::atomic<size_t> next{0};
-  auto work = [&] {
-    for (size_t k; (k = next.fetch_add(1)) < first.size();)
-      unique[k] = Score(tasks[first[k]]->reward, completions[first[k]], options);
-  };
-  const int n = std::max(1, std::min<int>(threads, static_cast<int>(first.size())));
-  std::vector<std::thread> pool;
-  for (int t = 1; t < n; ++t) pool.emplace_back(work);
-  work();
-  for (auto& t : pool) t.join();
-  std::vector<RewardResult> out(tasks.size());
-  for (size_t i = 0; i < tasks.size(); ++i) out[i] = unique[slot[i]];
-  return out;
-}
-
-Result<HeldOutScores> EvaluateHeldOut(const TaskSampler& s, const std::vector<Task>& tasks, int samples,
-                                      double temperature, uint64_t seed) {
-  const auto t0 = Clock::now();
-  HeldOutScores out;
-  if (tasks.empty()) return out;
-  std::vector<std::vector<int32_t>> prompts;
-  for (const Task& t : tasks) prompts.push_back(s.PromptIds(t));
-  serve::GenerationParams p;
-  p.max_tokens = s.max_tokens;
-  p.stop_token_seqs = s.StopSeqs();
-  p.sampling = SamplingParams{static_cast<float>(temperature), 0, 1.f};
-  ASSIGN_OR_RETURN(std::vector<Sample> sampled, Rollout(*s.engine, prompts, samples, p, seed));
-  p.sampling = SamplingParams{0.f, 0, 1.f};
-  ASSIGN_OR_RETURN(std::vector<Sample> greedy, Rollout(*s.engine, prompts, 1, p, seed));
-  std::vector<const Task*> which;
-  std::vector<std::string> texts;
-  for (const Sample& x : sampled) which.push_back(&tasks[x.prompt_index]), texts.push_back(s.CompletionText(x.completion));
-  for (const Sample& x : greedy) which.push_back(&tasks[x.prompt_index]), texts.push_back(s.CompletionText(x.completion));
-  const std::vector<RewardResult> r = ScoreAll(which, texts, s.reward, s.reward_threads);
-  const size_t ns = sampled.size();
-  auto add = [](DomainScore* d, double pass1, double passk, double greedy_ok, double reward) {
-    ++d->problems;
-    d->pass1 += pass1, d->passk += passk, d->greedy += greedy_ok, d->reward += reward;
-  };
-  for (size_t i = 0; i < tasks.size(); ++i) {
-    double ok = 0, rew = 0;
-    for (int j = 0; j < samples; ++j) {
-      const RewardResult& x = r[i * samples + j];
-      ok += x.correct, rew += x.reward;
-    }
-    const double greedy_ok = r[ns + i].correct;
-    add(&out.domains[tasks[i].domain], ok / samples, ok > 0, greedy_ok, rew / samples);
-    add(&out.all, ok / samples, ok > 0, greedy_ok, rew / samples);
-  }
-  auto finish = [](DomainScore* d) {
-    if (d->problems == 0) return;
-    d->pass1 /= d->problems, d->passk /= d->problems, d->greedy /= d->problems, d->reward /= d->problems;
-  };
-  for (auto& [name, d] : out.domains) finish(&d);
-  finish(&out.all);
-  out.seconds = Since(t0);
-  return out;
-}
-
-// ---------------------------------------------------------------------------
-// The run
-
-namespace {
 
 struct Teacher {
   TeacherConfig cfg;
@@ -337,13 +88,6 @@ Status BuildTasks(const PostTrainConfig& pc, uint64_t seed, std::vector<Task>* t
   return Status::Ok();
 }
 
-std::string FormatEta(double s) {
-  char b[32];
-  if (s >= 3600) std::snprintf(b, sizeof b, "%dh%02dm", static_cast<int>(s / 3600), static_cast<int>(s / 60) % 60);
-  else if (s >= 60) std::snprintf(b, sizeof b, "%dm%02ds", static_cast<int>(s / 60), static_cast<int>(s) % 60);
-  else std::snprintf(b, sizeof b, "%.0fs", s);
-  return b;
-}
 
 }  // namespace
 
@@ -760,17 +504,14 @@ Status RunPostTraining(const PostTrainSpec& spec) {
     // 5. Optimizer steps on the batch (the ratio to the behaviour policy's
     //    logprobs moves from the second on).
     StepStats st;
-    ObjectiveStats first_stats, last_stats;
+    ObjectiveStats last_stats;
     for (int k = 0; k < pc.inner_steps; ++k) {
       if (grpo) grpo->Reset();
       if (distill) distill->Reset();
       if (nll) nll->Reset();
       st = dtr->Step(tokens.data(), A, B, T, (iter - 1) * pc.inner_steps + k + 1, obj);
       const ObjectiveStats& os = distill ? distill->stats() : grpo ? grpo->stats() : nll->stats();
-      if (k == 0) {
-        first_stats = os;
-        if (grpo) ratio_first_min = grpo->stats().ratio_min, ratio_first_max = grpo->stats().ratio_max;
-      }
+      if (k == 0 && grpo) ratio_first_min = grpo->stats().ratio_min, ratio_first_max = grpo->stats().ratio_max;
       last_stats = os;
     }
     RETURN_IF_ERROR(engine->WeightsChanged());
@@ -827,7 +568,7 @@ Status RunPostTraining(const PostTrainSpec& spec) {
                     static_cast<long long>(iter), static_cast<long long>(tc.steps), rmean, rstd, acc,
                     static_cast<double>(rec["kl"]), static_cast<double>(rec["entropy"]), len,
                     100 * static_cast<double>(rec["clip_fraction"]), rollout_s, train_s, 100 * rollout_s / iter_s,
-                    static_cast<double>(rec["rollout_tokens_per_s"]), FormatEta(eta).c_str());
+                    static_cast<double>(rec["rollout_tokens_per_s"]), FormatDuration(eta).c_str());
       log_line(line);
     }
     if ((pc.eval_every > 0 && iter % pc.eval_every == 0) || iter == tc.steps) RETURN_IF_ERROR(evaluate(iter, &rec));
@@ -846,7 +587,7 @@ Status RunPostTraining(const PostTrainSpec& spec) {
   for (Teacher& t : teachers) t.engine->Shutdown();
   if (root)
     LOG_INFO("done: %lld iterations in %s; checkpoints in %s", static_cast<long long>(iters_this_run),
-             FormatEta(Since(run_start)).c_str(), tc.out_dir.c_str());
+             FormatDuration(Since(run_start)).c_str(), tc.out_dir.c_str());
   return Status::Ok();
 }
 

@@ -28,6 +28,7 @@
 namespace myriad::rl {
 
 enum class Algorithm { kGrpo, kSft, kDistill };
+const char* AlgorithmName(Algorithm a);  // "grpo", "sft", "distill"
 
 struct TeacherConfig {
   std::string path;    // a checkpoint (run or step directory) or Hugging Face folder

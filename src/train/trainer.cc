@@ -81,15 +81,6 @@ std::string ResolveSnapshotDir(const TrainConfig& tc, comm::Comm* world) {
   return "/dev/shm/myriad-" + ChecksumHex(Checksum64(abs));
 }
 
-std::string FormatDuration(double s) {
-  char buf[32];
-  if (s < 0 || !std::isfinite(s)) return "?";
-  int64_t t = static_cast<int64_t>(s + 0.5);
-  if (t >= 3600) std::snprintf(buf, sizeof buf, "%lldh%02lldm", (long long)(t / 3600), (long long)(t / 60 % 60));
-  else std::snprintf(buf, sizeof buf, "%lldm%02llds", (long long)(t / 60), (long long)(t % 60));
-  return buf;
-}
-
 Status CopyTensor(const SafetensorsFile& f, const std::string& name, const std::vector<int64_t>& shape,
                   float* dst) {
   auto v = ReadF32(f, name, shape);
@@ -99,6 +90,15 @@ Status CopyTensor(const SafetensorsFile& f, const std::string& name, const std::
 }
 
 }  // namespace
+
+std::string FormatDuration(double s) {
+  char buf[32];
+  if (s < 0 || !std::isfinite(s)) return "?";
+  int64_t t = static_cast<int64_t>(s + 0.5);
+  if (t >= 3600) std::snprintf(buf, sizeof buf, "%lldh%02lldm", (long long)(t / 3600), (long long)(t / 60 % 60));
+  else std::snprintf(buf, sizeof buf, "%lldm%02llds", (long long)(t / 60), (long long)(t % 60));
+  return buf;
+}
 
 // GFLOP/s of an n^3 GEMM through ops (the model's GEMM at its precision).
 static double MeasureModelGemmPeakGflops(int n) {

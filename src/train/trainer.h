@@ -36,6 +36,9 @@ struct RunSpec {
   int* exit_code = nullptr;            // set to a kExit* code when RunTraining fails for that reason
 };
 
+// "1h05m", "3m07s" (progress lines' ETA and totals); "?" when not finite.
+std::string FormatDuration(double seconds);
+
 // Reads, checks and cross-checks a config file (+ overrides). `extra`, when
 // given, reads the keys of other sections (post-training's [rl] and
 // [distill]) from the same document before unknown keys are refused.

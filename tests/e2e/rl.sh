@@ -68,7 +68,7 @@ import json,sys
 it=[json.loads(l) for l in open(sys.argv[1])]
 it=[r for r in it if r.get('iteration',0)>0]
 assert len(it)==2 and all(r['rollout_tokens']>0 for r in it), it" "$WORK/sft-teacher/metrics.jsonl" \
-  && pass "sft on a teacher's samples runs (its rollouts counted)" || fail "sft on teacher samples: $(tail -3 "$WORK/sftt.log")"
+  && pass "sft on a teacher's samples runs (rollout tokens logged)" || fail "sft on teacher samples: $(tail -3 "$WORK/sftt.log")"
 # (a config that says rl.algorithm = grpo, as one shared with `myriad rl` does, still distils)
 "$MYRIAD" distill -c "$CFG" "${RL[@]}" --set train.steps=2 --set distill.teachers="arithmetic=$WORK/straight" \
   --set rl.algorithm=grpo --set distill.select=measured --set train.out_dir="$WORK/distill" 2>"$WORK/distill.log" \
