@@ -369,7 +369,8 @@ struct BackendOps {
   void (*gemv_f32)(const float* W, const float* x, int64_t rows, int64_t out, int64_t in, float* y);
   // W stored as IEEE fp16 (uint16 bits), accumulated in fp32.
   void (*gemv_f16)(const uint16_t* W, const float* x, int64_t rows, int64_t out, int64_t in, float* y);
-  // W int8 with one scale per output row: W[o,i] ~= Wq[o,i] * scale[o].
+  // W int8 with one scale per output row: W[o,i] ~= Wq[o,i] * scale[o], Wq in
+  // [-127, 127] (symmetric quantisation; -128 is not a valid weight).
   // rows <= kSkinnyRows: each row of x is quantised to int8 with its own
   // absmax scale (VNNI where present; exact integer sums). rows >
   // kSkinnyRows (prefill): y = x @ (Wq * scale)^T in fp32, x not quantised.
