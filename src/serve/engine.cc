@@ -51,6 +51,8 @@ struct Request {
   bool remote_asked = false;                  // StartRemoteLookup was called (waiting)
   std::shared_ptr<RemoteLookup> remote;       // its answer, until admission
   std::vector<TokenLogprobs> logprobs;        // per generated token, when params.logprobs >= 0
+  std::vector<TokenLogprobs> prompt_lp;       // per prompt token from the second, when params.prompt_logprobs >= 0
+  bool scores_prompt() const { return params.prompt_logprobs >= 0; }
   // Speculative decoding: this step's feed [pending, draft...] when it
   // verifies a draft, the draft's distributions (MTP) and its counters.
   std::vector<int32_t> feed, draft;
@@ -106,8 +108,12 @@ class EngineImpl : public Engine {
       return Status::Error("engine: prompt too long: " + std::to_string(n) + " tokens, the model's context is " +
                            std::to_string(mcfg_.max_seq_len) + " (hint: at most " +
                            std::to_string(mcfg_.max_seq_len - 1) + " prompt tokens)");
-    if (params.max_tokens < 1)
-      return Status::Error("engine: max_tokens=" + std::to_string(params.max_tokens) + " (hint: at least 1)");
+    if (params.max_tokens < (params.prompt_logprobs >= 0 ? 0 : 1))
+      return Status::Error("engine: max_tokens=" + std::to_string(params.max_tokens) +
+                           " (hint: at least 1, or 0 when scoring the prompt with prompt_logprobs)");
+    if (params.prompt_logprobs >= 0 && n < 2)
+      return Status::Error("engine: prompt_logprobs needs a prompt of at least 2 tokens (the first has no "
+                           "log-probability)");
     auto r = std::make_unique<Request>();
     r->tokens = std::move(prompt);
     r->prompt_len = n;
@@ -390,6 +396,7 @@ Batch EngineImpl::BuildBatch() {
     const int64_t n = std::min<int64_t>(r->prompt_len - r->computed, budget);
     batch.prefill_tokens += n;
     AddChunk(r.get(), n, &batch);
+    batch.chunks.back().all_logits = r->scores_prompt();  // every row's logits score the next prompt token
   }
   for (Request* r : batch.owners) batch.hidden |= r->mtp != nullptr;
   return batch;
@@ -456,7 +463,14 @@ void EngineImpl::RunBatch(const Batch& batch, Events* events) {
     Request* r = batch.owners[i];
     const SeqChunk& c = batch.chunks[i];
     if (r->mtp) r->mtp->Observe(c.start, c.n, runner_.hidden_row(i));
-    if (c.all_logits) {
+    if (c.all_logits && r->computed < r->prompt_len) {  // a prefill chunk of a prompt being scored
+      const float* rows = logits + runner_.logits_row(i) * V;
+      for (int64_t j = 0; j < c.n; ++j)
+        if (c.start + j + 1 < r->prompt_len)
+          r->prompt_lp.push_back(LogprobsOf(rows + j * V, V, r->tokens[c.start + j + 1], r->params.prompt_logprobs));
+      r->computed += c.n;
+      AfterForward(r, rows + (c.n - 1) * V, events);
+    } else if (c.all_logits) {
       AfterVerify(r, logits + runner_.logits_row(i) * V, events);
     } else {
       r->computed += c.n;
@@ -488,7 +502,7 @@ void EngineImpl::StartRemoteLookups() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& r : waiting_)
-      if (!r->remote_asked) fresh.push_back(r.get());
+      if (!r->remote_asked && !r->scores_prompt()) fresh.push_back(r.get());  // a scored prompt matches no hit
   }
   for (Request* r : fresh) {
     r->remote_asked = true;
@@ -521,7 +535,8 @@ void EngineImpl::Admit() {
 
 bool EngineImpl::TryAdmit(Request* r) {
   // 1. The leading run of the prompt's blocks resident in T0, shared as it is.
-  const int64_t n_full = cache_.MatchableBlocks(r->prompt_len);
+  // A prompt being scored computes every position: no hit is matched.
+  const int64_t n_full = r->scores_prompt() ? 0 : cache_.MatchableBlocks(r->prompt_len);
   ChainCursor after_run;
   std::vector<int32_t> run = cache_.AcquireResidentRun(r->tokens.data(), n_full, &after_run);
   // 2. Room, or the request waits.
@@ -563,6 +578,7 @@ void EngineImpl::FinishLoad(Request* r) {
 void EngineImpl::AfterForward(Request* r, const float* logits, Events* events) {
   cache_.PublishFull(r->tokens.data(), r->computed, r->blocks, &r->chain);
   if (r->computed < static_cast<int64_t>(r->tokens.size())) return;  // a prefill chunk short of the end
+  if (r->params.max_tokens == 0) return Finish(r, "length", events);  // scored the prompt only
   AcceptToken(r, SampleToken(logits, runner_.vocab(), r->params.sampling, &r->rng), logits, events);
 }
 
@@ -663,7 +679,8 @@ void EngineImpl::Finish(Request* r, const std::string& reason, Events* events) {
   ev.draft_steps = r->draft_steps;
   ev.draft_proposed = r->draft_proposed;
   ev.draft_accepted = r->draft_accepted;
-  events->emplace_back(r, ev);
+  ev.prompt_logprobs = std::move(r->prompt_lp);
+  events->emplace_back(r, std::move(ev));
   ReleaseBlocks(r);
   std::lock_guard<std::mutex> lock(mu_);
   stats_.cached_tokens += r->cached_tokens;

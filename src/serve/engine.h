@@ -67,6 +67,14 @@ struct GenerationParams {
   // scores (rl/rollout.h). Top-k/top-p truncation is not applied (nor does
   // the trainer apply it); at temperature 0 it is log_softmax(logits).
   bool logprobs_at_temperature = false;
+  // >= 0: score the prompt. Every prompt token after the first gets its
+  // log-probability under the model given the tokens before it (log_softmax
+  // of the logits, as `logprobs`) and the `prompt_logprobs` most likely
+  // alternatives, on the final event. The request's prefill then computes
+  // every position (no prefix-cache hit is used; its blocks are still
+  // published), and max_tokens may be 0: the prompt is scored, nothing
+  // generated (a remote teacher's scoring of a student's tokens: rl/).
+  int prompt_logprobs = -1;
 };
 
 // What happened to a request, streamed to its callback from the engine thread.
@@ -80,6 +88,9 @@ struct TokenEvent {
   // On the final event: this request's speculative decoding (verifications
   // of a draft, draft tokens proposed and accepted).
   int64_t draft_steps = 0, draft_proposed = 0, draft_accepted = 0;
+  // On the final event, with GenerationParams::prompt_logprobs >= 0: prompt
+  // tokens 1..prompt_tokens-1, each given the ones before it.
+  std::vector<TokenLogprobs> prompt_logprobs;
 };
 
 struct EngineStats {

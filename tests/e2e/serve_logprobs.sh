@@ -4,7 +4,9 @@
 # text is `myriad generate`'s); the values do not depend on temperature or
 # top-k (the model's log_softmax is reported, not the sampler's); streamed
 # chunks carry the same entries as the whole response; completions'
-# tokens and text_offset spell out the text; bad requests are 400.
+# tokens and text_offset spell out the text; echo + logprobs scores a
+# prompt of token ids (what a remote distillation teacher serves); bad
+# requests are 400.
 # (The numeric oracle, log_softmax recomputed in long double from an
 # independent InferenceSession, is engine_test's LogprobsAreTheModelsLogSoftmax.)
 # Usage: serve_logprobs.sh MYRIAD_BINARY SOURCE_DIR
@@ -83,6 +85,40 @@ for body, param in [(dict(base, top_logprobs=21), "top_logprobs"), (dict(base, l
                     (dict(base, tool_choice="required"), "tool_choice")]:
     st, e = post("/v1/chat/completions", body)
     check(st == 400 and e["error"]["param"] == param, f"400 on {param}: {e['error']['message']}")
+# Scoring a prompt (echo + logprobs, max_tokens 0): the prompt's own tokens, each given the ones before
+# it. Scoring the greedy prompt + completion ids must give the completion tokens the logprobs the
+# generation reported for them (two paths through the engine: decode steps, and one prefill with
+# every row's logits), and the prompt ids back in token_ids.
+ids_body = dict(cb, logprobs=3, max_tokens=10)
+st, g = post("/v1/completions", ids_body)
+glp = g["choices"][0]["logprobs"]
+st, tk = post("/v1/completions", dict(cb, prompt=[1, 2, 3], max_tokens=1))  # token ids are accepted
+check(st == 200, f"completions: a token-id prompt ({st})")
+gen_ids = glp["token_ids"]
+check(len(gen_ids) == len(glp["tokens"]) and all(isinstance(i, int) for i in gen_ids), "completions: token_ids extension")
+# The prompt's ids: score the text prompt alone first.
+st, sp = post("/v1/completions", dict(cb, echo=True, max_tokens=0))
+slp = sp["choices"][0]["logprobs"]
+prompt_ids = slp["token_ids"]
+check(st == 200 and sp["usage"]["completion_tokens"] == 0 and sp["choices"][0]["text"] == prompt,
+      f"score only: no tokens generated, the text is the prompt ({st}, {sp.get('usage')})")
+check(slp["token_logprobs"][0] is None and slp["top_logprobs"][0] is None and slp["top_logprobs_ids"][0] is None
+      and all(v is not None and v <= 0 for v in slp["token_logprobs"][1:]) and len(prompt_ids) == sp["usage"]["prompt_tokens"],
+      "score only: the first prompt token has nulls, every other a logprob")
+check(all(len(t) <= 3 and t[0][1] >= t[-1][1] for t in slp["top_logprobs_ids"][1:]),
+      "score only: top_logprobs_ids, 3 per token, most likely first")
+st, sc = post("/v1/completions", dict(cb, prompt=prompt_ids + gen_ids, echo=True, max_tokens=0))
+sclp = sc["choices"][0]["logprobs"]
+n0 = len(prompt_ids)
+tail = sclp["token_logprobs"][n0:]
+check(st == 200 and sclp["token_ids"] == prompt_ids + gen_ids and len(tail) == len(gen_ids) and
+      all(abs(a - b) < 1e-4 for a, b in zip(tail, glp["token_logprobs"])),
+      "scoring prompt + completion gives the completion the generation's logprobs")
+check([t[0][0] for t in sclp["top_logprobs_ids"][n0:]] == gen_ids, "scored greedy completion: each token is its top-1 id")
+st, e = post("/v1/completions", dict(cb, echo=True, max_tokens=0, stream=True))
+check(st == 400 and e["error"]["param"] == "echo", f"400 on scoring while streaming: {e['error']['message']}")
+st, e = post("/v1/completions", dict(cb, max_tokens=0))
+check(st == 400 and e["error"]["param"] == "max_tokens", f"400 on max_tokens 0 without echo: {e['error']['message']}")
 st, e = post("/v1/completions", dict(cb, logprobs=6))
 check(st == 400 and e["error"]["param"] == "logprobs", f"400 on completions logprobs 6: {e['error']['message']}")
 sys.exit(1 if fails else 0)

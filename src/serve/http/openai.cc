@@ -217,17 +217,18 @@ bool ParseCompletionRequest(const std::string& body, Endpoint endpoint, Completi
                               "(hint: one prompt per request)");
     }
     std::optional<int64_t> mt;
-    if (!f.Int("max_tokens", 1, INT32_MAX, &mt)) return false;
+    if (!f.Int("max_tokens", 0, INT32_MAX, &mt)) return false;
     out->max_tokens = mt ? mt : std::optional<int64_t>(16);  // OpenAI's default for completions
     if (!f.Bool("echo", &out->echo)) return false;
     std::optional<int64_t> logprobs;
     if (!f.Int("logprobs", 0, kMaxCompletionLogprobs, &logprobs)) return false;
-    if (logprobs) {
-      if (out->echo)
-        return f.Fail("logprobs", "'logprobs' with 'echo': true is not supported by this server (the prompt's "
-                                  "log-probabilities are not computed; hint: drop echo)");
-      out->logprobs = static_cast<int>(*logprobs);
-    }
+    if (logprobs) out->logprobs = static_cast<int>(*logprobs);
+    // echo with logprobs scores the prompt: its tokens' log-probabilities
+    // come first in choices[].logprobs (the first token's are null), and
+    // max_tokens may then be 0 (score only).
+    if (*out->max_tokens == 0 && !(out->echo && logprobs))
+      return f.Fail("max_tokens", "'max_tokens' must be at least 1 (0 only with 'echo': true and 'logprobs', "
+                                  "which scores the prompt)");
     std::optional<int64_t> best_of;
     if (!f.Int("best_of", 1, 1, &best_of)) return false;
     if (const json* s = f.Get("suffix"); s && !(s->is_string() && s->get<std::string>().empty()))
@@ -272,6 +273,9 @@ bool ParseCompletionRequest(const std::string& body, Endpoint endpoint, Completi
       if (x.empty()) return f.Fail("stop", "'stop' strings must not be empty");
   }
   if (!f.Bool("stream", &out->stream)) return false;
+  if (out->stream && out->echo && out->logprobs >= 0)
+    return f.Fail("echo", "'echo' with 'logprobs' (scoring the prompt) is not supported when streaming "
+                          "(hint: 'stream': false)");
   if (const json* so = f.Get("stream_options")) {
     if (!out->stream) return f.Fail("stream_options", "'stream_options' is only allowed when 'stream' is true");
     if (!so->is_object()) return f.Fail("stream_options", "'stream_options' must be an object, got " + so->dump());
@@ -342,16 +346,28 @@ json LogprobsJson(Endpoint ep, const std::vector<TokenLogprob>& tokens) {
     return {{"content", content}, {"refusal", nullptr}};
   }
   json toks = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
+  json ids = json::array(), top_ids = json::array();
   for (const TokenLogprob& t : tokens) {
     toks.push_back(t.token);
+    offsets.push_back(t.text_offset);
+    ids.push_back(t.id);
+    if (!t.scored) {
+      lps.push_back(nullptr);
+      tops.push_back(nullptr);
+      top_ids.push_back(nullptr);
+      continue;
+    }
     lps.push_back(t.logprob);
     json top = json::object();
     for (const auto& [tok, lp] : t.top) top[tok] = lp;
     top[t.token] = t.logprob;  // the chosen token is always there (up to logprobs + 1 entries)
     tops.push_back(top);
-    offsets.push_back(t.text_offset);
+    json by_id = json::array();
+    for (const auto& [id, lp] : t.top_ids) by_id.push_back({id, lp});
+    top_ids.push_back(by_id);
   }
-  return {{"tokens", toks}, {"token_logprobs", lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
+  return {{"tokens", toks},        {"token_logprobs", lps}, {"top_logprobs", tops},
+          {"text_offset", offsets}, {"token_ids", ids},      {"top_logprobs_ids", top_ids}};
 }
 
 json ResponseJson(const ResponseMeta& m, const std::string& text, const std::string& finish_reason, const Usage& u,

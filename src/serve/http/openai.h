@@ -88,11 +88,16 @@ struct TokenLogprob {
   double logprob = 0;
   std::vector<std::pair<std::string, double>> top;  // most likely first
   int64_t text_offset = 0;  // completions: where its text starts in the choice's text, in code points
+  int32_t id = -1;                                  // the token id
+  std::vector<std::pair<int32_t, double>> top_ids;  // `top` by token id
+  bool scored = true;  // false: an echoed prompt's first token (no log-probability: nulls)
 };
 // choices[].logprobs for these tokens: chat's {"content": [{token, logprob,
 // bytes, top_logprobs: [{token, logprob, bytes}]}], "refusal": null};
 // completions' {tokens, token_logprobs, top_logprobs: [{token: logprob}]
-// (the top ones and the chosen one), text_offset}.
+// (the top ones and the chosen one), text_offset}, with two extensions
+// that keep the ids (texts can collide): token_ids, and top_logprobs_ids
+// ([[id, logprob], ...] most likely first, or null).
 nlohmann::json LogprobsJson(Endpoint ep, const std::vector<TokenLogprob>& tokens);
 
 // A whole (non-streamed) response; `logprobs` (LogprobsJson, or null) goes

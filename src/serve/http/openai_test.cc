@@ -93,7 +93,9 @@ TEST(OpenAiParse, UnsupportedFeaturesAreRejectedClearly) {
   const std::string cmpl = R"({"model":"m","prompt":"p",)";
   for (const Case& c : std::vector<Case>{{R"("logprobs":6)", "logprobs", "out of range [0, 5]"},
                                          {R"("logprobs":true)", "logprobs", "must be an integer"},
-                                         {R"("logprobs":2,"echo":true)", "logprobs", "echo"},
+                                         {R"("logprobs":2,"echo":true,"stream":true)", "echo", "streaming"},
+                                         {R"("max_tokens":0)", "max_tokens", "0 only with 'echo'"},
+                                         {R"("max_tokens":0,"echo":true)", "max_tokens", "scores the prompt"},
                                          {R"("best_of":2)", "best_of", "out of range"},
                                          {R"("presence_penalty":1)", "presence_penalty", "not supported"}}) {
     e = ApiError();
@@ -119,6 +121,12 @@ TEST(OpenAiParse, LogprobsInBothApis) {
   EXPECT_EQ(r.logprobs, 0);
   ASSERT_TRUE(ParseCompletionRequest(R"({"model":"m","prompt":"p","logprobs":null})", Endpoint::kCompletion, &r, &e));
   EXPECT_EQ(r.logprobs, -1);
+  // Scoring a prompt: echo with logprobs, nothing generated.
+  ASSERT_TRUE(ParseCompletionRequest(R"({"model":"m","prompt":[5,6,7],"echo":true,"logprobs":3,"max_tokens":0})",
+                                     Endpoint::kCompletion, &r, &e)) << e.message;
+  EXPECT_TRUE(r.echo);
+  EXPECT_EQ(r.logprobs, 3);
+  EXPECT_EQ(r.max_tokens, std::optional<int64_t>(0));
 }
 
 TEST(OpenAiJson, LogprobsShapes) {

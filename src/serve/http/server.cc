@@ -42,6 +42,13 @@ struct Pending {
   RequestCost cost;  // set with the final event
 };
 
+// Code points in the first `bytes` bytes of UTF-8 text (continuation bytes not counted).
+int64_t CodePoints(const std::string& s, size_t bytes) {
+  int64_t n = 0;
+  for (size_t i = 0; i < bytes && i < s.size(); ++i) n += (static_cast<unsigned char>(s[i]) & 0xC0) != 0x80;
+  return n;
+}
+
 // One completion request from submission to its last byte.
 class Generation {
  public:
@@ -91,6 +98,7 @@ class Generation {
       finish_reason_ = stopped_by_text_ ? "stop" : e.finish_reason;
       error_ = e.error;
       usage_ = {e.prompt_tokens, e.completion_tokens, e.cached_tokens, e.draft_steps, e.draft_proposed, e.draft_accepted};
+      for (const TokenLogprobs& l : e.prompt_logprobs) prompt_lp_.push_back(ToText(l));
       std::lock_guard<std::mutex> lock(pending->mu);
       cost_ = pending->cost;
     }
@@ -112,6 +120,9 @@ class Generation {
   const std::string& error() const { return error_; }
   const Usage& usage() const { return usage_; }
   const RequestCost& cost() const { return cost_; }
+  // An echoed prompt's scored tokens (GenerationParams::prompt_logprobs),
+  // from its second token, after the final event.
+  const std::vector<TokenLogprob>& prompt_logprobs() const { return prompt_lp_; }
 
  private:
   // Log-probabilities follow the text: a token's entry goes out once its
@@ -121,16 +132,15 @@ class Generation {
     TokenLogprob lp;
     int64_t start, end;  // its bytes in the decoded text
   };
-  static int64_t CodePoints(const std::string& s, size_t bytes) {
-    int64_t n = 0;
-    for (size_t i = 0; i < bytes && i < s.size(); ++i) n += (static_cast<unsigned char>(s[i]) & 0xC0) != 0x80;
-    return n;
-  }
   TokenLogprob ToText(const TokenLogprobs& l) const {
     TokenLogprob t;
     t.token = tok_->DecodePiece(l.token);
+    t.id = l.token;
     t.logprob = l.logprob;
-    for (const auto& [id, lp] : l.top) t.top.emplace_back(tok_->DecodePiece(id), lp);
+    for (const auto& [id, lp] : l.top) {
+      t.top.emplace_back(tok_->DecodePiece(id), lp);
+      t.top_ids.emplace_back(id, lp);
+    }
     return t;
   }
   const std::string& Show(const std::string& text) {
@@ -162,7 +172,9 @@ class Generation {
   std::string finish_reason_, error_;
   Usage usage_;
   RequestCost cost_;
+  std::vector<TokenLogprob> prompt_lp_;
 };
+
 
 // Compares without an early exit, so the time taken does not reveal how
 // much of a guessed key was right.
@@ -377,6 +389,19 @@ void HttpServer::Impl::HandleCompletion(const HttpRequest& req, HttpResponse& re
   }
 
   gp.logprobs = cr.logprobs;
+  // echo with logprobs scores the prompt too (completions only; max_tokens 0: only that).
+  const bool score_prompt = ep == Endpoint::kCompletion && cr.echo && cr.logprobs >= 0;
+  if (score_prompt) {
+    if (prompt_len < 2) {
+      err.status = 400;
+      err.param = "prompt";
+      err.message = "'echo' with 'logprobs' scores the prompt, which needs at least 2 tokens (the first has no "
+                    "log-probability); this one has " + std::to_string(prompt_len);
+      SendError(res, err);
+      return;
+    }
+    gp.prompt_logprobs = cr.logprobs;
+  }
   auto gen = std::make_shared<Generation>(engine, tok, cr.stop);
   if (cr.logprobs >= 0) gen->want_logprobs();
   const bool want_logprobs = cr.logprobs >= 0;
@@ -454,6 +479,29 @@ void HttpServer::Impl::HandleCompletion(const HttpRequest& req, HttpResponse& re
       text += step.text;
       for (auto& l : step.logprobs) logprobs.push_back(std::move(l));
       if (step.finished) break;
+    }
+    if (score_prompt) {
+      // The prompt's tokens first, every one of them (the framing's control
+      // tokens too: they were scored), offsets counted in their pieces'
+      // code points; then the generated ones, after the echoed text.
+      std::vector<TokenLogprob> all;
+      TokenLogprob first;
+      first.token = tok->DecodePiece(ids[0]);
+      first.id = ids[0];
+      first.scored = false;
+      all.push_back(std::move(first));
+      for (const TokenLogprob& l : gen->prompt_logprobs()) all.push_back(l);
+      int64_t offset = 0;
+      for (TokenLogprob& l : all) {
+        l.text_offset = offset;
+        if (!TextConventions::IsControl(*tok, l.id)) offset += CodePoints(l.token, l.token.size());
+      }
+      const int64_t echo_points = CodePoints(echo_text, echo_text.size());
+      for (TokenLogprob& l : logprobs) {
+        l.text_offset += echo_points;
+        all.push_back(std::move(l));
+      }
+      logprobs = std::move(all);
     }
     on_finished();
     if (gen->finish_reason() == "error") {
