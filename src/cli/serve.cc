@@ -171,6 +171,7 @@ int RunServe(int argc, char** argv) {
   }
   scfg.model_name = model_name.empty() ? DefaultModelName(lm->dir) : model_name;
   scfg.context_tokens = lm->model->config().max_seq_len;
+  scfg.vocab_size = lm->model->config().vocab_size;
   scfg.model_eos_ids = lm->eos_token_ids;
 
   // Lower KV tiers (each checked now, so a bad setting fails at start).

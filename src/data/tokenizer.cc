@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "core/checksum.h"
 #include "core/env.h"
 #include "core/log.h"
 #include "data/hf_tokenizer.h"
@@ -87,6 +88,18 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text) const {
   out.reserve(text.size() / 3 + 4);
   EncodeTo(text, &out);
   return out;
+}
+
+std::string Tokenizer::VocabFingerprint() const {
+  std::string all;
+  for (int id = 0; id < vocab_size(); ++id) {
+    const std::string& b = piece_bytes_[id];
+    const uint32_t n = static_cast<uint32_t>(b.size());
+    all.append(reinterpret_cast<const char*>(&n), sizeof n);  // length-prefixed: no two lists collide
+    all += b;
+    all += special_[id] ? '\1' : '\0';
+  }
+  return ChecksumHex(Checksum64(all));
 }
 
 const std::string& Tokenizer::DecodePiece(int32_t id) const {

@@ -145,6 +145,11 @@ class Tokenizer {
   // model without byte fallback.
   int byte_id(uint8_t byte) const { return byte_ids_[byte]; }
   const std::string& path() const { return path_; }
+  // 16 hex digits (Checksum64) over every id's bytes and special flag: two
+  // tokenizers with the same fingerprint map every id to the same text, so
+  // their next-token distributions compare id by id (a remote distillation
+  // teacher's /v1/models reports it).
+  std::string VocabFingerprint() const;
 
  private:
   Tokenizer(std::string path, TokenizerParts parts);

@@ -96,6 +96,33 @@ TEST_F(TokenizerTest, ModelFilesAndIds) {
   EXPECT_EQ(tok_->DecodePiece(tok_->eos_id()), "");
 }
 
+// The fingerprint follows what ids mean: the same file loaded again (or
+// copied elsewhere) has it; a tokenizer learned from other text, or of
+// another size, does not.
+TEST_F(TokenizerTest, VocabFingerprintFollowsWhatIdsMean) {
+  const std::string fp = tok_->VocabFingerprint();
+  EXPECT_EQ(fp.size(), 16u);
+  std::filesystem::copy_file(dir_->path() + "/tok.model", dir_->path() + "/copy.model",
+                             std::filesystem::copy_options::overwrite_existing);
+  auto again = Tokenizer::Load(dir_->path() + "/copy.model");
+  ASSERT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(again->VocabFingerprint(), fp);
+  TokenizerTrainOptions options;
+  options.character_coverage = 1.0;
+  std::vector<std::string> other = TinyCorpus();
+  other.push_back("zebra quagga okapi zebra quagga okapi zebra quagga okapi");
+  for (int size : {600, 590}) {
+    ASSERT_TRUE(Tokenizer::Train(other, dir_->path() + "/other", size, options).ok());
+    auto o = Tokenizer::Load(dir_->path() + "/other.model");
+    ASSERT_TRUE(o.ok()) << o.status().message();
+    bool same_meaning = o->vocab_size() == tok_->vocab_size();
+    for (int id = 0; same_meaning && id < o->vocab_size(); ++id)
+      same_meaning = o->DecodePiece(id) == tok_->DecodePiece(id) && o->is_special(id) == tok_->is_special(id);
+    ASSERT_FALSE(same_meaning) << size;  // the premise: another vocabulary
+    EXPECT_NE(o->VocabFingerprint(), fp) << size;
+  }
+}
+
 TEST_F(TokenizerTest, LearnsMergesForTrainingText) {
   // Text seen 20 times in training compresses well below one token per byte.
   std::string text = "The quick brown fox jumps over the lazy dog.";

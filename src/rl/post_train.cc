@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -65,9 +66,77 @@ Status SameVocabulary(const Tokenizer& a, const Tokenizer& b, const std::string&
 
 struct Teacher {
   TeacherConfig cfg;
-  LoadedPolicy policy;
-  std::unique_ptr<serve::Engine> engine;  // sft_source = teacher and measured selection
+  LoadedPolicy policy;                     // in-process
+  std::unique_ptr<serve::Engine> engine;  // in-process: sft_source = teacher and measured selection
+  std::unique_ptr<RemoteTeacher> remote;  // a `myriad serve` endpoint
 };
+
+// The teachers' view of the local sequences [seq_base, seq_base + count) of
+// the global batch `tokens` [S, T+1] (prompt plen[s], response rlen[s]):
+// full logits when top_k == 0 (in-process teachers only), else each cell's
+// top_k ids and logprobs, from the in-process teacher's logits or the
+// remote teacher's scoring of the sequence's real tokens.
+Result<std::shared_ptr<TeacherRows>> TeacherView(std::vector<Teacher>& teachers, const std::vector<int>& teacher_of,
+                                                 const std::vector<int32_t>& tokens, const std::vector<int32_t>& plen,
+                                                 const std::vector<int32_t>& rlen, int64_t S, int64_t seq_base,
+                                                 int64_t count, int B, int T, int64_t V, int top_k) {
+  auto rows = std::make_shared<TeacherRows>();
+  rows->vocab = V;
+  rows->top_k = top_k;
+  const size_t cells = static_cast<size_t>(S) * T;
+  if (top_k == 0) rows->logits.assign(cells * V, 0.f);
+  else rows->ids.assign(cells * top_k, 0), rows->logprobs.assign(cells * top_k, 0.f);
+  const std::set<int> used(teacher_of.begin(), teacher_of.end());
+  TeacherRows full;  // an in-process teacher's logits, when only some sequences are its
+  full.vocab = V;
+  for (int ti : used) {
+    Teacher& t = teachers[ti];
+    std::vector<int64_t> mine;  // global sequence indices
+    for (int64_t k = 0; k < count; ++k)
+      if (teacher_of[k] == ti) mine.push_back(seq_base + k);
+    if (t.remote) {
+      std::vector<std::vector<int32_t>> seqs;
+      std::vector<int64_t> scored;
+      for (int64_t s : mine) {
+        if (rlen[s] == 0) continue;  // nothing to learn from
+        const int32_t* row = tokens.data() + s * (T + 1);
+        seqs.emplace_back(row, row + plen[s] + rlen[s]);
+        scored.push_back(s);
+      }
+      ASSIGN_OR_RETURN(auto got, t.remote->Score(seqs));
+      for (size_t i = 0; i < scored.size(); ++i)
+        for (size_t j = 0; j < got[i].size() && j < static_cast<size_t>(T); ++j) {
+          const size_t cell = static_cast<size_t>(scored[i]) * T + j;
+          for (int u = 0; u < top_k; ++u) {
+            rows->ids[cell * top_k + u] = got[i][j].top[u].first;
+            rows->logprobs[cell * top_k + u] = got[i][j].top[u].second;
+          }
+        }
+      continue;
+    }
+    const bool direct = top_k == 0 && used.size() == 1;
+    TeacherRows* into = direct ? rows.get() : &full;
+    if (!direct) full.logits.assign(cells * V, 0.f);
+    LogitsRecorder rec(T, into);
+    ForwardRows(*t.policy.model, tokens.data(), seq_base, count, B, T, &rec);
+    if (direct) continue;
+    for (int64_t s : mine) {
+      const size_t first = static_cast<size_t>(s) * T;
+      if (top_k == 0) {
+        std::copy_n(full.logits.begin() + first * V, static_cast<size_t>(T) * V, rows->logits.begin() + first * V);
+        continue;
+      }
+      for (size_t cell = first; cell < first + T; ++cell) {
+        const TokenLogprobs lp = LogprobsOf(full.logits.data() + cell * V, V, 0, top_k);
+        for (int u = 0; u < top_k; ++u) {
+          rows->ids[cell * top_k + u] = lp.top[u].first;
+          rows->logprobs[cell * top_k + u] = lp.top[u].second;
+        }
+      }
+    }
+  }
+  return rows;
+}
 
 // The task pools: generated per domain, or a file's (every tenth task by
 // position held out).
@@ -174,12 +243,43 @@ Status RunPostTraining(const PostTrainSpec& spec) {
   serve::EngineConfig ec;
   ec.max_batch = pc.engine_max_batch;
   ec.max_queue = std::max(64, pc.engine_max_batch * 4);
+  // Top-k teacher distributions: asked for, or what a remote teacher gives.
+  int teacher_top_k = pc.teacher_top_k;
+  const bool any_remote =
+      use_teachers && std::any_of(pc.teachers.begin(), pc.teachers.end(), [](const TeacherConfig& t) { return t.remote(); });
+  if (any_remote && teacher_top_k == 0) {
+    teacher_top_k = 5;
+    if (root) LOG_INFO("distill: a remote teacher gives top-k logprobs; every teacher's top %d (distill.top_k)", teacher_top_k);
+  }
   if (use_teachers) {
     for (const TeacherConfig& tcfg : pc.teachers) {
       const std::string what = "distill.teachers: " + tcfg.path;
+      if (tcfg.remote()) {
+        RemoteTeacherOptions ro = pc.remote;
+        ro.top_k = teacher_top_k;
+        if (!pc.api_key_env.empty()) {
+          const char* key = std::getenv(pc.api_key_env.c_str());
+          if (key == nullptr || *key == '\0')
+            return refused(Status::Error("distill.api_key_env = " + pc.api_key_env + ": that environment variable is "
+                                         "not set (it holds the teachers' API key)"));
+          ro.api_key = key;
+        }
+        auto rt = RemoteTeacher::Connect(tcfg.path, tok, mc.vocab_size, ro);
+        if (!rt.ok()) return refused(Status::Error(what + ": " + rt.status().message()));
+        if (rt->context_length() > 0 && rt->context_length() < T + 1)
+          return refused(Status::Error(what + ": the teacher's context is " + std::to_string(rt->context_length()) +
+                                       " tokens, a scored row has up to train.seq_len + 1 = " + std::to_string(T + 1) +
+                                       " (hint: lower train.seq_len)"));
+        if (root)
+          LOG_INFO("teacher %s: remote model '%s', top-%d logprobs of the student's tokens", tcfg.path.c_str(),
+                   rt->model().c_str(), teacher_top_k);
+        Teacher t{tcfg, LoadedPolicy{}, nullptr, std::make_unique<RemoteTeacher>(std::move(rt).value())};
+        teachers.push_back(std::move(t));
+        continue;
+      }
       auto lp = spec.load_model(tcfg.path);
       if (!lp.ok()) return refused(lp.status().With(what));
-      Teacher t{tcfg, std::move(lp).value(), nullptr};
+      Teacher t{tcfg, std::move(lp).value(), nullptr, nullptr};
       if (t.policy.model->config().max_seq_len < T)
         return refused(Status::Error(what + ": the teacher's model.max_seq_len = " +
                                      std::to_string(t.policy.model->config().max_seq_len) + " < train.seq_len = " +
@@ -466,28 +566,11 @@ Status RunPostTraining(const PostTrainSpec& spec) {
       obj = grpo.get();
     }
     if (pc.algorithm == Algorithm::kDistill) {
-      auto rows = std::make_shared<TeacherRows>();
-      rows->vocab = mc.vocab_size;
-      rows->logits.assign(static_cast<size_t>(S) * T * mc.vocab_size, 0.f);
-      std::set<int> used;
-      for (int64_t k = 0; k < local_seqs; ++k) used.insert(teacher_for[which[k]->domain]);
-      if (used.size() == 1) {
-        LogitsRecorder rec(T, rows.get());
-        ForwardRows(*teachers[*used.begin()].policy.model, tokens.data(), seq_base, local_seqs, B, T, &rec);
-      } else {
-        TeacherRows tmp;
-        tmp.vocab = mc.vocab_size;
-        tmp.logits.assign(rows->logits.size(), 0.f);
-        for (int ti : used) {
-          LogitsRecorder rec(T, &tmp);
-          ForwardRows(*teachers[ti].policy.model, tokens.data(), seq_base, local_seqs, B, T, &rec);
-          const size_t per_seq = static_cast<size_t>(T) * mc.vocab_size;
-          for (int64_t k = 0; k < local_seqs; ++k)
-            if (teacher_for[which[k]->domain] == ti)
-              std::copy_n(tmp.logits.begin() + (seq_base + k) * per_seq, per_seq,
-                          rows->logits.begin() + (seq_base + k) * per_seq);
-        }
-      }
+      std::vector<int> teacher_of(local_seqs);
+      for (int64_t k = 0; k < local_seqs; ++k) teacher_of[k] = teacher_for[which[k]->domain];
+      ASSIGN_OR_RETURN(std::shared_ptr<TeacherRows> rows,
+                       TeacherView(teachers, teacher_of, tokens, plen, rlen, S, seq_base, local_seqs, B, T,
+                                   mc.vocab_size, teacher_top_k));
       distill = std::make_unique<DistillObjective>(pc.distill_loss, T, coef, rows);
       obj = distill.get();
       if (grpo) {
@@ -584,7 +667,8 @@ Status RunPostTraining(const PostTrainSpec& spec) {
     if (stop) break;
   }
   engine->Shutdown();
-  for (Teacher& t : teachers) t.engine->Shutdown();
+  for (Teacher& t : teachers)
+    if (t.engine) t.engine->Shutdown();
   if (root)
     LOG_INFO("done: %lld iterations in %s; checkpoints in %s", static_cast<long long>(iters_this_run),
              FormatDuration(Since(run_start)).c_str(), tc.out_dir.c_str());

@@ -20,6 +20,7 @@
 #include "data/tokenizer.h"
 #include "model/model.h"
 #include "rl/objective.h"
+#include "rl/remote_teacher.h"
 #include "rl/reward.h"
 #include "rl/tasks.h"
 #include "serve/engine.h"
@@ -31,8 +32,11 @@ enum class Algorithm { kGrpo, kSft, kDistill };
 const char* AlgorithmName(Algorithm a);  // "grpo", "sft", "distill"
 
 struct TeacherConfig {
-  std::string path;    // a checkpoint (run or step directory) or Hugging Face folder
+  // A checkpoint (run or step directory) or Hugging Face folder, loaded
+  // in-process; or the http:// URL of a `myriad serve` (a remote teacher).
+  std::string path;
   std::string domain;  // the domain it teaches ("" with select = "measured": any)
+  bool remote() const { return path.rfind("http://", 0) == 0; }
 };
 
 // [rl] (and [distill] for distillation).
@@ -70,6 +74,12 @@ struct PostTrainConfig {
   std::string teacher_select = "domain";  // "domain" | "measured"
   DistillLoss distill_loss = DistillLoss::kReverseKl;
   double reward_weight = 0.0;             // > 0: + this x the GRPO term of the verifier reward
+  // Teachers' distributions: 0 full (in-process teachers only), or their
+  // top k tokens (1..5), both distributions renormalised there. With a
+  // remote teacher every teacher gives its top k (5 when this is 0).
+  int teacher_top_k = 0;
+  RemoteTeacherOptions remote;            // its top_k is teacher_top_k's; api_key from api_key_env
+  std::string api_key_env;                // the environment variable holding the servers' API key
   // SFT targets: the tasks' references, or a teacher's samples (off-policy
   // distillation; needs [distill] teachers).
   std::string sft_source = "reference";   // "reference" | "teacher"

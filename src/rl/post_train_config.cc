@@ -97,6 +97,20 @@ PostTrainConfig PostTrainConfig::Read(ConfigDoc* doc, Algorithm default_algorith
     doc->Fail("distill.loss: unknown loss '" + l + "' (expected reverse_kl, forward_kl or jsd)");
   c.reward_weight = doc->GetFloat("distill.reward_weight", c.reward_weight);
   if (!(c.reward_weight >= 0)) doc->Fail("distill.reward_weight: must be >= 0");
+  // Remote teachers (http:// URLs of `myriad serve`) give top-k logprobs.
+  c.teacher_top_k = static_cast<int>(doc->GetInt("distill.top_k", c.teacher_top_k, 0, 5));
+  c.remote.timeout_s = doc->GetFloat("distill.timeout_s", c.remote.timeout_s);
+  if (!(c.remote.timeout_s > 0)) doc->Fail("distill.timeout_s: must be > 0");
+  c.remote.concurrency = static_cast<int>(doc->GetInt("distill.concurrency", c.remote.concurrency, 1, 256));
+  c.api_key_env = doc->GetString("distill.api_key_env", "");
+  for (const TeacherConfig& t : c.teachers) {
+    if (!t.remote()) continue;
+    if (c.teacher_select == "measured")
+      doc->Fail("distill.select = \"measured\" samples every teacher in-process; " + t.path +
+                " is remote (hint: distill.select = \"domain\" with domain=URL)");
+    if (c.algorithm == Algorithm::kSft)
+      doc->Fail("rl.sft_source = \"teacher\" samples the teacher in-process; " + t.path + " is remote");
+  }
   const bool needs_teachers =
       c.algorithm == Algorithm::kDistill || (c.algorithm == Algorithm::kSft && c.sft_source == "teacher");
   if (needs_teachers && c.teachers.empty())
@@ -137,6 +151,10 @@ nlohmann::json PostTrainConfig::ToJson() const {
           {"teacher_select", teacher_select},
           {"distill_loss", DistillLossName(distill_loss)},
           {"reward_weight", reward_weight},
+          {"teacher_top_k", teacher_top_k},
+          {"teacher_timeout_s", remote.timeout_s},
+          {"teacher_concurrency", remote.concurrency},
+          {"api_key_env", api_key_env},
           {"sft_source", sft_source}};
 }
 

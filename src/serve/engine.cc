@@ -104,7 +104,9 @@ class EngineImpl : public Engine {
       if (t < 0 || t >= mcfg_.vocab_size)
         return Status::Error("engine: token id " + std::to_string(t) + " outside the vocabulary of " +
                              std::to_string(mcfg_.vocab_size));
-    if (n >= mcfg_.max_seq_len)
+    // Room for one generated token, unless the prompt is only scored.
+    const bool score_only = params.prompt_logprobs >= 0 && params.max_tokens == 0;
+    if (n > mcfg_.max_seq_len || (n == mcfg_.max_seq_len && !score_only))
       return Status::Error("engine: prompt too long: " + std::to_string(n) + " tokens, the model's context is " +
                            std::to_string(mcfg_.max_seq_len) + " (hint: at most " +
                            std::to_string(mcfg_.max_seq_len - 1) + " prompt tokens)");

@@ -3,7 +3,8 @@
 # a tiny model is pretrained on it, then `myriad rl` (GRPO), the SFT
 # baseline and `myriad distill` run on it. Checked: resume mid-run is bitwise
 # equal to an uninterrupted run, importance ratios are exactly 1 on the first
-# inner step, the metrics are in the JSONL log, data-parallel under mpirun,
+# inner step, the metrics are in the JSONL log, a remote teacher (`myriad
+# serve`) teaches as the same teacher in-process does, data-parallel under mpirun,
 # and bad input (a reward spec that does not parse, a teacher with another
 # vocabulary, a layout the engine cannot sample) is a clear error.
 source "$(dirname "$0")/lib.sh" "$@"
@@ -81,6 +82,38 @@ it = [r for r in it if r.get("iteration", 0) > 0]
 assert len(it) == 2 and all(r["kl"] > 0 for r in it) and "ratio_min_first_step" not in it[0], it
 PY
 
+# A remote teacher: `myriad serve` on the teacher's checkpoint scores the student's own tokens
+# (top-k logprobs over HTTP). Oracle: the same teacher in-process at the same top_k; the first
+# iteration (same student, same samples) must see the same divergence and loss, up to the rounding
+# of the serving engine's batched forward against the trainer's.
+SERVE_MODEL="--ckpt $WORK/straight"
+source "$(dirname "$0")/serve_lib.bash"
+start_server
+"$MYRIAD" distill -c "$CFG" "${RL[@]}" --set train.steps=2 --set distill.teachers="arithmetic=$URL" \
+  --set train.out_dir="$WORK/remote" 2>"$WORK/remote.log" \
+  && grep -q "teacher $URL: remote model 'tiny', top-5 logprobs" "$WORK/remote.log" \
+  && pass "distill from a remote teacher (myriad serve)" || fail "remote teacher: $(tail -3 "$WORK/remote.log")"
+"$MYRIAD" distill -c "$CFG" "${RL[@]}" --set train.steps=2 --set distill.teachers="arithmetic=$WORK/straight" \
+  --set distill.top_k=5 --set train.out_dir="$WORK/local5" -q 2>"$WORK/local5.log" \
+  || fail "in-process top-5 teacher: $(tail -3 "$WORK/local5.log")"
+python3 - "$WORK/remote/metrics.jsonl" "$WORK/local5/metrics.jsonl" <<'PY' \
+  && pass "remote teacher's first-iteration divergence and loss equal the in-process teacher's at top-5" \
+  || fail "remote vs in-process teacher"
+import json, sys
+def first(p):
+    return [json.loads(l) for l in open(p) if json.loads(l).get("iteration", 0) == 1][0]
+r, l = first(sys.argv[1]), first(sys.argv[2])
+print("remote kl %.6f loss %.6f, in-process kl %.6f loss %.6f" % (r["kl"], r["loss"], l["kl"], l["loss"]))
+assert r["kl"] > 0 and abs(r["kl"] - l["kl"]) <= 1e-3 * max(1e-3, l["kl"]) + 1e-6, (r["kl"], l["kl"])
+assert abs(r["loss"] - l["loss"]) <= 1e-3 * max(1e-3, abs(l["loss"])) + 1e-6, (r["loss"], l["loss"])
+PY
+stop_server || fail "teacher server exit: $(tail -3 "$WORK/serve.log")"
+expect_error "remote teacher not listening" "distill.teachers: http://127.0.0.1:9: remote teacher: GET .*connect.*myriad serve" \
+  "$MYRIAD" distill -c "$CFG" "${RL[@]}" --set distill.teachers="arithmetic=http://127.0.0.1:9" --set train.out_dir="$WORK/bad7"
+expect_error "remote teacher with measured selection" "distill.select = \"measured\" samples every teacher in-process" \
+  "$MYRIAD" distill -c "$CFG" "${RL[@]}" --set distill.teachers="arithmetic=http://127.0.0.1:9" \
+  --set distill.select=measured --set train.out_dir="$WORK/bad8"
+
 # Data-parallel: two ranks sample and train their halves.
 if mpirun --oversubscribe -np 2 "$MYRIAD" rl -c "$CFG" "${RL[@]}" --set train.steps=2 --set parallel.dp=2 \
      --set train.out_dir="$WORK/dp" -q >"$WORK/dp.log" 2>&1 && [ -f "$WORK/dp/step_00000002/model.safetensors" ]; then
@@ -96,6 +129,11 @@ expect_error "reward spec that does not parse" "bad.jsonl:2: reward.kind" \
   --set train.eval_every=0 --set train.out_dir="$WORK/other" -q 2>/dev/null
 expect_error "teacher with another vocabulary" "teacher's model has vocab_size 320, the student's 512" \
   "$MYRIAD" distill -c "$CFG" "${RL[@]}" --set distill.teachers="arithmetic=$WORK/other" --set train.out_dir="$WORK/bad2"
+SERVE_MODEL="--ckpt $WORK/other"
+start_server
+expect_error "remote teacher with another vocabulary" "remote teacher http://.*: its model has vocab_size 320, the student's 512" \
+  "$MYRIAD" distill -c "$CFG" "${RL[@]}" --set distill.teachers="arithmetic=$URL" --set train.out_dir="$WORK/bad9"
+stop_server || fail "second teacher server exit: $(tail -3 "$WORK/serve.log")"
 expect_error "distill without teachers" "distill.teachers: distillation needs at least one teacher" \
   "$MYRIAD" distill -c "$CFG" "${RL[@]}" --set train.out_dir="$WORK/bad3"
 expect_error "batch that does not divide" "must be a multiple of train.batch_size" \

@@ -276,7 +276,12 @@ void HttpServer::Impl::Dispatch(const std::shared_ptr<Connection>& s, HttpReques
 }
 
 void HttpServer::Impl::HandleModels(const HttpRequest& req, HttpResponse& res) {
-  json model = {{"id", cfg.model_name}, {"object", "model"}, {"created", started_unix}, {"owned_by", "myriad"}};
+  // vocab_size and vocab_fingerprint (extensions): what a client comparing
+  // token ids with this model (a distillation student) checks first.
+  json model = {{"id", cfg.model_name},          {"object", "model"},
+                {"created", started_unix},       {"owned_by", "myriad"},
+                {"vocab_size", vocab_size()},    {"tokenizer_size", tok->vocab_size()},
+                {"vocab_fingerprint", vocab_fingerprint}, {"context_length", cfg.context_tokens}};
   if (req.path == "/v1/models" || req.path == "/v1/models/") {
     res.set_content(json({{"object", "list"}, {"data", json::array({model})}}).dump(), kJson);
     return;
@@ -318,12 +323,13 @@ void HttpServer::Impl::HandleCompletion(const HttpRequest& req, HttpResponse& re
   std::vector<int32_t> ids;
   std::string echo_text;
   if (ep == Endpoint::kCompletion && cr.prompt_is_tokens) {
+    // Ids the model has (a sampled sequence may hold ids past the tokenizer's: its text is U+FFFD).
     for (int32_t t : cr.prompt_tokens)
-      if (t >= tok->vocab_size()) {
+      if (t >= vocab_size()) {
         err.status = 400;
         err.param = "prompt";
         err.message = "'prompt' token id " + std::to_string(t) + " is outside the vocabulary (size " +
-                      std::to_string(tok->vocab_size()) + ")";
+                      std::to_string(vocab_size()) + ")";
         SendError(res, err);
         return;
       }
@@ -348,7 +354,9 @@ void HttpServer::Impl::HandleCompletion(const HttpRequest& req, HttpResponse& re
   }
   const int64_t context = cfg.context_tokens > 0 ? cfg.context_tokens : INT32_MAX;
   const int64_t prompt_len = static_cast<int64_t>(ids.size());
-  if (prompt_len >= context) {
+  // A prompt only scored (echo + logprobs, max_tokens 0) may fill the context.
+  const bool score_only = ep == Endpoint::kCompletion && cr.echo && cr.logprobs >= 0 && cr.max_tokens == 0;
+  if (prompt_len > context || (prompt_len == context && !score_only)) {
     err.status = 400;
     err.param = ep == Endpoint::kChat ? "messages" : "prompt";
     err.code = "context_length_exceeded";
@@ -365,7 +373,7 @@ void HttpServer::Impl::HandleCompletion(const HttpRequest& req, HttpResponse& re
   int64_t room = context - prompt_len;
   const int64_t pool_tokens = engine->stats().kv_blocks_total * kBlockTokens;
   if (pool_tokens > 0) {
-    if (pool_tokens - prompt_len < 1) {
+    if (pool_tokens - prompt_len < (score_only ? 0 : 1)) {
       err.status = 400;
       err.param = ep == Endpoint::kChat ? "messages" : "prompt";
       err.message = "the prompt (" + std::to_string(prompt_len) + " tokens) leaves no room for a reply in this "

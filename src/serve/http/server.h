@@ -46,6 +46,7 @@ struct ServerConfig {
   size_t max_body_bytes = 1 << 20;        // larger bodies get 413
   std::string model_name = "myriad";      // the one model id served
   int64_t context_tokens = 0;             // prompt + output limit (the model's max_seq_len)
+  int64_t vocab_size = 0;                 // the model's logits, token ids below it (0: the tokenizer's size)
   int http_threads = 96;                  // completions executed at once (worker threads)
   double drain_timeout_s = 60;            // Shutdown waits this long, then cancels
   int sse_keepalive_ms = 1000;            // an SSE comment after this long without tokens

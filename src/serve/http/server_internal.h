@@ -130,6 +130,8 @@ struct HttpServer::Impl {
   ChatTemplate chat_template;
   ServerConfig cfg;
   TextConventions text;  // prompt framing and stop ids
+  std::string vocab_fingerprint;  // tok's, for /v1/models
+  int64_t vocab_size() const { return cfg.vocab_size > 0 ? cfg.vocab_size : tok->vocab_size(); }
   std::shared_ptr<Accounts> acct;
   int bound_port = 0;
   std::atomic<bool> draining{false};
@@ -151,7 +153,8 @@ struct HttpServer::Impl {
 
   Impl(Engine* e, const Tokenizer* t, ChatTemplate ct, PriceTable prices, ServerConfig c)
       : engine(e), tok(t), chat_template(std::move(ct)), cfg(std::move(c)),
-        text(TextConventions::For(*t, cfg.model_eos_ids)), acct(std::make_shared<Accounts>(std::move(prices))) {
+        text(TextConventions::For(*t, cfg.model_eos_ids)), vocab_fingerprint(t->VocabFingerprint()),
+        acct(std::make_shared<Accounts>(std::move(prices))) {
     std::random_device rd;
     id_salt = (static_cast<uint64_t>(rd()) << 32) ^ rd();
     started_unix = std::chrono::duration_cast<std::chrono::seconds>(
