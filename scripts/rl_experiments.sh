@@ -6,7 +6,8 @@
 # 3. arithmetic: GRPO vs SFT on the references, equal problems (configs/rl-arith.toml);
 # 4. teachers: GRPO on Python, GRPO on both domains (the "mixed" teacher);
 # 5. students from the pretrained model at equal compute: MOPD from the two
-#    domain teachers, SFT on those teachers' samples, MOPD from the mixed teacher;
+#    domain teachers, SFT on those teachers' samples, MOPD from the mixed teacher
+#    (600 and 1200 iterations at a constant rate, 1200 with a cosine decay);
 # 6. OUT/summary.json, a Markdown table on stdout, docs/img/rl-reward.png.
 # Each stage is skipped when its run directory already finished (rerun to continue).
 set -euo pipefail
@@ -24,6 +25,9 @@ run() {  # run NAME VERB ARGS...: one post-training run, logged to OUT/NAME.log
   "$M" "$verb" -c configs/rl-arith.toml --set train.init_from="$OUT/pre" --set train.out_dir="$OUT/$name" "$@" \
     2> >(tee "$OUT/$name.log" | grep -E "^eval|teacher for|error" >&2)
   echo "$((SECONDS - t0))" >"$OUT/$name/done"
+}
+continue_from() {  # continue_from SRC NAME: NAME starts from SRC's checkpoints (once)
+  if [ ! -d "$OUT/$2" ] && done_run "$1"; then cp -r "$OUT/$1" "$OUT/$2" && rm -f "$OUT/$2/done"; fi
 }
 if has pre && [ ! -f "$OUT/pre/done" ]; then
   "$M" tasks --domain arithmetic --count 20000 --difficulty 1 --seed 1 --text "$OUT/arithmetic.txt"
@@ -54,12 +58,31 @@ if has students; then
   run mopd distill "${STUDENT[@]}" --set distill.teachers="$TEACHERS"
   run sft-teacher rl "${STUDENT[@]}" --set rl.algorithm=sft --set rl.sft_source=teacher --set distill.teachers="$TEACHERS"
   run mopd-mixed distill "${STUDENT[@]}" --set distill.teachers="*=$OUT/rl-mixed"
-  # MOPD for twice as long (the learning rate is constant, so this is the
-  # 600-iteration run continued).
+  # All three for twice as long, equal compute again: the learning rate is
+  # constant, so each is its 600-iteration run continued (seeded from its
+  # checkpoints; resuming is bitwise equal to running straight through).
+  continue_from mopd mopd-1200
   run mopd-1200 distill "${STUDENT[@]}" --set train.steps=1200 --set distill.teachers="$TEACHERS"
+  continue_from sft-teacher sft-teacher-1200
+  run sft-teacher-1200 rl "${STUDENT[@]}" --set train.steps=1200 --set rl.algorithm=sft --set rl.sft_source=teacher \
+    --set distill.teachers="$TEACHERS"
+  continue_from mopd-mixed mopd-mixed-1200
+  run mopd-mixed-1200 distill "${STUDENT[@]}" --set train.steps=1200 --set distill.teachers="*=$OUT/rl-mixed"
+  # The same three over 1200 iterations with the learning rate decayed
+  # (cosine, 3e-4 -> 3e-5), from the pretrained model.
+  COS=("${STUDENT[@]}" --set train.steps=1200 --set train.min_lr=3e-5)
+  run mopd-cos distill "${COS[@]}" --set distill.teachers="$TEACHERS"
+  run sft-teacher-cos rl "${COS[@]}" --set rl.algorithm=sft --set rl.sft_source=teacher --set distill.teachers="$TEACHERS"
+  run mopd-mixed-cos distill "${COS[@]}" --set distill.teachers="*=$OUT/rl-mixed"
 fi
 python3 scripts/rl_report.py "$OUT"
 if command -v gnuplot >/dev/null && [ -f "$OUT/rl-arith/metrics.jsonl" ]; then
   mkdir -p docs/img
   gnuplot -e "dat='$OUT/reward.dat'; png='docs/img/rl-reward.png'" scripts/rl_plot.gp && echo "wrote docs/img/rl-reward.png"
+fi
+if command -v gnuplot >/dev/null && [ -f "$OUT/mopd.dat" ]; then
+  ta=$(grep -oP '^# teacher rl-arith final arithmetic pass@1: \K[0-9.]+' "$OUT/mopd.dat")
+  tp=$(grep -oP '^# teacher rl-python final python pass@1: \K[0-9.]+' "$OUT/mopd.dat")
+  gnuplot -e "dat='$OUT/mopd.dat'; png='docs/img/rl-mopd.png'; ta=$ta; tp=$tp" scripts/rl_mopd_plot.gp \
+    && echo "wrote docs/img/rl-mopd.png"
 fi

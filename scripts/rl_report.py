@@ -56,3 +56,20 @@ with open(os.path.join(out, "reward.dat"), "w") as f:
         for r in evals(recs):
             f.write(f"{r['iteration']} {r['eval']['all']['pass1']}\n")
         f.write("\n\n")
+
+# Held-out pass@1 per domain over iterations of the students (1200
+# iterations, cosine decay), and the teachers' final scores, for
+# scripts/rl_mopd_plot.gp: blocks arithmetic then python, one per student.
+students = [("mopd-cos", "MOPD, two domain teachers"), ("sft-teacher-cos", "SFT on the teachers' samples"),
+            ("mopd-mixed-cos", "MOPD, one mixed teacher")]
+teacher = {"arithmetic": "rl-arith", "python": "rl-python"}
+if all(records(s) for s, _ in students):
+    with open(os.path.join(out, "mopd.dat"), "w") as f:
+        for d in ("arithmetic", "python"):
+            ev = evals(records(teacher[d]))
+            f.write(f"# teacher {teacher[d]} final {d} pass@1: {ev[-1]['eval']['domains'][d]['pass1'] if ev else 0}\n")
+            for s, title in students:
+                f.write(f"# {s}: {title}: iteration {d}_pass1\n")
+                for r in evals(records(s)):
+                    f.write(f"{r['iteration']} {r['eval']['domains'][d]['pass1']}\n")
+                f.write("\n\n")

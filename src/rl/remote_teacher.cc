@@ -109,6 +109,8 @@ Result<std::vector<TokenLogprobs>> RemoteTeacher::ScoreOneImpl(const std::vector
   if (!ids.is_array() || !tops.is_array() || ids.size() != seq.size() || tops.size() != seq.size())
     return Status::Error(what + ": scored " + std::to_string(ids.size()) + " tokens of the " +
                          std::to_string(seq.size()) + " sent");
+  static const json kNone = json::array();
+  const json& tls = lp->contains("token_logprobs") ? lp->at("token_logprobs") : kNone;
   std::vector<TokenLogprobs> out(seq.size() - 1);
   for (size_t i = 1; i < seq.size(); ++i) {
     if (ids[i].get<int64_t>() != seq[i])
@@ -120,8 +122,7 @@ Result<std::vector<TokenLogprobs>> RemoteTeacher::ScoreOneImpl(const std::vector
                            " alternatives, asked for " + std::to_string(opt_.top_k));
     TokenLogprobs& e = out[i - 1];
     e.token = seq[i];
-    const json& tl = (*lp)["token_logprobs"][i];
-    e.logprob = tl.is_number() ? tl.get<float>() : 0.f;
+    e.logprob = tls.is_array() && i < tls.size() && tls[i].is_number() ? tls[i].get<float>() : 0.f;
     for (const json& pair : t) {
       const int64_t id = pair.at(0).get<int64_t>();
       if (id < 0 || id >= vocab_)
