@@ -15,6 +15,7 @@ plot dat index 0 using 1:2 with linespoints lw 2 pt 7 title "MOPD, two domain te
      ta with lines dt 2 lw 2 lc rgb "black" title "arithmetic teacher", \
      0.95 * ta with lines dt 3 lw 1 lc rgb "gray40" title "95% of it"
 set title "Students on Python (200 problems, 4 samples)"
+set key top left
 plot dat index 3 using 1:2 with linespoints lw 2 pt 7 title "MOPD, two domain teachers", \
      dat index 4 using 1:2 with linespoints lw 2 pt 5 title "SFT on the teachers' samples", \
      dat index 5 using 1:2 with linespoints lw 2 pt 9 title "MOPD, one mixed teacher", \
