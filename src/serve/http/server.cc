@@ -228,6 +228,7 @@ void HttpServer::Impl::Dispatch(const std::shared_ptr<Connection>& s, HttpReques
   const bool completion = path == "/v1/chat/completions" || path == "/v1/completions";
   if (completion && method == http::verb::post) {
     const Endpoint ep = path == "/v1/chat/completions" ? Endpoint::kChat : Endpoint::kCompletion;
+    req.peer_gone = [s] { return s->PeerGone(); };
     net::post(*workers, [this, s, req = std::move(req), ep, keep_alive]() mutable {
       HttpResponse res;
       try {
@@ -482,11 +483,14 @@ void HttpServer::Impl::HandleCompletion(const HttpRequest& req, HttpResponse& re
   if (!cr.stream) {
     std::string text = echo_text;
     std::vector<TokenLogprob> logprobs;
+    // Nothing is written until the end, so the client's connection is
+    // watched meanwhile: a client that went away cancels its request.
     while (true) {
-      auto step = gen->Next(std::chrono::milliseconds(1000));
+      auto step = gen->Next(std::chrono::milliseconds(100));
       text += step.text;
       for (auto& l : step.logprobs) logprobs.push_back(std::move(l));
       if (step.finished) break;
+      if (req.peer_gone && req.peer_gone()) gen->CancelIfRunning();
     }
     if (score_prompt) {
       // The prompt's tokens first, every one of them (the framing's control

@@ -62,6 +62,58 @@ TEST_F(ServerTest, ClientGoneMidStreamCancelsTheRequest) {
   ExpectStillServing();
 }
 
+// A non-streamed completion writes nothing until it ends; a client that
+// goes away meanwhile still cancels it (the worker peeks at the connection),
+// and a pipelined request behind a running one is not taken for a close.
+TEST_F(ServerTest, ClientGoneBeforeAWholeResponseCancelsTheRequest) {
+  StartServer({}, 16, 128, /*step=*/20ms);
+  int fd = Connect();
+  ASSERT_GE(fd, 0);
+  std::string body = Chat(400, false).dump();  // 8 s of tokens
+  std::string req = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                    "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+  for (int i = 0; i < 500 && engine_->stats().requests == 0; ++i) std::this_thread::sleep_for(2ms);
+  std::this_thread::sleep_for(100ms);
+  close(fd);
+  bool cancelled = false;
+  for (int i = 0; i < 300 && !cancelled; ++i) {
+    cancelled = !engine_->cancelled().empty();
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE(cancelled) << "the engine never got Cancel";
+  for (int i = 0; i < 500 && server_->counters().completions_cancelled == 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(server_->counters().completions_cancelled, 1);
+
+  // Two pipelined requests on one connection, the first a long one: the
+  // second's bytes wait in the socket, and the first still completes.
+  fd = Connect();
+  ASSERT_GE(fd, 0);
+  const std::string b1 = Chat(30, false).dump(), b2 = Chat(2, false).dump();
+  auto post = [](const std::string& b) {
+    return "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
+           std::to_string(b.size()) + "\r\n\r\n" + b;
+  };
+  const std::string both = post(b1) + post(b2);
+  ASSERT_EQ(send(fd, both.data(), both.size(), 0), static_cast<ssize_t>(both.size()));
+  const std::string done = "\"finish_reason\":\"length\"";
+  std::string got;
+  auto answers = [&] {
+    size_t n = 0;
+    for (size_t p = got.find(done); p != std::string::npos; p = got.find(done, p + 1)) ++n;
+    return n;
+  };
+  for (int i = 0; i < 20 && answers() < 2; ++i) {
+    std::string more;
+    if (!ReadUntil(fd, done, &more)) break;
+    got += more;
+  }
+  close(fd);
+  EXPECT_EQ(answers(), 2u) << got;
+  EXPECT_EQ(engine_->cancelled().size(), 1u) << "a pipelined request was taken for a closed connection";
+  ExpectStillServing();
+}
+
 TEST_F(ServerTest, SixtyFourConcurrentClients) {
   StartServer({}, /*max_running=*/16, /*max_queue=*/128, /*step=*/1ms);
   std::atomic<int> good{0};

@@ -60,6 +60,9 @@ struct Accounts {
 struct HttpRequest {
   http::request<http::string_body> msg;
   std::string path;  // the target without its query
+  // From a worker, while a completion runs: whether the client has closed or
+  // reset its connection (Connection::PeerGone). Null: never asked.
+  std::function<bool()> peer_gone;
 
   const std::string& body() const { return msg.body(); }
   std::string get_header_value(http::field f) const { return std::string(msg[f]); }
@@ -110,6 +113,12 @@ class Connection {
   // waits for each write.
   virtual void RespondFromWorker(HttpResponse& res, bool keep_alive) = 0;
   virtual void Close() = 0;  // on the strand
+  // From a worker while the strand does no I/O on this connection (a
+  // completion is being made): whether the client closed (FIN) or reset the
+  // connection. A non-blocking peek of one byte, nothing consumed, so a
+  // pipelined request's bytes stay for the next read. A client that
+  // half-closes its side to mark the end of a request counts as gone.
+  virtual bool PeerGone() = 0;
   virtual boost::asio::any_io_executor executor() = 0;
 };
 

@@ -2,6 +2,9 @@
 // its strand of the I/O thread under the idle, header and body deadlines;
 // pipelined requests answered in order; responses written whole, or as
 // chunks from a worker (server_internal.h's Connection).
+#include <sys/socket.h>
+
+#include <cerrno>
 #include <sstream>
 
 #include "core/log.h"
@@ -113,6 +116,12 @@ class Session : public Connection, public std::enable_shared_from_this<Session> 
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
     stream_.close();
+  }
+
+  bool PeerGone() override {
+    char c;
+    const ssize_t r = ::recv(stream_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
   }
 
   net::any_io_executor executor() override { return stream_.get_executor(); }
