@@ -110,6 +110,9 @@ PY
 stop_server || fail "teacher server exit: $(tail -3 "$WORK/serve.log")"
 expect_error "remote teacher not listening" "distill.teachers: http://127.0.0.1:9: remote teacher: GET .*connect.*myriad serve" \
   "$MYRIAD" distill -c "$CFG" "${RL[@]}" --set distill.teachers="arithmetic=http://127.0.0.1:9" --set train.out_dir="$WORK/bad7"
+expect_error "remote teacher's API key variable unset" "distill.api_key_env = MYRIAD_E2E_NO_KEY: that environment variable is not set" \
+  "$MYRIAD" distill -c "$CFG" "${RL[@]}" --set distill.teachers="arithmetic=http://127.0.0.1:9" \
+  --set distill.api_key_env=MYRIAD_E2E_NO_KEY --set train.out_dir="$WORK/bad10"
 expect_error "remote teacher with measured selection" "distill.select = \"measured\" samples every teacher in-process" \
   "$MYRIAD" distill -c "$CFG" "${RL[@]}" --set distill.teachers="arithmetic=http://127.0.0.1:9" \
   --set distill.select=measured --set train.out_dir="$WORK/bad8"

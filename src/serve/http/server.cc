@@ -175,7 +175,6 @@ class Generation {
   std::vector<TokenLogprob> prompt_lp_;
 };
 
-
 // Compares without an early exit, so the time taken does not reveal how
 // much of a guessed key was right.
 bool ConstantTimeEquals(const std::string& a, const std::string& b) {
@@ -277,8 +276,9 @@ void HttpServer::Impl::Dispatch(const std::shared_ptr<Connection>& s, HttpReques
 }
 
 void HttpServer::Impl::HandleModels(const HttpRequest& req, HttpResponse& res) {
-  // vocab_size and vocab_fingerprint (extensions): what a client comparing
-  // token ids with this model (a distillation student) checks first.
+  // Extensions: vocab_size (the model's ids), tokenizer_size,
+  // vocab_fingerprint and context_length, what a client comparing token ids
+  // with this model (a distillation student) checks first.
   json model = {{"id", cfg.model_name},          {"object", "model"},
                 {"created", started_unix},       {"owned_by", "myriad"},
                 {"vocab_size", vocab_size()},    {"tokenizer_size", tok->vocab_size()},
