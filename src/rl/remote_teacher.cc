@@ -64,10 +64,11 @@ Result<RemoteTeacher> RemoteTeacher::ConnectImpl(const std::string& url, const T
                          ", the student's " + std::to_string(vocab_size) +
                          " (hint: distillation compares next-token distributions id by id; teacher and student "
                          "must share one tokenizer and vocab_size)");
-  if (m["vocab_fingerprint"].get<std::string>() != student.VocabFingerprint())
+  const std::string theirs = m["vocab_fingerprint"].get<std::string>(), ours = student.VocabFingerprint();
+  if (theirs != ours)
     return Status::Error("remote teacher " + t.url_ + ": its tokenizer maps ids to other bytes than the "
-                         "student's (vocab_fingerprint " + m["vocab_fingerprint"].get<std::string>() + " vs " +
-                         student.VocabFingerprint() + "; hint: teacher and student must share one tokenizer)");
+                         "student's (vocab_fingerprint " + theirs + " vs " + ours +
+                         "; hint: teacher and student must share one tokenizer)");
   t.context_ = m.value("context_length", int64_t{0});
   t.vocab_ = vocab_size;
   return t;

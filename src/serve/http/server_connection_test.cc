@@ -34,6 +34,12 @@ bool ReadUntil(int fd, const std::string& needle, std::string* got) {
   return got->find(needle) != std::string::npos;
 }
 
+// A raw POST of a chat completion body.
+std::string RawChatPost(const std::string& body) {
+  return "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+         "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+}
+
 TEST_F(ServerTest, ClientGoneMidStreamCancelsTheRequest) {
   StartServer({}, 16, 128, /*step=*/20ms);
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -43,21 +49,12 @@ TEST_F(ServerTest, ClientGoneMidStreamCancelsTheRequest) {
   addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
   inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
   ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  std::string body = Chat(400, true).dump();
-  std::string req = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                    "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string req = RawChatPost(Chat(400, true).dump());
   ASSERT_EQ(send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
   std::string got;
   ASSERT_TRUE(ReadUntil(fd, "\"content\":\"H", &got)) << got;  // tokens are flowing
   close(fd);
-  bool cancelled = false;
-  for (int i = 0; i < 500 && !cancelled; ++i) {
-    cancelled = !engine_->cancelled().empty();
-    std::this_thread::sleep_for(10ms);
-  }
-  EXPECT_TRUE(cancelled) << "the engine never got Cancel";
-  for (int i = 0; i < 500 && server_->counters().completions_cancelled == 0; ++i) std::this_thread::sleep_for(10ms);
-  EXPECT_EQ(server_->counters().completions_cancelled, 1);
+  ExpectOneCancelled();
   EXPECT_EQ(engine_->stats().cancelled, 1);
   ExpectStillServing();
 }
@@ -69,32 +66,19 @@ TEST_F(ServerTest, ClientGoneBeforeAWholeResponseCancelsTheRequest) {
   StartServer({}, 16, 128, /*step=*/20ms);
   int fd = Connect();
   ASSERT_GE(fd, 0);
-  std::string body = Chat(400, false).dump();  // 8 s of tokens
-  std::string req = "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                    "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  const std::string req = RawChatPost(Chat(400, false).dump());  // 8 s of tokens
   ASSERT_EQ(send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
   for (int i = 0; i < 500 && engine_->stats().requests == 0; ++i) std::this_thread::sleep_for(2ms);
   std::this_thread::sleep_for(100ms);
   close(fd);
-  bool cancelled = false;
-  for (int i = 0; i < 300 && !cancelled; ++i) {
-    cancelled = !engine_->cancelled().empty();
-    std::this_thread::sleep_for(10ms);
-  }
-  EXPECT_TRUE(cancelled) << "the engine never got Cancel";
-  for (int i = 0; i < 500 && server_->counters().completions_cancelled == 0; ++i) std::this_thread::sleep_for(10ms);
-  EXPECT_EQ(server_->counters().completions_cancelled, 1);
+  ExpectOneCancelled();
 
   // Two pipelined requests on one connection, the first a long one: the
   // second's bytes wait in the socket, and the first still completes.
   fd = Connect();
   ASSERT_GE(fd, 0);
   const std::string b1 = Chat(30, false).dump(), b2 = Chat(2, false).dump();
-  auto post = [](const std::string& b) {
-    return "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " +
-           std::to_string(b.size()) + "\r\n\r\n" + b;
-  };
-  const std::string both = post(b1) + post(b2);
+  const std::string both = RawChatPost(b1) + RawChatPost(b2);
   ASSERT_EQ(send(fd, both.data(), both.size(), 0), static_cast<ssize_t>(both.size()));
   const std::string done = "\"finish_reason\":\"length\"";
   std::string got;

@@ -329,6 +329,19 @@ class ServerTest : public ::testing::Test {
     engine_.reset();
   }
   TestClient Client() { return TestClient(server_->port()); }
+  // The engine got Cancel for one request, and the server counted one
+  // completion cancelled (each waited for up to 5 s).
+  void ExpectOneCancelled() {
+    bool cancelled = false;
+    for (int i = 0; i < 500 && !cancelled; ++i) {
+      cancelled = !engine_->cancelled().empty();
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_TRUE(cancelled) << "the engine never got Cancel";
+    for (int i = 0; i < 500 && server_->counters().completions_cancelled == 0; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_EQ(server_->counters().completions_cancelled, 1);
+  }
   TestResult PostJson(const std::string& path, const std::string& body, Headers h = {}) {
     auto c = Client();
     return c.Post(path, h, body, "application/json");
