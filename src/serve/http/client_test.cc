@@ -69,6 +69,49 @@ TEST_F(ServerTest, ClientGetsAndPostsWithTheKey) {
   EXPECT_EQ(out->status, 400) << out->body;
 }
 
+TEST_F(ServerTest, StreamCallReadsAnSseAnswerAsItArrives) {
+  StartServer();
+  const std::string base = "http://127.0.0.1:" + std::to_string(server_->port());
+  const std::string body =
+      json({{"model", "tiny-test"}, {"prompt", "hello"}, {"max_tokens", 6}, {"stream", true}}).dump();
+  auto call = HttpStreamCall::Open(base + "/v1/completions", body, 10);
+  ASSERT_TRUE(call.ok()) << call.status().message();
+  EXPECT_EQ((*call)->status(), 200);
+  EXPECT_EQ((*call)->header("Content-Type"), "text/event-stream");
+  std::string all;
+  int pieces = 0;
+  while (true) {
+    auto more = (*call)->Read(&all, 10);
+    ASSERT_TRUE(more.ok()) << more.status().message();
+    if (!*more) break;
+    ++pieces;
+  }
+  // The events as the server wrote them: chunks of text, then [DONE]; the
+  // same text as the whole (non-streamed) answer.
+  std::string text;
+  for (size_t p = 0; (p = all.find("data: {", p)) != std::string::npos; ++p) {
+    const size_t end = all.find("\n\n", p);
+    text += json::parse(all.substr(p + 6, end - p - 6))["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_NE(all.find("data: [DONE]"), std::string::npos) << all;
+  EXPECT_GT(pieces, 1) << "the answer arrived in one piece: not read as it streamed";
+  auto whole = HttpCall(base + "/v1/completions", "POST",
+                        json({{"model", "tiny-test"}, {"prompt", "hello"}, {"max_tokens", 6}}).dump(), 10);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(text, json::parse(whole->body)["choices"][0]["text"].get<std::string>());
+  // An error status is read like any answer.
+  auto bad = HttpStreamCall::Open(base + "/v1/completions", "{", 10);
+  ASSERT_TRUE(bad.ok()) << bad.status().message();
+  EXPECT_EQ((*bad)->status(), 400);
+  std::string err;
+  while (true) {
+    auto more = (*bad)->Read(&err, 10);
+    ASSERT_TRUE(more.ok());
+    if (!*more) break;
+  }
+  EXPECT_NE(err.find("error"), std::string::npos) << err;
+}
+
 TEST(HttpClient, ClearErrorsWhenNothingAnswers) {
   // A port nobody listens on: connection refused, naming the URL.
   int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -97,6 +140,19 @@ TEST(HttpClient, ClearErrorsWhenNothingAnswers) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("read"), std::string::npos) << r.status().message();
   EXPECT_NE(r.status().message().find("after 0.3"), std::string::npos) << r.status().message();
+  // The streaming call: the same clear errors.
+  auto st = HttpStreamCall::Open(url, "{}", 5);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("connect"), std::string::npos) << st.status().message();
+  fd = socket(AF_INET, SOCK_STREAM, 0);
+  a.sin_port = 0;
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(listen(fd, 4), 0);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  st = HttpStreamCall::Open("http://127.0.0.1:" + std::to_string(ntohs(a.sin_port)) + "/", "{}", 0.3);
+  close(fd);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.status().message().find("after 0.3"), std::string::npos) << st.status().message();
 }
 
 }  // namespace

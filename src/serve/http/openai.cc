@@ -318,11 +318,13 @@ json CostJson(const RequestCost& c, const std::string& currency) {
 
 namespace {
 json Base(const ResponseMeta& m, const char* chat_object, const char* completion_object) {
-  return {{"id", m.id},
-          {"object", m.endpoint == Endpoint::kChat ? chat_object : completion_object},
-          {"created", m.created},
-          {"model", m.model},
-          {"system_fingerprint", nullptr}};
+  json j = {{"id", m.id},
+            {"object", m.endpoint == Endpoint::kChat ? chat_object : completion_object},
+            {"created", m.created},
+            {"model", m.model},
+            {"system_fingerprint", nullptr}};
+  if (!m.route.empty()) j["route"] = m.route;
+  return j;
 }
 json Reason(const std::string& r) { return r.empty() ? json(nullptr) : json(r); }
 }  // namespace

@@ -80,6 +80,9 @@ struct ResponseMeta {
   std::string id;  // chatcmpl-... / cmpl-...
   int64_t created = 0;
   std::string model;
+  // Extension (myriad serve --edge): where the request was answered, "edge",
+  // "collaborative" or "cloud"; a top-level "route" field when not empty.
+  std::string route;
 };
 
 // One generated token's log-probabilities, as text.

@@ -159,9 +159,16 @@ TEST(OpenAiJson, LogprobsShapes) {
   EXPECT_EQ(cmpl["top_logprobs"][0], json({{"He", -0.25}, {"A", -2.0}}));
   EXPECT_EQ(cmpl["top_logprobs"][1].size(), 2u);  // the chosen token joins the top ones
   // Into a response and a chunk; without, the field is null.
-  ResponseMeta m{Endpoint::kChat, "chatcmpl-1", 1, "m"};
+  ResponseMeta m{Endpoint::kChat, "chatcmpl-1", 1, "m", ""};
   EXPECT_EQ(ResponseJson(m, "Hé", "stop", Usage{}, nullptr, chat)["choices"][0]["logprobs"], chat);
   EXPECT_TRUE(ResponseJson(m, "Hé", "stop", Usage{}, nullptr)["choices"][0]["logprobs"].is_null());
+  // The route extension (myriad serve --edge): present only when named.
+  EXPECT_FALSE(ResponseJson(m, "x", "stop", Usage{}, nullptr).contains("route"));
+  ResponseMeta routed = m;
+  routed.route = "edge";
+  EXPECT_EQ(ResponseJson(routed, "x", "stop", Usage{}, nullptr)["route"], "edge");
+  EXPECT_EQ(ChunkJson(routed, "x", false, "")["route"], "edge");
+  EXPECT_EQ(UsageChunkJson(routed, Usage{}, nullptr)["route"], "edge");
   EXPECT_EQ(ChunkJson(m, "He", false, "", chat)["choices"][0]["logprobs"], chat);
 }
 

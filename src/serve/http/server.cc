@@ -261,7 +261,7 @@ void HttpServer::Impl::Dispatch(const std::shared_ptr<Connection>& s, HttpReques
         res.set_content(R"({"status":"ok"})", kJson);
       }
     } else if (path == "/metrics") {
-      res.set_content(PrometheusText(Snapshot()), "text/plain; version=0.0.4");
+      res.set_content(PrometheusText(Snapshot()) + (front ? front->MetricsText() : ""), "text/plain; version=0.0.4");
     } else {
       SendError(res, ErrorForStatus(404));
     }
@@ -318,6 +318,32 @@ void HttpServer::Impl::HandleCompletion(const HttpRequest& req, HttpResponse& re
     err.param = "model";
     SendError(res, err);
     return;
+  }
+
+  // An edge front answers here or elsewhere (myriad serve --edge).
+  LocalRoute local;
+  if (front) {
+    std::optional<FrontReply> reply = front->Handle(ep, cr, req.body(), req.peer_gone, &local);
+    if (reply) {
+      res.status = reply->status;
+      res.content_type = reply->content_type;
+      res.body = std::move(reply->body);
+      for (auto& h : reply->headers) res.set_header(h.first, h.second);
+      if (reply->stream) {
+        {
+          std::lock_guard<std::mutex> lock(acct->mu);
+          acct->active_http++;
+        }
+        res.on_written = [acct = acct] {
+          std::lock_guard<std::mutex> lock(acct->mu);
+          acct->active_http--;
+          acct->idle_cv.notify_all();
+        };
+        res.stream = [stream = std::move(reply->stream)](const ChunkWriter& write) { stream(write); };
+      }
+      return;
+    }
+    for (auto& h : local.headers) res.set_header(h.first, h.second);
   }
 
   // The prompt, framed as in `myriad generate` (TextConventions).
@@ -416,7 +442,7 @@ void HttpServer::Impl::HandleCompletion(const HttpRequest& req, HttpResponse& re
   const bool want_logprobs = cr.logprobs >= 0;
   ResponseMeta meta{ep, NewId(ep, n), std::chrono::duration_cast<std::chrono::seconds>(
                                           std::chrono::system_clock::now().time_since_epoch()).count(),
-                    cfg.model_name};
+                    cfg.model_name, local.route};
 
   // Count this response as active before submitting, so Shutdown waits for
   // it, until its last byte is written (or the write failed).
@@ -471,7 +497,9 @@ void HttpServer::Impl::HandleCompletion(const HttpRequest& req, HttpResponse& re
     std::lock_guard<std::mutex> lock(acct->mu);
     acct->running_ids.insert(gen->id);
   }
-  auto on_finished = [acct = acct, gen] {
+  auto on_finished = [acct = acct, gen, front = front, local] {
+    if (front && gen->finished() && gen->finish_reason() != "error" && gen->finish_reason() != "cancelled")
+      front->LocalDone(local, gen->usage());
     std::lock_guard<std::mutex> lock(acct->mu);
     acct->running_ids.erase(gen->id);
     if (gen->finish_reason() == "error") acct->counters.completions_failed++;
@@ -637,6 +665,8 @@ Status HttpServer::Start() {
 
 int HttpServer::port() const { return impl_->bound_port; }
 
+void HttpServer::SetFront(CompletionFront* front) { impl_->front = front; }
+
 std::string HttpServer::url() const {
   const std::string& h = impl_->cfg.host;
   return "http://" + (h.find(':') != std::string::npos ? "[" + h + "]" : h) + ":" + std::to_string(port());
@@ -701,7 +731,9 @@ ServerSnapshot HttpServer::Impl::Snapshot() {
   return snap;
 }
 
-std::string HttpServer::MetricsText() { return PrometheusText(impl_->Snapshot()); }
+std::string HttpServer::MetricsText() {
+  return PrometheusText(impl_->Snapshot()) + (impl_->front ? impl_->front->MetricsText() : "");
+}
 std::string HttpServer::Summary() { return SummaryText(impl_->Snapshot()); }
 
 }  // namespace myriad::serve

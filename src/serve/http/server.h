@@ -36,6 +36,7 @@
 #include "serve/billing.h"
 #include "serve/chat_template.h"
 #include "serve/engine.h"
+#include "serve/http/front.h"
 
 namespace myriad::serve {
 
@@ -78,6 +79,10 @@ class HttpServer {
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
+
+  // A front that may answer completions elsewhere (edge/edge_front.h);
+  // set before Start, not owned, must outlive the server.
+  void SetFront(CompletionFront* front);
 
   // Binds and starts serving on a background thread. Errors name host:port.
   Status Start();

@@ -28,6 +28,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "serve/http/front.h"
 #include "serve/http/openai.h"
 #include "serve/http/server.h"
 #include "serve/http/server_metrics.h"
@@ -148,6 +149,7 @@ struct HttpServer::Impl {
   int64_t started_unix = 0;
   std::atomic<uint64_t> request_counter{0};
   uint64_t id_salt = 0;
+  CompletionFront* front = nullptr;  // myriad serve --edge (not owned)
 
   // The network, in destruction order (last first): the I/O context
   // destroys handlers that hold sessions, whose destructors use `sessions`.
