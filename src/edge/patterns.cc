@@ -230,7 +230,12 @@ void DetectDigits(const DigitCand& d, std::vector<Cand>* out) {
   const std::string& D = d.digits;
   const size_t n = D.size();
   const bool has_x = D.back() == 'X';
-  const bool ctx_decoy = DecoyContext(t, d.s);
+  // The keyword scan is the costly part: only for a candidate that matched.
+  int ctx = -1;
+  auto ctx_decoy = [&] {
+    if (ctx < 0) ctx = DecoyContext(t, d.s) ? 1 : 0;
+    return ctx == 1;
+  };
   const bool plus = d.s > 0 && t[d.s - 1] == U'+';
   const bool paren_plus = plus && d.s > 1 && t[d.s - 2] == U'(' && d.j > d.i && d.c.gaps[d.i][0] == U')';
   auto add = [&](int64_t s, int64_t e, EntityType type, float conf, bool decoy = false) {
@@ -244,7 +249,7 @@ void DetectDigits(const DigitCand& d, std::vector<Cand>* out) {
     const int y = Num(D.substr(6, 4));
     const bool plausible = y >= 1900 && y <= 2099 && PlausibleYmd(y, Num(D.substr(10, 2)), Num(D.substr(12, 2))) &&
                            D[0] >= '1' && D[0] <= '8';
-    add(d.s, d.e, EntityType::kResidentId, plausible ? (ctx_decoy ? 0.6f : 0.99f) : 0.4f);
+    add(d.s, d.e, EntityType::kResidentId, plausible ? (ctx_decoy() ? 0.6f : 0.99f) : 0.4f);
   }
   if (has_x) return;
   if (LooksLikeTimestamp(D) && d.i == d.j) {
@@ -253,7 +258,7 @@ void DetectDigits(const DigitCand& d, std::vector<Cand>* out) {
   }
   if (n == 15 && d.i == d.j && D[0] >= '1' && D[0] <= '8' &&
       PlausibleYmd(1900 + Num(D.substr(6, 2)), Num(D.substr(8, 2)), Num(D.substr(10, 2)))) {
-    add(d.s, d.e, EntityType::kResidentId, ctx_decoy ? 0.3f : 0.7f);
+    add(d.s, d.e, EntityType::kResidentId, ctx_decoy() ? 0.3f : 0.7f);
   }
 
   // Mainland mobiles, with +86 / (+86) / 0086 or without.
@@ -264,7 +269,7 @@ void DetectDigits(const DigitCand& d, std::vector<Cand>* out) {
   } else if (!plus && D.substr(0, 4) == "0086" && d.sizes[0] == 4 && MobileBody(D.substr(4))) {
     add(d.s, d.e, EntityType::kPhone, 0.97f);
   } else if (!plus && MobileBody(D)) {
-    add(d.s, d.e, EntityType::kPhone, ctx_decoy ? 0.4f : 0.9f);
+    add(d.s, d.e, EntityType::kPhone, ctx_decoy() ? 0.4f : 0.9f);
   }
 
   // International numbers: +CC then 7-14 digits in groups.
@@ -287,7 +292,7 @@ void DetectDigits(const DigitCand& d, std::vector<Cand>* out) {
       int64_t s = d.s;
       if (s > 0 && t[s - 1] == U'(' && area_group && d.c.gaps[d.i][0] == U')') --s;
       float conf = area_group ? 0.85f : 0.6f;
-      if (ctx_decoy) conf = 0.3f;
+      if (ctx_decoy()) conf = 0.3f;
       add(s, ExtendExtension(t, d.e), EntityType::kPhone, conf);
     }
   }
@@ -306,7 +311,7 @@ void DetectDigits(const DigitCand& d, std::vector<Cand>* out) {
       const bool dashed = d.gaps_in({U"-", U".", U" ", U") ", U")", U")-", U" (", U"("});
       if (dashed && (paren || off || d.gaps_in({U"-", U"."}))) {
         const int64_t s = paren && !off ? area_s - 1 : d.s;
-        add(s, d.e, EntityType::kPhone, ctx_decoy ? 0.3f : (paren ? 0.8f : 0.7f));
+        add(s, d.e, EntityType::kPhone, ctx_decoy() ? 0.3f : (paren ? 0.8f : 0.7f));
       }
     }
   }
@@ -323,9 +328,9 @@ void DetectDigits(const DigitCand& d, std::vector<Cand>* out) {
     if (grouping) {
       const bool luhn = LuhnValid(D);
       if (D[0] == '6' && D[1] == '2' && n >= 16) {
-        add(d.s, d.e, EntityType::kBankCard, ctx_decoy ? (luhn ? 0.45f : 0.3f) : (luhn ? 0.95f : 0.8f));
+        add(d.s, d.e, EntityType::kBankCard, ctx_decoy() ? (luhn ? 0.45f : 0.3f) : (luhn ? 0.95f : 0.8f));
       } else if (luhn && OtherCardPrefix(D)) {
-        add(d.s, d.e, EntityType::kBankCard, ctx_decoy ? 0.3f : 0.85f);
+        add(d.s, d.e, EntityType::kBankCard, ctx_decoy() ? 0.3f : 0.85f);
       }
     }
   }
@@ -335,7 +340,7 @@ void DetectDigits(const DigitCand& d, std::vector<Cand>* out) {
     const int area = Num(D.substr(0, 3));
     if (area != 0 && area != 666 && area < 900 && D.substr(3, 2) != "00" && D.substr(5) != "0000") {
       const bool kw = WordBefore(t, d.s, {U"ssn", U"social security", U"社会安全"});
-      add(d.s, d.e, EntityType::kSsn, ctx_decoy ? 0.3f : (kw ? 0.95f : 0.85f));
+      add(d.s, d.e, EntityType::kSsn, ctx_decoy() ? 0.3f : (kw ? 0.95f : 0.85f));
     }
   }
 
@@ -392,7 +397,9 @@ void DetectEmails(const std::u32string& t, std::vector<Cand>* out) {
   }
 }
 
-void DetectUrls(const std::u32string& t, std::vector<Cand>* out) {
+// Full-width punctuation ends a URL: "，" after one is the sentence's comma.
+void DetectUrls(const Normalized& norm, std::u32string_view original, std::vector<Cand>* out) {
+  const std::u32string& t = norm.text;
   const int64_t n = static_cast<int64_t>(t.size());
   static const std::u32string_view kStarts[] = {U"https://", U"http://", U"www."};
   auto url_char = [](char32_t c) {
@@ -413,7 +420,7 @@ void DetectUrls(const std::u32string& t, std::vector<Cand>* out) {
     }
     if (!plen) continue;
     int64_t e = p + plen;
-    while (e < n && url_char(t[e])) ++e;
+    while (e < n && url_char(t[e]) && (IsAlnum(t[e]) || original[norm.origin[e]] < 0x80)) ++e;
     // Trailing sentence punctuation, and a closing bracket that opens nowhere inside.
     for (;;) {
       if (e <= p + static_cast<int64_t>(plen)) break;
@@ -454,24 +461,28 @@ int64_t ParseIpv4(const std::u32string& t, int64_t p) {
   return k;
 }
 
-void DetectIps(const std::u32string& t, std::vector<Cand>* out) {
+void DetectIps(const Normalized& norm, std::u32string_view original, std::vector<Cand>* out) {
+  const std::u32string& t = norm.text;
   const int64_t n = static_cast<int64_t>(t.size());
+  // Full-width '：' and '．' end an address (they are the sentence's).
+  auto ascii = [&](int64_t k) { return original[norm.origin[k]] < 0x80; };
+  auto v6_char = [&](int64_t k) { return IsHex(t[k]) || ((t[k] == U':' || t[k] == U'.') && ascii(k)); };
   for (int64_t p = 0; p < n; ++p) {
-    if (!IsDigit(t[p]) || (p > 0 && (IsAlnum(t[p - 1]) || t[p - 1] == U'.'))) continue;
+    if (!IsDigit(t[p]) || (p > 0 && (IsAlnum(t[p - 1]) || (t[p - 1] == U'.' && ascii(p - 1))))) continue;
     const int64_t e = ParseIpv4(t, p);
-    if (e < 0 || (e < n && (IsAlnum(t[e]) || (t[e] == U'.' && e + 1 < n && IsDigit(t[e + 1]))))) continue;
+    if (e < 0 || (e < n && (IsAlnum(t[e]) || (t[e] == U'.' && ascii(e) && e + 1 < n && IsDigit(t[e + 1])))))
+      continue;
     out->push_back(Cand{p, e, EntityType::kIp, 0.9f});
     p = e - 1;
   }
   // IPv6: hex groups of 1-4 separated by ':', at most one '::', eight groups
   // without it (an IPv4 tail counts as two).
-  auto v6_char = [](char32_t c) { return IsHex(c) || c == U':' || c == U'.'; };
   for (int64_t p = 0; p < n; ++p) {
     if (!(IsHex(t[p]) || (t[p] == U':' && p + 1 < n && t[p + 1] == U':'))) continue;
-    if (p > 0 && (IsAlnum(t[p - 1]) || t[p - 1] == U'.' || (t[p - 1] == U':' && p > 1 && (IsHex(t[p - 2]) || t[p - 2] == U':'))))
+    if (p > 0 && (IsAlnum(t[p - 1]) || (v6_char(p - 1) && (t[p - 1] == U'.' || (p > 1 && v6_char(p - 2))))))
       continue;
     int64_t e = p;
-    while (e < n && v6_char(t[e])) ++e;
+    while (e < n && v6_char(e)) ++e;
     while (e > p && t[e - 1] == U'.') --e;
     if (e < n && IsAlnum(t[e])) continue;
     const std::string s = Ascii(t.substr(p, e - p));
@@ -558,6 +569,7 @@ void DetectTokens(const std::u32string& t, std::vector<Cand>* out) {
     const int64_t s = p;
     while (p < n && IsAlnum(t[p])) ++p;
     const int64_t e = p;
+    if (e - s < 7 || e - s > 18) continue;  // no credit code or passport is shorter or longer
     const std::string tok = Ascii(t.substr(s, e - s));
     const bool ctx_decoy = DecoyContext(t, s);
     // Unified social credit code: 18 characters, department and type, a
@@ -634,8 +646,8 @@ std::vector<Span> DetectPatterns(std::u32string_view original) {
   std::vector<Cand> cands;
   DetectDigitChunks(t, &cands);
   DetectEmails(t, &cands);
-  DetectUrls(t, &cands);
-  DetectIps(t, &cands);
+  DetectUrls(norm, original, &cands);
+  DetectIps(norm, original, &cands);
   DetectPlates(t, &cands);
   DetectTokens(t, &cands);
   // Resolve with decoys marked by a confidence of 2 (they win ties), then

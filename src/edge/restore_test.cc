@@ -3,6 +3,8 @@
 // every one- and two-cut split of several texts.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "edge/redact.h"
 
 namespace myriad::edge {
@@ -117,6 +119,29 @@ TEST(StreamRestorer, EqualsRestoreForEveryOneAndTwoCut) {
     std::vector<size_t> every;
     for (size_t k = 1; k < s.size(); ++k) every.push_back(k);
     EXPECT_EQ(StreamAll(v, s, every, &unresolved), whole.text);
+  }
+}
+
+// Random texts over the characters that matter (brackets of every kind,
+// name letters, digits, separators, full-width forms, stray bytes) cut at
+// random: the stream still equals Restore.
+TEST(StreamRestorer, EqualsRestoreOnRandomTexts) {
+  const Vault v = TestVault();
+  const char* pieces[] = {"⟦", "⟧", "[", "]", "[[", "]]", "【", "】", "〚", "〛", "［", "］", "〖", "〗", "PERSON", "person",
+                          "PHONE", "BANK", "CARD", "ID", "CN", "_", "-", " ", "1", "2", "9", "１", "ＰＥＲＳＯＮ", "＿",
+                          "\u200B", "x", "中", "\xE2", "\x9F", "\xFF", ":", "unresolved"};
+  std::mt19937 rng(7);
+  for (int round = 0; round < 3000; ++round) {
+    std::string s;
+    const int n = 1 + static_cast<int>(rng() % 30);
+    for (int k = 0; k < n; ++k) s += pieces[rng() % std::size(pieces)];
+    const Restored whole = Restore(s, v);
+    std::vector<size_t> cuts;
+    for (size_t k = 1; k < s.size(); ++k)
+      if (rng() % 3 == 0) cuts.push_back(k);
+    std::vector<std::string> unresolved;
+    ASSERT_EQ(StreamAll(v, s, cuts, &unresolved), whole.text) << s;
+    ASSERT_EQ(unresolved, whole.unresolved) << s;
   }
 }
 
