@@ -3,6 +3,7 @@
 // originals back. Exit 3 when an answer names a placeholder the vault lacks.
 #include <CLI/CLI.hpp>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -120,15 +121,15 @@ int RunRedact(int argc, char** argv) {
       continue;
     }
     const std::u32string cps = edge::DecodeUtf8(d.text);
-    nlohmann::json spans = nlohmann::json::array();
+    nlohmann::ordered_json spans = nlohmann::ordered_json::array();
     for (const edge::Span& s : r.spans)
       spans.push_back({{"start", s.start},
                        {"end", s.end},
                        {"type", edge::EntityTypeName(s.type)},
-                       {"confidence", s.confidence},
+                       {"confidence", std::round(s.confidence * 1000.0) / 1000.0},
                        {"text", edge::EncodeUtf8(std::u32string_view(cps).substr(s.start, s.end - s.start))}});
-    const nlohmann::json out = {{"doc", d.name}, {"spans", std::move(spans)}, {"redacted", r.text}};
-    std::puts(out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    const nlohmann::ordered_json out = {{"doc", d.name}, {"spans", std::move(spans)}, {"redacted", r.text}};
+    std::puts(out.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
   }
   std::fflush(stdout);
   if (!vault_path.empty()) {

@@ -39,8 +39,9 @@ struct Cand {
 
 // Ambiguous numbers right after these are order/invoice/tracking numbers.
 const std::u32string_view kDecoyWords[] = {U"订单", U"单号", U"发票", U"流水", U"编号", U"运单", U"快递",
-                                           U"序列号", U"批次", U"order", U"invoice", U"ref", U"tracking",
-                                           U"serial", U"transaction", U"txn"};
+                                           U"序列号", U"序号", U"批次", U"工单", U"交易号", U"凭证", U"合同号",
+                                           U"order", U"invoice", U"ref", U"tracking", U"serial", U"sn",
+                                           U"transaction", U"txn", U"receipt", U"sku"};
 // ... unless one of these is nearer.
 const std::u32string_view kPiiWords[] = {U"电话", U"手机", U"联系", U"致电", U"拨打", U"卡号", U"银行卡",
                                          U"身份证", U"证件", U"护照", U"tel", U"phone", U"mobile",
@@ -58,8 +59,11 @@ int64_t NearestWordEnd(const std::u32string& t, int64_t s, const std::u32string_
     for (int64_t a = lo; a + len <= s; ++a) {
       bool same = true;
       for (int64_t k = 0; k < len && same; ++k) same = Lower(t[a + k]) == word[k];
-      // An ASCII keyword must not be the tail of a longer word ("preference").
+      // An ASCII keyword is a word of its own, not the tail of a longer one
+      // ("preference"); a short one not a head either ("snow").
       if (same && IsLetter(word[0]) && a > 0 && IsLetter(t[a - 1])) same = false;
+      if (same && IsLetter(word[0]) && len <= 3 && a + len < static_cast<int64_t>(t.size()) && IsLetter(t[a + len]))
+        same = false;
       if (same) best = std::max(best, a + len);
     }
   }

@@ -75,6 +75,9 @@ TEST(Patterns, MobileDecoys) {
   EXPECT_TRUE(Kept("SF13800138000").empty());       // a tracking number's tail
   EXPECT_TRUE(Kept("订单号：13800138000").empty());  // order keyword lowers confidence
   EXPECT_EQ(Kept("订单号 123，电话 13800138000"), One("13800138000", kPhone));  // nearer phone keyword
+  EXPECT_TRUE(Kept("SN: 13800138000").empty());
+  EXPECT_EQ(Kept("snow 13800138000"), One("13800138000", kPhone));   // "sn" only as a word
+  EXPECT_EQ(Kept("preference 13800138000"), One("13800138000", kPhone));  // not "ref"
 }
 
 TEST(Patterns, Landlines) {

@@ -75,6 +75,8 @@ struct RedactorOptions {
   float min_confidence = 0.5f;  // spans below this are left in the text
 };
 
+// Detect and Redact are const and keep no state: one Redactor may serve
+// every thread at once when its tagger may. A Vault is not thread-safe.
 class Redactor {
  public:
   // `tagger` may be null (patterns only); not owned.
