@@ -63,7 +63,11 @@ class Vault {
     std::string original;
     std::string key;  // normalised value
   };
-  std::vector<Entry> entries_;
+  void Add(Entry e);
+  std::vector<Entry> entries_;                                // in order of first appearance
+  std::map<std::pair<int, std::string>, size_t> by_key_;     // (type, key) -> entry
+  std::map<std::pair<int, int>, size_t> by_index_;           // (type, index) -> entry
+  std::map<int, int> next_index_;                            // type -> the next free index
 };
 
 struct Redaction {

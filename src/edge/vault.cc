@@ -70,22 +70,28 @@ std::string EntityKey(EntityType type, std::string_view value) {
   return EncodeUtf8(k);
 }
 
+void Vault::Add(Entry e) {
+  const int type = static_cast<int>(e.type);
+  by_key_.emplace(std::make_pair(type, e.key), entries_.size());  // a second form of a loaded key keeps the first
+  by_index_.emplace(std::make_pair(type, e.index), entries_.size());
+  int& next = next_index_[type];
+  next = std::max(next, e.index + 1);
+  entries_.push_back(std::move(e));
+}
+
 std::string Vault::Placeholder(EntityType type, std::string_view value) {
   std::string key = EntityKey(type, value);
-  int next = 1;
-  for (const Entry& e : entries_) {
-    if (e.type != type) continue;
-    if (e.key == key) return PlaceholderText(type, e.index);
-    next = std::max(next, e.index + 1);
-  }
-  entries_.push_back(Entry{type, next, std::string(value), std::move(key)});
-  return PlaceholderText(type, next);
+  const auto it = by_key_.find({static_cast<int>(type), key});
+  if (it != by_key_.end()) return PlaceholderText(type, entries_[it->second].index);
+  const auto next = next_index_.find(static_cast<int>(type));
+  const int index = next == next_index_.end() ? 1 : next->second;
+  Add(Entry{type, index, std::string(value), std::move(key)});
+  return PlaceholderText(type, index);
 }
 
 const std::string* Vault::Original(EntityType type, int index) const {
-  for (const Entry& e : entries_)
-    if (e.type == type && e.index == index) return &e.original;
-  return nullptr;
+  const auto it = by_index_.find({static_cast<int>(type), index});
+  return it == by_index_.end() ? nullptr : &entries_[it->second].original;
 }
 
 int64_t Vault::size() const { return static_cast<int64_t>(entries_.size()); }
@@ -127,7 +133,7 @@ Result<Vault> Vault::FromJson(std::string_view json) {
     if (v.Original(*type, static_cast<int>(index)))
       return Status::Error(where + ": " + EntityTypeName(*type) + "_" + std::to_string(index) + " appears twice");
     const std::string original = e["original"].get<std::string>();
-    v.entries_.push_back(Entry{*type, static_cast<int>(index), original, EntityKey(*type, original)});
+    v.Add(Entry{*type, static_cast<int>(index), original, EntityKey(*type, original)});
   }
   return v;
 }

@@ -68,6 +68,18 @@ TEST(Vault, JsonRoundTrip) {
   EXPECT_EQ(back->Placeholder(EntityType::kPerson, "李四"), "⟦PERSON_3⟧");
 }
 
+TEST(Vault, LoadedIndicesContinue) {
+  Result<Vault> v = Vault::FromJson(
+      R"({"format": "myriad-vault-1", "entries": [{"type": "PHONE", "index": 3, "original": "13800138000"},
+          {"type": "person", "index": 1, "original": "张三"}]})");
+  ASSERT_TRUE(v.ok()) << v.status().message();
+  EXPECT_EQ(v->Placeholder(EntityType::kPhone, "13900139000"), "⟦PHONE_4⟧");
+  EXPECT_EQ(v->Placeholder(EntityType::kPhone, "+86 138 0013 8000"), "⟦PHONE_3⟧");
+  EXPECT_EQ(v->Placeholder(EntityType::kEmail, "a@b.com"), "⟦EMAIL_1⟧");
+  EXPECT_EQ(v->Placeholder(EntityType::kPerson, "张三"), "⟦PERSON_1⟧");
+  EXPECT_EQ(v->Original(EntityType::kPhone, 1), nullptr);
+}
+
 TEST(Vault, MalformedRefusedWithOneLine) {
   const char* bad[] = {
       "", "{", "[]", "{\"entries\": 3}", "{\"format\": \"other\", \"entries\": []}",
