@@ -288,8 +288,8 @@ void DetectDigits(const DigitCand& d, std::vector<Cand>* out) {
   }
 
   // Mainland landlines: 0 + area code (010, 02x: 3 digits; others 4), 7-8 digits.
-  if (!plus && n >= 10 && D[0] == '0' && D[1] != '0') {
-    const size_t area = (D[1] == '1' || D[1] == '2') ? 3 : 4;
+  if (!plus && n >= 10 && D[0] == '0' && D[1] != '0' && (D[1] != '1' || D[2] == '0')) {
+    const size_t area = (D[1] == '1' || D[1] == '2') ? 3 : 4;  // 010 and 02x; the rest 0[3-9]xx
     const size_t sub = n - area;
     const bool area_group = d.j > d.i && d.sizes[0] == area;
     if (sub >= 7 && sub <= 8 && (area_group || d.i == d.j)) {
@@ -353,8 +353,38 @@ void DetectDigits(const DigitCand& d, std::vector<Cand>* out) {
   if (n == 18 && out->size() == before && !CreditCodeCheckValid(D)) add(d.s, d.e, EntityType::kResidentId, 0, true);
 }
 
+// An amount: a currency sign or code just before the chunk, or a currency
+// word just after it ("¥138001380.00", "13800138000 元").
+bool AmountContext(const std::u32string& t, int64_t s, int64_t e) {
+  int64_t b = s;
+  while (b > 0 && t[b - 1] == U' ') --b;
+  if (b > 0) {
+    const char32_t c = t[b - 1];
+    if (c == U'$' || c == U'\u00A5' || c == U'\uFFE5' || c == U'\u20AC' || c == U'\u00A3') return true;
+    for (std::u32string_view code : {U"rmb", U"cny", U"usd", U"eur", U"hkd"}) {
+      const int64_t len = static_cast<int64_t>(code.size());
+      if (b < len) continue;
+      bool same = true;
+      for (int64_t k = 0; k < len && same; ++k) same = Lower(t[b - len + k]) == code[k];
+      if (same) return true;
+    }
+  }
+  int64_t a = e;
+  while (a < static_cast<int64_t>(t.size()) && t[a] == U' ') ++a;
+  if (a < static_cast<int64_t>(t.size())) {
+    const char32_t c = t[a];
+    if (c == U'元' || c == U'块' || c == U'万' || c == U'亿' || c == U'%') return true;
+  }
+  return false;
+}
+
 void DetectDigitChunks(const std::u32string& t, std::vector<Cand>* out) {
   for (const Chunk& c : FindChunks(t)) {
+    const int64_t cs = c.runs.front().s, ce = c.runs.back().e;
+    if (AmountContext(t, cs, ce)) {
+      out->push_back(Cand{cs, ce, EntityType::kBankCard, 0, /*decoy=*/true});
+      continue;
+    }
     for (size_t i = 0; i < c.runs.size(); ++i) {
       if (c.runs[i].attached_left) continue;
       std::string digits;
@@ -366,6 +396,8 @@ void DetectDigitChunks(const std::u32string& t, std::vector<Cand>* out) {
         sizes.push_back(static_cast<size_t>(r.e - r.s));
         if (digits.size() > 24) break;
         if (r.attached_right) break;
+        // "138001380.00": a decimal fraction, not a group of a number.
+        if (j > i && c.gaps[j - 1] == U"." && sizes.back() <= 2) continue;
         DigitCand d{t, c, i, j, digits, sizes, c.runs[i].s, r.e, i == 0 && j + 1 == c.runs.size()};
         DetectDigits(d, out);
       }

@@ -87,6 +87,7 @@ TEST(Patterns, Landlines) {
   EXPECT_EQ(Kept("座机 021-66668888-123。"), One("021-66668888-123", kPhone));
   EXPECT_EQ(Kept("座机 010-12345678 转 808。"), One("010-12345678 转 808", kPhone));
   EXPECT_EQ(Kept("tel 010-12345678 ext. 12."), One("010-12345678 ext. 12", kPhone));
+  EXPECT_TRUE(Kept("digits 0123456789 and 012-3456789").empty());  // no 01x area code but 010
 }
 
 TEST(Patterns, International) {
@@ -115,6 +116,10 @@ TEST(Patterns, TimestampsAndAmountsAreDecoys) {
   EXPECT_TRUE(Kept("时间 2023-11-05 14:30:15 到").empty());
   EXPECT_TRUE(Kept("金额 ¥13,800.00 元，合计 138001.38").empty());
   EXPECT_TRUE(Kept("流水号 2023110514301512").empty());
+  EXPECT_TRUE(Kept("合计 138001380.00，").empty());               // a decimal fraction
+  EXPECT_TRUE(Kept("付款 ¥13800138000 和 $ 6222021234567890128").empty());  // currency before
+  EXPECT_TRUE(Kept("付款 13800138000 元，USD 4111111111111111").empty());   // currency after / code
+  EXPECT_EQ(Kept("付款 ¥100，电话 13800138000"), One("13800138000", kPhone));
   EXPECT_TRUE(Kept("invoice INV-2023-0001 ref 20231105-0042").empty());
 }
 
