@@ -221,7 +221,6 @@ struct DigitCand {
   std::vector<size_t> sizes;     // digits per run
   int64_t s, e;                  // span on the normalised text
   bool whole;                    // the candidate is the whole chunk
-  bool gap_is(size_t k, std::u32string_view g) const { return c.gaps[k] == g; }
   bool gaps_in(std::initializer_list<std::u32string_view> allowed) const {
     for (size_t k = i; k < j; ++k)
       if (std::find(allowed.begin(), allowed.end(), std::u32string_view(c.gaps[k])) == allowed.end()) return false;
@@ -270,7 +269,7 @@ void DetectDigits(const DigitCand& d, std::vector<Cand>* out) {
     add(d.s - 2, d.e, EntityType::kPhone, 0.97f);
   } else if (plus && D.substr(0, 2) == "86" && MobileBody(D.substr(2))) {
     add(d.s - 1, d.e, EntityType::kPhone, 0.97f);
-  } else if (!plus && D.substr(0, 4) == "0086" && d.sizes[0] == 4 && MobileBody(D.substr(4))) {
+  } else if (!plus && D.substr(0, 4) == "0086" && (d.sizes[0] == 4 || d.i == d.j) && MobileBody(D.substr(4))) {
     add(d.s, d.e, EntityType::kPhone, 0.97f);
   } else if (!plus && MobileBody(D)) {
     add(d.s, d.e, EntityType::kPhone, ctx_decoy() ? 0.4f : 0.9f);

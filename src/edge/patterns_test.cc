@@ -57,7 +57,7 @@ TEST(Patterns, ResidentIdDecoys) {
 
 TEST(Patterns, Mobiles) {
   for (const char* form : {"13800138000", "138 0013 8000", "138-0013-8000", "138.0013.8000", "+86 138-0013-8000",
-                           "+86 13800138000", "+8613800138000", "(+86) 138 0013 8000", "0086 13800138000"}) {
+                           "+86 13800138000", "+8613800138000", "(+86) 138 0013 8000", "(+86)13800138000", "0086 13800138000", "008613800138000"}) {
     EXPECT_EQ(Kept(std::string("电话：") + form + "。"), One(form, kPhone)) << form;
   }
   // Full-width digits and zero-width splits: the span covers the original characters.
