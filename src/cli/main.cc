@@ -32,6 +32,7 @@ const Verb kVerbs[] = {
     {"tune", myriad::lab::RunTuneCli, "kernel lab: verify, time and tune kernels into a tuned table"},
     {"plan", myriad::cli::RunPlan, "cost model and parallel planner: layout, step time, MFU, time to train"},
     {"simulate", myriad::cli::RunSimulate, "failure simulator: ETTR, checkpoint interval, recovery"},
+    {"redact", myriad::cli::RunRedact, "desensitise text into typed placeholders (session vault); --restore puts them back"},
 };
 
 void Usage(FILE* f) {
@@ -60,7 +61,7 @@ int main(int argc, char** argv) {
     }
     return v.run(argc - 1, argv + 1);
   }
-  std::fprintf(stderr, "myriad: unknown verb '%s' (hint: one of prepare, train, launch, preflight, eval, generate, doctor, inspect, import, export, serve, rl, distill, tasks, tune, plan, simulate)\n",
+  std::fprintf(stderr, "myriad: unknown verb '%s' (hint: one of prepare, train, launch, preflight, eval, generate, doctor, inspect, import, export, serve, rl, distill, tasks, tune, plan, simulate, redact)\n",
                argv[1]);
   return 2;
 }
