@@ -16,9 +16,11 @@
 #include "cli/verbs.h"
 #include "core/log.h"
 #include "data/tokenizer.h"
+#include "edge/edge_front.h"
 #include "serve/billing.h"
 #include "serve/chat_template.h"
 #include "serve/engine.h"
+#include "serve/http/client.h"
 #include "serve/http/server.h"
 #include "serve/kv_pool.h"
 #include "serve/kvcache/disk_tier.h"
@@ -116,7 +118,32 @@ int RunServe(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "always"}));
   app.add_option("--kv-redis-ttl", kv_redis_ttl, "T3: seconds a block lives in Redis (0: no expiry)")
       ->check(CLI::NonNegativeNumber);
+  // Edge and cloud (docs/edge.md): this server answers on the device or
+  // forwards to the cloud, as the router or the request says.
+  bool edge = false;
+  std::string cloud_url, cloud_model, cloud_key_env = "MYRIAD_CLOUD_API_KEY", cloud_prices_path;
+  double cloud_connect_timeout = 3;
+  app.add_flag("--edge", edge, "answer on this device or forward to --cloud, per request (docs/edge.md)");
+  app.add_option("--cloud", cloud_url, "the cloud's OpenAI-compatible endpoint, e.g. http://10.0.0.2:8000 (with --edge)");
+  app.add_option("--cloud-model", cloud_model, "the model id to ask the cloud for (default: its /v1/models' first)");
+  app.add_option("--cloud-api-key-env", cloud_key_env, "environment variable holding the cloud's API key");
+  app.add_option("--cloud-prices", cloud_prices_path,
+                 "TOML [prices] of the cloud, for the cost saved (default: this server's prices)");
+  app.add_option("--cloud-connect-timeout-s", cloud_connect_timeout,
+                 "seconds to reach the cloud before the edge answers instead")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
+  if (!cloud_url.empty() && !edge) {
+    std::fprintf(stderr, "myriad serve: --cloud needs --edge (hint: myriad serve --edge --cloud %s ...)\n",
+                 cloud_url.c_str());
+    return 2;
+  }
+  if (!cloud_url.empty()) {
+    while (!cloud_url.empty() && cloud_url.back() == '/') cloud_url.pop_back();
+    if (auto u = serve::ParseHttpUrl(cloud_url); !u.ok()) {
+      std::fprintf(stderr, "myriad serve: --cloud: %s\n", u.status().message().c_str());
+      return 2;
+    }
+  }
   ParseDraftMode(speculative, &ecfg.speculative);
   if (!ParseWeightFormat(weights, &ecfg.weights)) {
     std::fprintf(stderr, "myriad serve: --weights %s is not known (hint: fp32, fp16 or int8)\n", weights.c_str());
@@ -142,6 +169,15 @@ int RunServe(int argc, char** argv) {
   if (price_miss) prices.input_cache_miss = *price_miss;
   if (price_hit) prices.input_cache_hit = *price_hit;
   if (price_out) prices.output = *price_out;
+  serve::PriceTable cloud_prices = prices;
+  if (!cloud_prices_path.empty()) {
+    auto p = prices.OverriddenFromToml(cloud_prices_path);
+    if (!p.ok()) {
+      std::fprintf(stderr, "myriad serve: --cloud-prices: %s\n", p.status().message().c_str());
+      return 2;
+    }
+    cloud_prices = *p;
+  }
 
   // SIGINT/SIGTERM are taken by sigwait below: block them before any thread
   // (engine, OpenMP, HTTP) starts, so every thread inherits the mask.
@@ -238,6 +274,21 @@ int RunServe(int argc, char** argv) {
     return 1;
   }
   serve::HttpServer server(engine->get(), &*tok, std::move(*tmpl), prices, scfg);
+  std::unique_ptr<edge::Redactor> redactor;
+  std::unique_ptr<edge::EdgeFront> front;
+  if (edge) {
+    edge::EdgeFrontConfig fc;
+    fc.cloud_url = cloud_url;
+    fc.cloud_model = cloud_model;
+    if (const char* k = std::getenv(cloud_key_env.c_str())) fc.cloud_api_key = k;
+    fc.connect_timeout_s = cloud_connect_timeout;
+    fc.cloud_prices = cloud_prices;
+    redactor = std::make_unique<edge::Redactor>(nullptr);
+    front = std::make_unique<edge::EdgeFront>(fc, redactor.get(), nullptr);
+    server.SetFront(front.get());
+    LOG_INFO("serve: edge front: cloud %s, router %s", cloud_url.empty() ? "none (every request on the edge)"
+                                                                        : cloud_url.c_str(), "none (auto = edge)");
+  }
   if (Status st = server.Start(); !st.ok()) {
     std::fprintf(stderr, "myriad serve: %s\n", st.message().c_str());
     (*engine)->Shutdown();
