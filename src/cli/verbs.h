@@ -17,4 +17,5 @@ int RunImport(int argc, char** argv);
 int RunRl(int argc, char** argv);
 int RunDistill(int argc, char** argv);
 int RunTasks(int argc, char** argv);
+int RunRoute(int argc, char** argv);
 }  // namespace myriad::cli
