@@ -169,6 +169,17 @@ Status AddSplit(const PromptSetOptions& opt, bool held_out, int count, const std
   int n_chat = std::max(0, count - n_arith - n_py - n_biz);
   const rl::Split rs = held_out ? rl::Split::kHeldOut : rl::Split::kTrain;
   const uint64_t seed = opt.seed * 1000003ULL + (held_out ? 7 : 0);
+  // Python first: the generator has few distinct problems, so its
+  // shortfall goes to arithmetic.
+  if (n_py > 0) {
+    ASSIGN_OR_RETURN(std::vector<rl::Task> tasks, rl::GenerateTasks("python", n_py, 1, seed + 101, rs));
+    std::set<std::string> seen;
+    int kept = 0;
+    for (rl::Task& t : tasks)
+      if (seen.insert(t.prompt).second)
+        out->push_back({split + "-" + t.id, "code", split, t.prompt, t.reward, t.difficulty}), ++kept;
+    n_arith += n_py - kept;
+  }
   // Arithmetic: spread over the difficulties.
   const int nd = static_cast<int>(opt.arithmetic_difficulties.size());
   for (int d = 0; d < nd && n_arith > 0; ++d) {
@@ -179,11 +190,9 @@ Status AddSplit(const PromptSetOptions& opt, bool held_out, int count, const std
     for (rl::Task& t : tasks)
       out->push_back({split + "-" + t.id, "arithmetic", split, t.prompt, t.reward, t.difficulty});
   }
-  if (n_py > 0) {
-    ASSIGN_OR_RETURN(std::vector<rl::Task> tasks, rl::GenerateTasks("python", n_py, 1, seed + 101, rs));
-    for (rl::Task& t : tasks) out->push_back({split + "-" + t.id, "code", split, t.prompt, t.reward, t.difficulty});
-  }
   Rng rng(seed + 202);
+  std::vector<const std::string*> biz = Pick(opt.business_docs, held_out, n_biz, &rng);
+  n_chat += n_biz - static_cast<int>(biz.size());  // too few documents for the split: chat fills in
   const int n_zh = n_chat / 3, n_en = n_chat - n_zh;
   int i = 0;
   for (const std::string* f : Pick(en, held_out, n_en, &rng)) {
@@ -198,7 +207,7 @@ Status AddSplit(const PromptSetOptions& opt, bool held_out, int count, const std
     out->push_back({id, "chat", split, FortunePrefix(*f, true), std::nullopt, 0});
   }
   i = 0;
-  for (const std::string* d : Pick(opt.business_docs, held_out, n_biz, &rng)) {
+  for (const std::string* d : biz) {
     std::u32string cps = DecodeUtf8(*d);
     if (static_cast<int>(cps.size()) > opt.doc_chars) cps.resize(opt.doc_chars);
     const char* instr = kBusinessInstructions[rng.Below(std::size(kBusinessInstructions))];
@@ -217,14 +226,16 @@ Result<std::vector<RoutePrompt>> BuildPromptSet(const PromptSetOptions& opt) {
                    ReadFortunes(opt.fortunes_dir, {"fortunes", "wisdom", "people", "literature", "science",
                                                    "computers", "work", "education"}));
   ASSIGN_OR_RETURN(std::vector<std::string> zh, ReadFortunes(opt.fortunes_dir, {"chinese"}));
-  std::vector<RoutePrompt> out;
-  RETURN_IF_ERROR(AddSplit(opt, false, opt.count, en, zh, &out));
-  std::set<std::string> train_texts;
-  for (const RoutePrompt& p : out) train_texts.insert(p.prompt);
-  std::vector<RoutePrompt> held;
+  std::vector<RoutePrompt> train, held, out;
+  RETURN_IF_ERROR(AddSplit(opt, false, opt.count, en, zh, &train));
   RETURN_IF_ERROR(AddSplit(opt, true, opt.held_out_count, en, zh, &held));
+  // One prompt per text (tasks of two difficulties can coincide), none
+  // held out that is also in train.
+  std::set<std::string> seen;
+  for (RoutePrompt& p : train)
+    if (seen.insert(p.prompt).second) out.push_back(std::move(p));
   for (RoutePrompt& p : held)
-    if (!train_texts.count(p.prompt)) out.push_back(std::move(p));
+    if (seen.insert(p.prompt).second) out.push_back(std::move(p));
   return out;
 }
 
@@ -268,7 +279,8 @@ Result<std::vector<T>> LoadJsonl(const std::string& path, F parse) {
 template <typename T, typename F>
 Status WriteJsonl(const std::string& path, const std::vector<T>& items, F to_json) {
   std::string body;
-  for (const T& x : items) body += to_json(x).dump() + "\n";
+  // Answers are model output: invalid UTF-8 (a token cut mid-character) is replaced, not fatal.
+  for (const T& x : items) body += to_json(x).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   return WriteFileAtomic(Env::Default(), path, body);
 }
 }  // namespace

@@ -59,7 +59,9 @@ struct PromptSetOptions {
 
 // Deterministic in the options. Train and held-out prompts never share a
 // text: tasks by rl::Split, fortunes and documents by a hash of their text,
-// and a final pass drops any held-out prompt whose text is a train prompt's.
+// and a final pass keeps one prompt per text (a held-out prompt whose text
+// is a train prompt's is dropped; so a split may come out a few short).
+// A split with too few documents fills its business share with chat.
 Result<std::vector<RoutePrompt>> BuildPromptSet(const PromptSetOptions& opt);
 
 nlohmann::json PromptToJson(const RoutePrompt& p);

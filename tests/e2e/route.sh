@@ -9,6 +9,7 @@
 # input (a missing file, a malformed router.json, a bad record) is one clear
 # line and a non-zero exit.
 source "$(dirname "$0")/lib.sh" "$@"
+[ -n "${ROUTE_KEEP:-}" ] && trap "echo kept $WORK" EXIT
 export OMP_NUM_THREADS=1
 
 mkdir -p "$WORK/corpus"
@@ -18,9 +19,9 @@ mkdir -p "$WORK/corpus"
 CFG="$SRC/configs/tiny.toml"
 TR=(--set data.dir="$WORK/data" --set train.eval_every=0 --set train.precision=fp32 --set train.ckpt_every=0
     --set model.mtp_depth=0)
-"$MYRIAD" train --config "$CFG" "${TR[@]}" --set train.steps=8 --set train.out_dir="$WORK/edge" -q 2>"$WORK/edge.log" \
-  && "$MYRIAD" train --config "$CFG" "${TR[@]}" --set train.steps=150 --set train.out_dir="$WORK/cloud" -q \
-     2>"$WORK/cloud.log" && pass "pretrained an edge (8 steps) and a cloud model (150 steps)" \
+"$MYRIAD" train --config "$CFG" "${TR[@]}" --set train.steps=40 --set train.out_dir="$WORK/edge" -q 2>"$WORK/edge.log" \
+  && "$MYRIAD" train --config "$CFG" "${TR[@]}" --set train.steps=1500 --set train.out_dir="$WORK/cloud" -q \
+     2>"$WORK/cloud.log" && pass "pretrained an edge (40 steps) and a cloud model (1500 steps)" \
   || fail "pretraining: $(tail -3 "$WORK/edge.log" "$WORK/cloud.log")"
 
 cat >"$WORK/docs.jsonl" <<'J'
@@ -40,23 +41,24 @@ import json, sys
 ps = [json.loads(l) for l in open(sys.argv[1])]
 tr = {p["prompt"] for p in ps if p["split"] == "train"}
 ho = [p for p in ps if p["split"] == "held_out"]
-assert len(tr) == 48 and len(ho) > 30, (len(tr), len(ho))
+assert 44 <= len(tr) <= 48 and len(ho) > 30, (len(tr), len(ho))
+assert len({p["prompt"] for p in ps}) == len(ps)
 assert not any(p["prompt"] in tr for p in ho)
 assert {p["domain"] for p in ps} == {"chat", "arithmetic", "code", "business"}, {p["domain"] for p in ps}
 for p in ps: assert ("verifier" in p) == (p["domain"] in ("arithmetic", "code")), p
 PY
 
 "$MYRIAD" route data --edge "$WORK/edge" --cloud "$WORK/cloud" --prompts "$WORK/prompts.jsonl" \
-  --out "$WORK/verdicts.jsonl" --max-tokens 8 --max-prompt-tokens 48 2>"$WORK/data.log" \
+  --out "$WORK/verdicts.jsonl" --max-tokens 8 --max-prompt-tokens 48 --margin 0 2>"$WORK/data.log" \
   && pass "route data: $(tail -1 "$WORK/data.log")" || fail "route data: $(tail -3 "$WORK/data.log")"
 python3 - "$WORK/verdicts.jsonl" <<'PY' && pass "verdicts: qualities in [0,1], the rule, features of d_model 32" || fail "verdicts"
 import json, sys
 rs = [json.loads(l) for l in open(sys.argv[1])]
-assert len(rs) > 78, len(rs)
+assert len(rs) > 75, len(rs)
 for r in rs:
     qe, qr = r["quality"]["edge"], r["quality"]["remote"]
     assert 0 <= qe <= 1 and 0 <= qr <= 1, r["quality"]
-    want = "edge" if qe >= qr - 0.05 else ("collaborative" if r["pii"] else "cloud")
+    want = "edge" if qe >= qr else ("collaborative" if r["pii"] else "cloud")
     assert r["verdict"] == want, (r["id"], r["verdict"], want)
     assert r["judged_by"] == ("verifier" if "verifier" in r else "rubric"), r["id"]
     f = r["features"]
@@ -68,9 +70,19 @@ PY
 "$MYRIAD" route train --data "$WORK/verdicts.jsonl" --out "$WORK/router.json" --cloud-budget 0.4 2>"$WORK/train.log" \
   && grep -qE "remote share 0\.([0-3][0-9]*|400)" "$WORK/train.log" \
   && pass "route train --cloud-budget 0.4: $(tail -1 "$WORK/train.log")" || fail "route train: $(cat "$WORK/train.log")"
-"$MYRIAD" route train --data "$WORK/verdicts.jsonl" --out "$WORK/router-q.json" --min-quality 0.3 --hidden 0 \
-  2>"$WORK/trainq.log" && grep -qE "mean quality 0\.([3-9]|[0-9]{2})|mean quality 1" "$WORK/trainq.log" \
-  && pass "route train --min-quality 0.3 (logistic): $(tail -1 "$WORK/trainq.log")" || fail "route train q: $(cat "$WORK/trainq.log")"
+# A quality floor halfway between the train split's all-edge and all-remote means.
+Q="$(python3 -c "
+import json, sys
+rs = [json.loads(l) for l in open(sys.argv[1])]
+rs = [r for r in rs if r['split'] == 'train']
+e = sum(r['quality']['edge'] for r in rs) / len(rs); c = sum(r['quality']['remote'] for r in rs) / len(rs)
+print(round((e + c) / 2, 4))" "$WORK/verdicts.jsonl")"
+"$MYRIAD" route train --data "$WORK/verdicts.jsonl" --out "$WORK/router-q.json" --min-quality "$Q" --hidden 0 \
+  2>"$WORK/trainq.log" && python3 -c "
+import re, sys
+m = re.search(r'mean quality ([0-9.]+)', open(sys.argv[1]).read())
+assert m and float(m.group(1)) >= float(sys.argv[2]) - 1e-3, (m and m.group(1), sys.argv[2])" "$WORK/trainq.log" "$Q" \
+  && pass "route train --min-quality $Q (logistic): $(tail -1 "$WORK/trainq.log")" || fail "route train q: $(cat "$WORK/trainq.log")"
 
 "$MYRIAD" route eval --data "$WORK/verdicts.jsonl" --router "$WORK/router.json" --json --curve "$WORK/route.dat" \
   >"$WORK/eval.json" 2>"$WORK/eval.log" && pass "route eval" || fail "route eval: $(cat "$WORK/eval.log")"
@@ -84,12 +96,17 @@ assert e["latency_ms"]["p50"] > 0 and e["latency_ms"]["p99"] >= e["latency_ms"][
 gap = e["all_cloud_quality"] != e["all_edge_quality"]
 if gap: assert abs(e["random"]["apgr"] - 0.5) < 1e-9, e["random"]
 for k in ("router", "knn", "random"):
-    assert e["oracle"]["apgr"] >= e[k]["apgr"] - 1e-9 and e["oracle"]["cloud_calls_cut"] >= e[k]["cloud_calls_cut"] - 1e-9, k
+    assert e["oracle"]["cloud_calls_cut"] >= e[k]["cloud_calls_cut"] - 1e-9, k
+    if e["all_cloud_quality"] > e["all_edge_quality"]: assert e["oracle"]["apgr"] >= e[k]["apgr"] - 1e-9, k
 blocks = [b for b in open(sys.argv[2]).read().split("\n\n\n") if b.strip()]
 assert len(blocks) == 4, len(blocks)
+curves = []
 for b in blocks:
-    pts = [l.split() for l in b.splitlines() if l and not l.startswith("#")]
-    assert len(pts) == e["held_out"] + 1 and float(pts[0][0]) == 0 and float(pts[-1][0]) == 1, len(pts)
+    pts = [[float(v) for v in l.split()] for l in b.splitlines() if l and not l.startswith("#")]
+    assert len(pts) == e["held_out"] + 1 and pts[0][0] == 0 and pts[-1][0] == 1, len(pts)
+    curves.append(pts)
+for c in curves[:3]:  # the oracle's curve is above every other at every share (dat rounds to 6 digits)
+    assert all(o[1] >= x[1] - 2e-6 for o, x in zip(curves[3], c)), (c, curves[3])
 PY
 if command -v gnuplot >/dev/null; then
   gnuplot -e "dat='$WORK/route.dat'; png='$WORK/route.png'" "$SRC/scripts/route_plot.gp" 2>"$WORK/gp.log" \
