@@ -191,8 +191,8 @@ int RouteTrain(int argc, char** argv) {
     m.threshold = edge::ThresholdForQuality(p, tr.qe, tr.qr, min_quality, &reached);
     std::snprintf(knob, sizeof knob, "min_quality=%g", min_quality);
   } else {
-    m.threshold = 0.5;
-    std::snprintf(knob, sizeof knob, "default");
+    m.threshold = edge::ThresholdForAccuracy(p, tr.y);
+    std::snprintf(knob, sizeof knob, "max_accuracy");
   }
   m.knob = knob;
   int correct = 0, remote = 0;

@@ -6,6 +6,8 @@
 #include <functional>
 #include <limits>
 
+#include <omp.h>
+
 #include "core/env.h"
 #include "core/rng.h"
 #include "model/inference.h"
@@ -18,7 +20,25 @@ namespace myriad::edge {
 FeatureExtractor::FeatureExtractor(const Model& model, const Tokenizer& tok, FeatureSpec spec)
     : model_(model), tok_(tok), text_(TextConventions::For(tok)), spec_(spec) {}
 
+namespace {
+// omp_set_num_threads sets the calling thread's own setting: scoped here.
+class ScopedOmpThreads {
+ public:
+  explicit ScopedOmpThreads(int n) : saved_(omp_get_max_threads()), set_(n > 0) {
+    if (set_) omp_set_num_threads(n);
+  }
+  ~ScopedOmpThreads() {
+    if (set_) omp_set_num_threads(saved_);
+  }
+
+ private:
+  int saved_;
+  bool set_;
+};
+}  // namespace
+
 RouteFeatures FeatureExtractor::Extract(const std::string& prompt, bool pii) const {
+  const ScopedOmpThreads threads(spec_.threads);
   RouteFeatures f;
   f.domain = ClassifyDomain(prompt);
   f.pii = pii;
@@ -261,6 +281,25 @@ double ThresholdForQuality(const std::vector<double>& p, const std::vector<doubl
   }
   if (reached) *reached = false;
   return 0.0;
+}
+
+double ThresholdForAccuracy(const std::vector<double>& p, const std::vector<int>& labels) {
+  const size_t n = p.size();
+  std::vector<size_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return p[a] > p[b]; });
+  // Threshold +inf: every prompt edge, right on the label-0 ones.
+  int64_t right = 0;
+  for (int y : labels) right += y == 0;
+  int64_t best = right;
+  double t = std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < n;) {
+    size_t j = i;
+    for (; j < n && p[order[j]] == p[order[i]]; ++j) right += labels[order[j]] ? 1 : -1;
+    if (right > best) best = right, t = p[order[i]];
+    i = j;
+  }
+  return t;
 }
 
 // ---- router.json ----

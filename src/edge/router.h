@@ -29,6 +29,10 @@ using PiiFn = std::function<bool(const std::string& prompt)>;
 struct FeatureSpec {
   int max_prompt_tokens = 96;  // the embedding reads the prompt's first tokens only
   int probe_tokens = 3;        // next-token distributions the uncertainty is averaged over
+  // OpenMP threads of the calling thread while it extracts (restored after;
+  // 0: leave as is). One by default: the work is a few small matrices, and
+  // on a busy device a thread team stalls the request for tens of ms.
+  int threads = 1;
 };
 
 // The edge model's features of a prompt. Thread-safe: every call runs its
@@ -82,7 +86,7 @@ class RouteClassifier {
 struct TrainOptions {
   int hidden = 16;
   int steps = 400;  // full-batch AdamW steps
-  double lr = 1e-2, weight_decay = 1e-2;
+  double lr = 3e-3, weight_decay = 0.1;
   bool balance = true;  // weight classes to equal total weight
   uint64_t seed = 1;
 };
@@ -109,6 +113,10 @@ double ThresholdForBudget(const std::vector<double>& p, double budget);
 double ThresholdForQuality(const std::vector<double>& p, const std::vector<double>& q_edge,
                            const std::vector<double>& q_remote, double min_quality, bool* reached);
 
+// The threshold with the most train prompts routed as their labels say
+// (remote iff label 1); among equals the largest (fewest remote).
+double ThresholdForAccuracy(const std::vector<double>& p, const std::vector<int>& labels);
+
 // What router.json holds.
 struct RouterModel {
   FeatureSpec spec;
@@ -116,7 +124,7 @@ struct RouterModel {
   Standardiser standardiser;
   RouteClassifier classifier;
   double threshold = 0.5;
-  std::string knob;       // "cloud_budget=0.3", "min_quality=0.6" or "default"
+  std::string knob;       // "cloud_budget=0.3", "min_quality=0.6" or "max_accuracy"
   int64_t edge_vocab_size = 0, edge_d_model = 0, edge_n_layers = 0;
   std::string edge_path;  // the checkpoint the features were computed with (informative)
   double PRemote(const RouteFeatures& f) const;

@@ -9,11 +9,13 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <thread>
 
 #include "core/rng.h"
 #include "core/env.h"
 #include "data/test_util.h"
 #include "edge/judge.h"
+#include "model/inference.h"
 
 namespace myriad::edge {
 namespace {
@@ -172,6 +174,30 @@ TEST(Calibration, QualityMatchesBruteForce) {
   }
 }
 
+TEST(Calibration, AccuracyMatchesBruteForce) {
+  Rng rng(9);
+  for (int trial = 0; trial < 50; ++trial) {
+    const int n = 1 + static_cast<int>(rng.Below(30));
+    std::vector<double> p(n);
+    std::vector<int> y(n);
+    for (int i = 0; i < n; ++i) p[i] = rng.Below(7) / 7.0, y[i] = static_cast<int>(rng.Below(2));
+    auto right = [&](double th) {
+      int c = 0;
+      for (int i = 0; i < n; ++i) c += (p[i] >= th) == (y[i] != 0);
+      return c;
+    };
+    const double t = ThresholdForAccuracy(p, y);
+    std::vector<double> cands = p;
+    cands.push_back(std::numeric_limits<double>::infinity());
+    int best = -1;
+    double best_t = 0;
+    for (double c : cands)
+      if (right(c) > best || (right(c) == best && c > best_t)) best = right(c), best_t = c;
+    EXPECT_EQ(right(t), best) << trial;
+    EXPECT_EQ(t, best_t) << trial;
+  }
+}
+
 TEST(Verdict, MarginAndPii) {
   EXPECT_EQ(Verdict(0.5, 0.54, false, 0.05), "edge");
   EXPECT_EQ(Verdict(0.5, 0.56, false, 0.05), "cloud");
@@ -315,6 +341,112 @@ TEST_F(RouterTest, LoadRefusesMalformedFilesAndOtherModels) {
   Result<Router> missing = Router::Load(dir_->path() + "/nope.json", *model_, *tok_, nullptr);
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("nope.json: cannot read"), std::string::npos);
+}
+
+TEST_F(RouterTest, DecideIsThreadSafe) {
+  FeatureExtractor fx(*model_, *tok_);
+  std::vector<RouteFeatures> fs;
+  for (const std::string& p : kPrompts) fs.push_back(fx.Extract(p, false));
+  const Router router(RandomRouter(fs), *model_, *tok_, nullptr);
+  std::vector<double> serial;
+  for (const std::string& p : kPrompts) serial.push_back(router.Decide(p).p_remote);
+  std::vector<std::vector<double>> got(4);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < 4; ++t)
+    pool.emplace_back([&, t] {
+      for (int rep = 0; rep < 5; ++rep)
+        for (const std::string& p : kPrompts) got[t].push_back(router.Decide(p).p_remote);
+    });
+  for (auto& th : pool) th.join();
+  for (int t = 0; t < 4; ++t)
+    for (size_t i = 0; i < got[t].size(); ++i) EXPECT_EQ(got[t][i], serial[i % kPrompts.size()]) << t << " " << i;
+}
+
+// The judge on the tiny model as both edge and cloud: answers equal a greedy
+// decode with an InferenceSession (the oracle), the same model gives equal
+// qualities (verdict edge), and the hooks: prompts the detector flags get
+// the collaborative hook's answer, which is judged like any other.
+TEST_F(RouterTest, JudgeAnswersGreedilyAndUsesTheHooks) {
+  std::vector<RoutePrompt> prompts;
+  rl::RewardSpec spec;
+  spec.answer = "19";
+  prompts.push_back({"a", "arithmetic", "train", "12+7=", spec, 1});
+  prompts.push_back({"b", "chat", "train", "hello world", std::nullopt, 0});
+  prompts.push_back({"c", "business", "held_out", "the quarterly report says", std::nullopt, 0});
+  JudgeModel m{model_, tok_, TextConventions::For(*tok_)};
+  JudgeOptions opt;
+  opt.max_tokens = 6;
+  opt.pii = [](const std::string& p) { return p.find("report") != std::string::npos; };
+  int asked = 0;
+  opt.collaborative = [&](const std::string& p, const AskCloudFn& ask) -> Result<std::string> {
+    ++asked;
+    Result<std::string> a = ask("[redacted] " + p.substr(p.size() - 4));
+    if (!a.ok()) return a.status();
+    return std::string("restored:") + a.value();
+  };
+  auto recs = JudgePrompts(m, m, prompts, opt, nullptr);
+  ASSERT_TRUE(recs.ok()) << recs.status().message();
+  ASSERT_EQ(recs->size(), 3u);
+  EXPECT_EQ(asked, 1);
+  // The oracle: greedy decoding, stopped at a newline or a stop id.
+  auto greedy = [&](const std::string& p) {
+    std::vector<int32_t> ids = m.text.prompt_prefix;
+    tok_->EncodeTo(p, &ids);
+    InferenceSession s(*model_, 64);
+    const float* logits = s.Forward(ids.data(), static_cast<int64_t>(ids.size()));
+    std::vector<int32_t> out;
+    for (int k = 0; k < opt.max_tokens; ++k) {
+      const int32_t t = static_cast<int32_t>(std::max_element(logits, logits + 320) - logits);
+      if (m.text.IsStop(t)) break;
+      out.push_back(t);
+      if (tok_->Decode(out).find('\n') != std::string::npos) break;
+      logits = s.Forward(&t, 1);
+    }
+    std::string text = tok_->Decode(out);
+    if (const size_t nl = text.find('\n'); nl != std::string::npos) text.resize(nl);
+    return text;
+  };
+  for (const RouteRecord& r : *recs) {
+    EXPECT_EQ(r.edge_answer, greedy(r.prompt.prompt)) << r.prompt.id;
+    EXPECT_EQ(r.features.embedding.size(), 16u);
+    EXPECT_EQ(r.edge_model["d_model"], 16);
+  }
+  const RouteRecord &a = (*recs)[0], &b = (*recs)[1], &c = (*recs)[2];
+  EXPECT_EQ(a.judged_by, "verifier");
+  EXPECT_EQ(a.q_edge, a.edge_answer == "19" ? 1.0 : 0.0);
+  EXPECT_EQ(b.judged_by, "rubric");
+  EXPECT_EQ(a.remote_answer, a.edge_answer);  // the same model
+  EXPECT_NEAR(b.q_edge, b.q_remote, 1e-5);  // (batched at different positions: not bitwise)
+  // The rubric's oracle: the session's log-softmax of each answer token after
+  // "Question: <prompt>\nAnswer:", averaged, exp'd.
+  ASSERT_FALSE(b.edge_answer.empty()) << "the tiny model answers hello world with something";
+  {
+    std::vector<int32_t> ids = m.text.prompt_prefix;
+    for (const std::string& part : {std::string("Question: "), b.prompt.prompt, std::string("\nAnswer:")})
+      tok_->EncodeTo(part, &ids);
+    const size_t at = ids.size();
+    tok_->EncodeTo(" " + b.edge_answer, &ids);
+    InferenceSession s(*model_, 64);
+    const float* logits = s.ForwardAll(ids.data(), static_cast<int64_t>(ids.size()));
+    double sum = 0;
+    for (size_t j = at; j < ids.size(); ++j) {
+      const float* row = logits + (j - 1) * 320;
+      const float mx = *std::max_element(row, row + 320);
+      double z = 0;
+      for (int v = 0; v < 320; ++v) z += std::exp(static_cast<double>(row[v]) - mx);
+      sum += row[ids[j]] - mx - std::log(z);
+    }
+    EXPECT_NEAR(b.q_edge, std::exp(sum / (ids.size() - at)), 1e-4 * b.q_edge + 1e-7);
+  }
+  EXPECT_EQ(a.verdict, "edge");
+  EXPECT_EQ(b.verdict, "edge");
+  EXPECT_FALSE(a.pii);
+  EXPECT_TRUE(c.pii);
+  EXPECT_TRUE(c.features.pii);
+  EXPECT_EQ(c.remote_answer, "restored:" + greedy("[redacted] says"));
+  EXPECT_EQ(c.verdict, Verdict(c.q_edge, c.q_remote, true, opt.margin));
+  EXPECT_GE(b.q_edge, 0);
+  EXPECT_LE(b.q_edge, 1);
 }
 
 }  // namespace
