@@ -29,6 +29,7 @@ const Verb kVerbs[] = {
     {"rl", myriad::cli::RunRl, "reinforcement learning with verifiable rewards (GRPO), or its SFT baseline"},
     {"distill", myriad::cli::RunDistill, "on-policy distillation from one teacher per domain (MOPD)"},
     {"tasks", myriad::cli::RunTasks, "write the built-in RL tasks as JSONL (and text for pretraining)"},
+    {"route", myriad::cli::RunRoute, "edge/cloud router: prompt set, judge verdicts, training, evaluation"},
     {"tune", myriad::lab::RunTuneCli, "kernel lab: verify, time and tune kernels into a tuned table"},
     {"plan", myriad::cli::RunPlan, "cost model and parallel planner: layout, step time, MFU, time to train"},
     {"simulate", myriad::cli::RunSimulate, "failure simulator: ETTR, checkpoint interval, recovery"},
@@ -61,7 +62,7 @@ int main(int argc, char** argv) {
     }
     return v.run(argc - 1, argv + 1);
   }
-  std::fprintf(stderr, "myriad: unknown verb '%s' (hint: one of prepare, train, launch, preflight, eval, generate, doctor, inspect, import, export, serve, rl, distill, tasks, tune, plan, simulate, redact)\n",
+  std::fprintf(stderr, "myriad: unknown verb '%s' (hint: one of prepare, train, launch, preflight, eval, generate, doctor, inspect, import, export, serve, rl, distill, tasks, redact, route, tune, plan, simulate)\n",
                argv[1]);
   return 2;
 }

@@ -17,6 +17,8 @@
 #include "core/log.h"
 #include "data/tokenizer.h"
 #include "edge/edge_front.h"
+#include "edge/judge.h"
+#include "edge/router.h"
 #include "serve/billing.h"
 #include "serve/chat_template.h"
 #include "serve/engine.h"
@@ -121,7 +123,7 @@ int RunServe(int argc, char** argv) {
   // Edge and cloud (docs/edge.md): this server answers on the device or
   // forwards to the cloud, as the router or the request says.
   bool edge = false;
-  std::string cloud_url, cloud_model, cloud_key_env = "MYRIAD_CLOUD_API_KEY", cloud_prices_path;
+  std::string cloud_url, cloud_model, cloud_key_env = "MYRIAD_CLOUD_API_KEY", cloud_prices_path, router_path;
   double cloud_connect_timeout = 3;
   app.add_flag("--edge", edge, "answer on this device or forward to --cloud, per request (docs/edge.md)");
   app.add_option("--cloud", cloud_url, "the cloud's OpenAI-compatible endpoint, e.g. http://10.0.0.2:8000 (with --edge)");
@@ -129,10 +131,11 @@ int RunServe(int argc, char** argv) {
   app.add_option("--cloud-api-key-env", cloud_key_env, "environment variable holding the cloud's API key");
   app.add_option("--cloud-prices", cloud_prices_path,
                  "TOML [prices] of the cloud, for the cost saved (default: this server's prices)");
+  app.add_option("--router", router_path, "router.json of `myriad route train`: decides \"auto\" requests (default: edge)");
   app.add_option("--cloud-connect-timeout-s", cloud_connect_timeout,
                  "seconds to reach the cloud before the edge answers instead")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
-  if (!cloud_url.empty() && !edge) {
+  if ((!cloud_url.empty() || !router_path.empty()) && !edge) {
     std::fprintf(stderr, "myriad serve: --cloud needs --edge (hint: myriad serve --edge --cloud %s ...)\n",
                  cloud_url.c_str());
     return 2;
@@ -275,6 +278,7 @@ int RunServe(int argc, char** argv) {
   }
   serve::HttpServer server(engine->get(), &*tok, std::move(*tmpl), prices, scfg);
   std::unique_ptr<edge::Redactor> redactor;
+  std::unique_ptr<edge::Router> router;
   std::unique_ptr<edge::EdgeFront> front;
   if (edge) {
     edge::EdgeFrontConfig fc;
@@ -284,10 +288,21 @@ int RunServe(int argc, char** argv) {
     fc.connect_timeout_s = cloud_connect_timeout;
     fc.cloud_prices = cloud_prices;
     redactor = std::make_unique<edge::Redactor>(nullptr);
-    front = std::make_unique<edge::EdgeFront>(fc, redactor.get(), nullptr);
+    if (!router_path.empty()) {
+      auto r = edge::Router::Load(router_path, *lm->model, *tok, edge::PiiThrough(redactor.get()));
+      if (!r.ok()) {
+        std::fprintf(stderr, "myriad serve: --router: %s\n", r.status().message().c_str());
+        server.Shutdown();
+        (*engine)->Shutdown();
+        return 1;
+      }
+      router = std::make_unique<edge::Router>(std::move(r).value());
+    }
+    front = std::make_unique<edge::EdgeFront>(fc, redactor.get(), router.get());
     server.SetFront(front.get());
     LOG_INFO("serve: edge front: cloud %s, router %s", cloud_url.empty() ? "none (every request on the edge)"
-                                                                        : cloud_url.c_str(), "none (auto = edge)");
+                                                                        : cloud_url.c_str(),
+             router_path.empty() ? "none (auto = edge)" : router_path.c_str());
   }
   if (Status st = server.Start(); !st.ok()) {
     std::fprintf(stderr, "myriad serve: %s\n", st.message().c_str());

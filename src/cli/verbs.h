@@ -18,4 +18,5 @@ int RunRl(int argc, char** argv);
 int RunDistill(int argc, char** argv);
 int RunTasks(int argc, char** argv);
 int RunRedact(int argc, char** argv);
+int RunRoute(int argc, char** argv);
 }  // namespace myriad::cli

@@ -101,8 +101,11 @@ base = {"model": "tiny", "messages": msgs, "max_tokens": 48, "temperature": 0, "
 def placeholders_to_originals(text):
     # Independent of the edge's restorer: the canonical placeholders of this
     # one-of-each-type request, replaced by the planted values.
-    for t, v in planted.items():
-        text = text.replace("⟦" + t + "_1⟧", v)
+    # A placeholder the request never had (the cloud made it up) fails
+    # closed: a visible marker, never a guess.
+    text = re.sub(r"⟦([A-Z_]+)_([0-9]+)⟧",
+                  lambda m: planted[m.group(1)] if m.group(1) in planted and m.group(2) == "1"
+                  else "⟦unresolved:" + m.group(1) + "_" + m.group(2) + "⟧", text)
     return text
 
 # Whole response.
@@ -128,6 +131,9 @@ answer = j["choices"][0]["message"]["content"] if st == 200 else ""
 check(cloud_text is not None and answer == placeholders_to_originals(cloud_text),
       f"the answer is the cloud's with the originals restored exactly: {answer!r}")
 check(any(v in answer for v in planted.values()), "the restored answer holds planted values")
+made_up = sorted(set(re.findall(r"⟦(?!(?:" + "|".join(planted) + r")_1⟧)[A-Z_]+_[0-9]+⟧", cloud_text or "")))
+check(sorted(set(j.get("restore", {}).get("unresolved", []))) == made_up,
+      f"placeholders the request never had are listed as unresolved: {j.get('restore')} vs {made_up}")
 check(j.get("redactions", {}).get("PHONE") == 1 and j.get("redactions", {}).get("EMAIL") == 1,
       f"the response counts its redactions: {j.get('redactions')}")
 
