@@ -349,13 +349,64 @@ int RouteEval(int argc, char** argv) {
 
 }  // namespace
 
+// Answers made elsewhere (a benchmark's, through the servers) scored like
+// the judge's: the verifier where the prompt has one, else the rubric.
+int RouteScore(int argc, char** argv) {
+  CLI::App app{"Score answers to a prompt set as the judge does (verifier, else the judge model's rubric)",
+               "myriad route score"};
+  std::string prompts_path, answers_path, judge_path, out;
+  int batch = 16;
+  app.add_option("--prompts", prompts_path, "prompt set (myriad route prompts)")->required();
+  app.add_option("--answers", answers_path, "JSONL: {\"id\": prompt id, \"answer\": text, ...} per line")->required();
+  app.add_option("--judge", judge_path, "the judge model's checkpoint (the cloud model)")->required();
+  app.add_option("--out,-o", out, "the answers' lines again, each with \"quality\"")->required();
+  app.add_option("--batch", batch, "engine batch")->check(CLI::Range(1, 1024));
+  CLI11_PARSE(app, argc, argv);
+  Result<std::vector<edge::RoutePrompt>> prompts = edge::LoadPromptsJsonl(prompts_path);
+  if (!prompts.ok()) return Fail("score", prompts.status());
+  std::map<std::string, const edge::RoutePrompt*> by_id;
+  for (const auto& p : *prompts) by_id[p.id] = &p;
+  std::ifstream in(answers_path);
+  if (!in) return Fail("score", Status::Error(answers_path + ": cannot open (hint: check the path)"));
+  std::vector<nlohmann::json> lines;
+  std::vector<edge::RoutePrompt> ps;
+  std::vector<std::string> answers;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    if (line.empty()) continue;
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    const std::string where = answers_path + ":" + std::to_string(n) + ": ";
+    if (!j.is_object() || !j.contains("id") || !j["id"].is_string() || !j.contains("answer") || !j["answer"].is_string())
+      return Fail("score", Status::Error(where + "expected {\"id\": string, \"answer\": string}"));
+    auto it = by_id.find(j["id"].get<std::string>());
+    if (it == by_id.end()) return Fail("score", Status::Error(where + "no prompt '" + j["id"].get<std::string>() + "' in " + prompts_path));
+    ps.push_back(*it->second);
+    answers.push_back(j["answer"].get<std::string>());
+    lines.push_back(std::move(j));
+  }
+  Result<Loaded> judge = LoadWithTokenizer(judge_path);
+  if (!judge.ok()) return Fail("score", judge.status().With("--judge"));
+  edge::JudgeModel jm{judge->m.model.get(), judge->tok.get(), TextConventions::For(*judge->tok, judge->m.eos_token_ids)};
+  Result<std::vector<double>> q = edge::ScoreAnswers(jm, ps, answers, batch);
+  if (!q.ok()) return Fail("score", q.status());
+  std::ofstream o(out);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    lines[i]["quality"] = (*q)[i];
+    o << lines[i].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
+  }
+  if (!o.flush()) return Fail("score", Status::Error(out + ": cannot write"));
+  std::fprintf(stderr, "scored %zu answers into %s\n", lines.size(), out.c_str());
+  return 0;
+}
+
 int RunRoute(int argc, char** argv) {
   const char* usage =
-      "usage: myriad route prompts|data|train|eval [options]   (myriad route <step> --help)\n"
+      "usage: myriad route prompts|data|train|eval|score [options]   (myriad route <step> --help)\n"
       "  prompts  write the prompt set (train and held-out)\n"
       "  data     both models answer, the judge scores; verdicts and features\n"
       "  train    train the router's classifier and calibrate its threshold\n"
-      "  eval     accuracy, APGR, cloud calls cut, curves and latency on the held-out split\n";
+      "  eval     accuracy, APGR, cloud calls cut, curves and latency on the held-out split\n"
+      "  score    score answers made elsewhere as the judge does (bench/edge_cloud.py)\n";
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     std::fputs(usage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
@@ -365,7 +416,8 @@ int RunRoute(int argc, char** argv) {
   if (step == "data") return RouteData(argc - 1, argv + 1);
   if (step == "train") return RouteTrain(argc - 1, argv + 1);
   if (step == "eval") return RouteEval(argc - 1, argv + 1);
-  std::fprintf(stderr, "myriad route: unknown step '%s' (hint: prompts, data, train or eval)\n", step.c_str());
+  if (step == "score") return RouteScore(argc - 1, argv + 1);
+  std::fprintf(stderr, "myriad route: unknown step '%s' (hint: prompts, data, train, eval or score)\n", step.c_str());
   return 2;
 }
 

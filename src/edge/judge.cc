@@ -148,6 +148,38 @@ Result<std::vector<double>> RubricScores(const JudgeModel& judge, const std::vec
   return out;
 }
 
+Result<std::vector<double>> ScoreAnswers(const JudgeModel& judge, const std::vector<RoutePrompt>& prompts,
+                                         const std::vector<std::string>& answers, int engine_batch,
+                                         int reward_threads) {
+  if (answers.size() != prompts.size())
+    return Status::Error("ScoreAnswers: " + std::to_string(answers.size()) + " answers for " +
+                         std::to_string(prompts.size()) + " prompts");
+  std::vector<double> q(prompts.size(), 0.0);
+  std::vector<rl::Task> tasks(prompts.size());
+  std::vector<const rl::Task*> which;
+  std::vector<std::string> comps;
+  std::vector<size_t> verified, rubric;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (!prompts[i].verifier) {
+      rubric.push_back(i);
+      continue;
+    }
+    tasks[i].reward = *prompts[i].verifier;
+    which.push_back(&tasks[i]);
+    comps.push_back(answers[i]);
+    verified.push_back(i);
+  }
+  const std::vector<rl::RewardResult> rr = rl::ScoreAll(which, comps, {}, reward_threads);
+  for (size_t k = 0; k < verified.size(); ++k) q[verified[k]] = std::clamp(rr[k].reward, 0.0, 1.0);
+  std::vector<std::string> rp, ra;
+  for (size_t i : rubric) rp.push_back(prompts[i].prompt), ra.push_back(answers[i]);
+  if (!rubric.empty()) {
+    ASSIGN_OR_RETURN(std::vector<double> rs, RubricScores(judge, rp, ra, engine_batch));
+    for (size_t k = 0; k < rubric.size(); ++k) q[rubric[k]] = rs[k];
+  }
+  return q;
+}
+
 Result<std::vector<RouteRecord>> JudgePrompts(const JudgeModel& edge, const JudgeModel& cloud,
                                               const std::vector<RoutePrompt>& prompts, const JudgeOptions& opt,
                                               const std::function<void(const std::string&)>& progress) {
@@ -178,34 +210,14 @@ Result<std::vector<RouteRecord>> JudgePrompts(const JudgeModel& edge, const Judg
     remote[i] = c.value();
   }
   say(std::to_string(n_pii) + " prompts with private values (collaborative)");
-  // Qualities: verifiers first, the rubric for the rest.
-  std::vector<double> qe(prompts.size()), qr(prompts.size());
-  std::vector<const rl::Task*> which;
-  std::vector<std::string> comps;
-  std::vector<rl::Task> tasks(prompts.size());
-  std::vector<size_t> rubric;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    if (!prompts[i].verifier) {
-      rubric.push_back(i);
-      continue;
-    }
-    tasks[i].reward = *prompts[i].verifier;
-    which.push_back(&tasks[i]), comps.push_back(edge_ans[i]);
-    which.push_back(&tasks[i]), comps.push_back(remote[i]);
-  }
-  const std::vector<rl::RewardResult> rr = rl::ScoreAll(which, comps, {}, opt.reward_threads);
-  for (size_t i = 0, k = 0; i < prompts.size(); ++i) {
-    if (!prompts[i].verifier) continue;
-    qe[i] = std::clamp(rr[k++].reward, 0.0, 1.0);
-    qr[i] = std::clamp(rr[k++].reward, 0.0, 1.0);
-  }
-  say("verifiers scored " + std::to_string(which.size()) + " answers");
-  std::vector<std::string> rp, ra;
-  for (size_t i : rubric) rp.push_back(texts[i]), ra.push_back(edge_ans[i]);
-  for (size_t i : rubric) rp.push_back(texts[i]), ra.push_back(remote[i]);
-  ASSIGN_OR_RETURN(std::vector<double> rs, RubricScores(cloud, rp, ra, opt.engine_batch));
-  for (size_t k = 0; k < rubric.size(); ++k) qe[rubric[k]] = rs[k], qr[rubric[k]] = rs[rubric.size() + k];
-  say("the cloud's rubric scored " + std::to_string(rp.size()) + " answers");
+  // Qualities: both placements in one call (the rubric batches them).
+  std::vector<RoutePrompt> twice(prompts);
+  twice.insert(twice.end(), prompts.begin(), prompts.end());
+  std::vector<std::string> answers(edge_ans);
+  answers.insert(answers.end(), remote.begin(), remote.end());
+  ASSIGN_OR_RETURN(std::vector<double> q, ScoreAnswers(cloud, twice, answers, opt.engine_batch, opt.reward_threads));
+  std::vector<double> qe(q.begin(), q.begin() + prompts.size()), qr(q.begin() + prompts.size(), q.end());
+  say("judged " + std::to_string(answers.size()) + " answers");
   // The device's features.
   FeatureExtractor fx(*edge.model, *edge.tok, opt.features);
   const ModelConfig& ec = edge.model->config();

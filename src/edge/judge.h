@@ -72,6 +72,12 @@ Result<std::vector<std::string>> AnswerAll(const JudgeModel& m, const std::vecto
 Result<std::vector<double>> RubricScores(const JudgeModel& judge, const std::vector<std::string>& prompts,
                                          const std::vector<std::string>& answers, int engine_batch);
 
+// The quality of each answer in [0, 1]: its prompt's verifier reward where
+// it has one, else the judge's rubric score (RubricScores).
+Result<std::vector<double>> ScoreAnswers(const JudgeModel& judge, const std::vector<RoutePrompt>& prompts,
+                                         const std::vector<std::string>& answers, int engine_batch,
+                                         int reward_threads = 2);
+
 // The whole judge over a prompt set: answers, qualities, verdicts and the
 // edge model's features. `progress` (may be null) gets one line per phase.
 Result<std::vector<RouteRecord>> JudgePrompts(const JudgeModel& edge, const JudgeModel& cloud,
