@@ -14,6 +14,15 @@ struct Verb {
   const char* help;
 };
 
+// `myriad redact-tools <sub> ...`: the subcommand is the next argument.
+int RunRedactToolsVerb(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: myriad redact-tools corpus|train|eval [options]\n");
+    return 2;
+  }
+  return myriad::cli::RunRedactTools(argc - 1, argv + 1);
+}
+
 const Verb kVerbs[] = {
     {"prepare", myriad::cli::RunPrepare, "train a tokenizer and write token shards"},
     {"train", myriad::cli::RunTrain, "train a model from a TOML config"},
@@ -29,6 +38,7 @@ const Verb kVerbs[] = {
     {"rl", myriad::cli::RunRl, "reinforcement learning with verifiable rewards (GRPO), or its SFT baseline"},
     {"distill", myriad::cli::RunDistill, "on-policy distillation from one teacher per domain (MOPD)"},
     {"tasks", myriad::cli::RunTasks, "write the built-in RL tasks as JSONL (and text for pretraining)"},
+    {"redact-tools", RunRedactToolsVerb, "desensitisation corpus, tagger training and evaluation (corpus|train|eval)"},
     {"tune", myriad::lab::RunTuneCli, "kernel lab: verify, time and tune kernels into a tuned table"},
     {"plan", myriad::cli::RunPlan, "cost model and parallel planner: layout, step time, MFU, time to train"},
     {"simulate", myriad::cli::RunSimulate, "failure simulator: ETTR, checkpoint interval, recovery"},
@@ -60,7 +70,7 @@ int main(int argc, char** argv) {
     }
     return v.run(argc - 1, argv + 1);
   }
-  std::fprintf(stderr, "myriad: unknown verb '%s' (hint: one of prepare, train, launch, preflight, eval, generate, doctor, inspect, import, export, serve, rl, distill, tasks, tune, plan, simulate)\n",
+  std::fprintf(stderr, "myriad: unknown verb '%s' (hint: one of prepare, train, launch, preflight, eval, generate, doctor, inspect, import, export, serve, rl, distill, tasks, redact-tools, tune, plan, simulate)\n",
                argv[1]);
   return 2;
 }

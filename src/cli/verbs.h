@@ -17,4 +17,6 @@ int RunImport(int argc, char** argv);
 int RunRl(int argc, char** argv);
 int RunDistill(int argc, char** argv);
 int RunTasks(int argc, char** argv);
+// `redact-tools corpus|train|eval`: argv[0] is the subcommand (src/cli/redact_tagger.cc).
+int RunRedactTools(int argc, char** argv);
 }  // namespace myriad::cli
