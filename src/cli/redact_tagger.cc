@@ -1,5 +1,5 @@
-// `myriad redact-tools corpus|train|eval`: the labelled corpus, the tagger's
-// training and the detector evaluation (src/edge/corpus.h, tagger.h,
+// `myriad redact-tools corpus|train|eval|tag`: the labelled corpus, the
+// tagger's training, the detector evaluation and a look at the tagger's spans (src/edge/corpus.h, tagger.h,
 // redact_eval.h). argv[0] is the subcommand.
 #include <omp.h>
 
@@ -75,6 +75,7 @@ int RunTrainTagger(int argc, char** argv) {
   app.add_option("--d-model", cfg.d_model, "model width");
   app.add_option("--layers", cfg.n_layers, "transformer layers");
   app.add_option("--d-ff", cfg.d_ff, "FFN width");
+  app.add_option("--window", cfg.window, "positions per sequence");
   app.add_option("--delay", cfg.delay, "positions of right context each tag waits for");
   app.add_option("--threads", threads, "OpenMP threads (0: all cores)");
   app.add_flag("--json", json, "held-out figures as JSON");
@@ -129,10 +130,38 @@ int RunEvalTagger(int argc, char** argv) {
   return 0;
 }
 
+int RunTagText(int argc, char** argv) {
+  CLI::App app{"Print the tagger's spans over one text, or over generated held-out documents next to their gold spans",
+               "myriad redact-tools tag"};
+  std::string dir, text;
+  int64_t count = 0;
+  uint64_t seed = 2;
+  app.add_option("--tagger", dir, "tagger directory")->required();
+  app.add_option("--text", text, "UTF-8 text to tag");
+  app.add_option("--count", count, "or: this many generated held-out documents, gold beside predicted");
+  app.add_option("--seed", seed, "seed of the generated documents");
+  CLI11_PARSE(app, argc, argv);
+  auto tagger = edge::LoadTagger(dir);
+  if (!tagger.ok()) return Fail("tag", tagger.status().message());
+  auto show = [&](const std::string& t, const std::vector<edge::Span>& spans, const char* what) {
+    for (const edge::Span& s : spans)
+      if (s.type == EntityType::kPerson || s.type == EntityType::kAddress || s.type == EntityType::kOrg)
+        std::printf("%s %lld %lld %s %.3f [%s]\n", what, static_cast<long long>(s.start), static_cast<long long>(s.end),
+                    edge::EntityTypeName(s.type), s.confidence, edge::SpanText(t, s).c_str());
+  };
+  if (!text.empty()) show(text, (*tagger)->Tag(edge::DecodeUtf8(text)), "span");
+  for (const auto& d : edge::GenerateCorpus(seed, edge::Split::kHeldOut, count)) {
+    std::printf("== %s\n%s\n", d.id.c_str(), d.text.c_str());
+    show(d.text, d.spans, "gold");
+    show(d.text, (*tagger)->Tag(edge::DecodeUtf8(d.text)), "pred");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int RunRedactTools(int argc, char** argv) {
-  const char* usage = "usage: myriad redact-tools corpus|train|eval [options]   (--help after one for its options)\n";
+  const char* usage = "usage: myriad redact-tools corpus|train|eval|tag [options]   (--help after one for its options)\n";
   if (argc < 1 || !argv[0]) {
     std::fprintf(stderr, "%s", usage);
     return 2;
@@ -141,6 +170,7 @@ int RunRedactTools(int argc, char** argv) {
   if (sub == "corpus") return RunCorpus(argc, argv);
   if (sub == "train") return RunTrainTagger(argc, argv);
   if (sub == "eval") return RunEvalTagger(argc, argv);
+  if (sub == "tag") return RunTagText(argc, argv);
   if (sub == "--help" || sub == "-h") {
     std::printf("%s", usage);
     return 0;

@@ -193,34 +193,29 @@ void Tagger::TagCharacters(std::u32string_view text, std::vector<int>* tags, std
 }
 
 std::vector<Span> Tagger::Tag(std::u32string_view text) const {
-  // Each character takes the entity type (B + I) or O of highest probability;
-  // a run of one type is one span, cut where B outweighs I (two mentions side
-  // by side). Reading B and I together keeps an uncertain B/I choice from
-  // breaking a name in pieces.
+  // A span is a run of characters that are inside some entity (1 - p(O)):
+  // it opens above kOpen and continues above kContinue (hysteresis, so one
+  // unsure character does not cut a name in two); its type is the one with
+  // the most probability (B + I) summed over the run, so a run whose
+  // characters disagree on the type stays one span. confidence: the mean of
+  // that type's probability over the run.
+  constexpr float kOpen = 0.5f, kContinue = 0.25f;
   const std::vector<float> p = TagProbabilities(text);
   const int64_t L = static_cast<int64_t>(text.size());
-  std::vector<int> type(L, -1);
-  std::vector<float> conf(L, 0.0f);
-  for (int64_t i = 0; i < L; ++i) {
-    const float* q = p.data() + i * kNumTags;
-    float best = q[0];
-    for (int x = 0; x < 3; ++x) {
-      const float px = q[1 + 2 * x] + q[2 + 2 * x];
-      if (px > best) best = px, type[i] = x;
-    }
-    conf[i] = best;
-  }
+  auto inside = [&](int64_t i) { return 1.0f - p[i * kNumTags]; };
   std::vector<Span> out;
   for (int64_t i = 0; i < L;) {
-    if (type[i] < 0) {
+    if (inside(i) <= kOpen) {
       ++i;
       continue;
     }
-    const int x = type[i];
-    double sum = conf[i];
     int64_t j = i + 1;
-    while (j < L && type[j] == x && p[j * kNumTags + 1 + 2 * x] <= p[j * kNumTags + 2 + 2 * x]) sum += conf[j++];
-    out.push_back(Span{i, j, TagType(1 + 2 * x), static_cast<float>(sum / static_cast<double>(j - i))});
+    while (j < L && inside(j) > kContinue) ++j;
+    double sum[3] = {0, 0, 0};
+    for (int64_t k = i; k < j; ++k)
+      for (int x = 0; x < 3; ++x) sum[x] += p[k * kNumTags + 1 + 2 * x] + p[k * kNumTags + 2 + 2 * x];
+    const int x = static_cast<int>(std::max_element(sum, sum + 3) - sum);
+    out.push_back(Span{i, j, TagType(1 + 2 * x), static_cast<float>(sum[x] / static_cast<double>(j - i))});
     i = j;
   }
   return out;

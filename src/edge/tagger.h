@@ -54,8 +54,9 @@ struct TaggerTrainOptions {
 
 class Tagger : public SpanTagger {
  public:
-  // Spans of PERSON, ADDRESS and ORG; confidence = the mean over the span's
-  // characters of the probability of its type (B + I). Thread-safe (one call at a time
+  // Spans of PERSON, ADDRESS and ORG (runs of characters inside an entity,
+  // typed by their summed tag probabilities; tagger.cc); confidence = the
+  // mean over the span's characters of the probability of its type (B + I). Thread-safe (one call at a time
   // runs the model).
   std::vector<Span> Tag(std::u32string_view text) const override;
   // Per character: the probabilities of the kNumTags tags [text.size(), kNumTags].

@@ -22,7 +22,7 @@ Tagger& Trained() {
     cfg.d_ff = 128;
     cfg.window = 96;
     TaggerTrainOptions opt;
-    opt.steps = 600;
+    opt.steps = 400;
     opt.batch = 16;
     opt.log_every = 0;
     auto r = TrainTagger(GenerateCorpus(1, Split::kTrain, 400), cfg, opt);
