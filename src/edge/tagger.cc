@@ -106,6 +106,14 @@ class BioObjective : public HeadObjective {
   double inv_ = 0;
 };
 
+// Whitespace and punctuation that no name, address or organisation starts
+// or ends with (the tagger's spans are trimmed of them; '.' and '·' stay:
+// "Ltd.", "Ave.").
+bool EdgeJunk(char32_t c) {
+  static const std::u32string kJunk = U" \t\r\n\u3000\u200b,;:()[]<>{}|\"'!?/\\，。：；（）【】、！？“”‘’《》「」";
+  return kJunk.find(c) != std::u32string::npos;
+}
+
 struct EncodedDoc {
   std::vector<int32_t> ids;
   std::vector<int8_t> tags;
@@ -197,8 +205,9 @@ std::vector<Span> Tagger::Tag(std::u32string_view text) const {
   // it opens above kOpen and continues above kContinue (hysteresis, so one
   // unsure character does not cut a name in two); its type is the one with
   // the most probability (B + I) summed over the run, so a run whose
-  // characters disagree on the type stays one span. confidence: the mean of
-  // that type's probability over the run.
+  // characters disagree on the type stays one span, trimmed of edge
+  // whitespace and punctuation. confidence: the mean of that type's
+  // probability over the span.
   constexpr float kOpen = 0.5f, kContinue = 0.25f;
   const std::vector<float> p = TagProbabilities(text);
   const int64_t L = static_cast<int64_t>(text.size());
@@ -211,12 +220,19 @@ std::vector<Span> Tagger::Tag(std::u32string_view text) const {
     }
     int64_t j = i + 1;
     while (j < L && inside(j) > kContinue) ++j;
+    const int64_t next = j;
+    while (i < j && EdgeJunk(text[i])) ++i;
+    while (j > i && EdgeJunk(text[j - 1])) --j;
+    if (i == j) {
+      i = next;
+      continue;
+    }
     double sum[3] = {0, 0, 0};
     for (int64_t k = i; k < j; ++k)
       for (int x = 0; x < 3; ++x) sum[x] += p[k * kNumTags + 1 + 2 * x] + p[k * kNumTags + 2 + 2 * x];
     const int x = static_cast<int>(std::max_element(sum, sum + 3) - sum);
     out.push_back(Span{i, j, TagType(1 + 2 * x), static_cast<float>(sum[x] / static_cast<double>(j - i))});
-    i = j;
+    i = next;
   }
   return out;
 }
