@@ -53,7 +53,8 @@ TEST(Corpus, SpansCoverWellFormedValues) {
   for (Split split : {Split::kTrain, Split::kHeldOut}) {
     std::vector<std::string> surnames = LexiconEntries("cn_surname", split), first = LexiconEntries("en_first", split),
                              places = LexiconEntries("cn_place", split);
-    std::set<std::string> last;
+    std::set<std::string> last, given;
+    for (const std::string& g : LexiconEntries("cn_given", split)) given.insert(g);
     for (const std::string& l : LexiconEntries("en_last", split)) last.insert(l);
     std::set<EntityType> seen;
     std::set<std::string> kinds, langs;
@@ -70,6 +71,9 @@ TEST(Corpus, SpansCoverWellFormedValues) {
         prev_end = s.end;
         seen.insert(s.type);
         const std::string v = SpanText(d.text, s), c = Compact(v);
+        ASSERT_FALSE(v.empty());
+        EXPECT_NE(v.front(), ' ');
+        EXPECT_NE(v.back(), ' ');
         full_width |= v.find("\xEF\xBC") != std::string::npos;  // U+FF10.. in UTF-8
         zero_width |= v.find("\u200b") != std::string::npos;
         SCOPED_TRACE(d.id + ": " + EntityTypeName(s.type) + " '" + v + "'");
@@ -81,7 +85,11 @@ TEST(Corpus, SpansCoverWellFormedValues) {
               EXPECT_TRUE(last.count(v.substr(sp + 1)));
               EXPECT_TRUE(StartsWithAny(v, first) || std::regex_match(v.substr(0, sp), std::regex("[A-Z]\\.")));
             } else {
-              EXPECT_TRUE(StartsWithAny(v, surnames));
+              // Exactly a surname and a given name of this split's lexicons (no title inside).
+              bool split_ok = false;
+              for (const std::string& sn : surnames)
+                split_ok |= v.rfind(sn, 0) == 0 && given.count(v.substr(sn.size()));
+              EXPECT_TRUE(split_ok);
             }
             break;
           case EntityType::kAddress:
@@ -89,6 +97,7 @@ TEST(Corpus, SpansCoverWellFormedValues) {
               EXPECT_TRUE(std::regex_search(v, std::regex(", [A-Z][A-Za-z .]+, [A-Z]{2} [0-9]{5}$")));
             } else {
               EXPECT_TRUE(StartsWithAny(v, places));
+              EXPECT_TRUE(EndsWithAny(v, {"号", "室", "层"}));
             }
             break;
           case EntityType::kOrg:
