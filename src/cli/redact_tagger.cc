@@ -175,7 +175,7 @@ int RunRedactTools(int argc, char** argv) {
     std::printf("%s", usage);
     return 0;
   }
-  std::fprintf(stderr, "myriad redact-tools: unknown subcommand '%s'\n%s", sub.c_str(), usage);
+  std::fprintf(stderr, "myriad redact-tools: unknown subcommand '%s' (hint: corpus, train, eval or tag)\n", sub.c_str());
   return 2;
 }
 

@@ -84,6 +84,28 @@ TEST(Tagger, SaveLoadRoundTrip) {
   }
 }
 
+TEST(Tagger, TrainingIsDeterministicInTheSeed) {
+  TaggerConfig cfg;
+  cfg.d_model = 32;
+  cfg.d_ff = 64;
+  cfg.window = 64;
+  TaggerTrainOptions opt;
+  opt.steps = 20;
+  opt.batch = 4;
+  opt.log_every = 0;
+  const auto docs = GenerateCorpus(1, Split::kTrain, 40);
+  auto a = TrainTagger(docs, cfg, opt), b = TrainTagger(docs, cfg, opt);
+  opt.seed = 2;
+  auto c = TrainTagger(docs, cfg, opt);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  const std::u32string text = DecodeUtf8(GenerateDoc(2, Split::kHeldOut, 0).text);
+  const std::vector<float> pa = (*a)->TagProbabilities(text), pb = (*b)->TagProbabilities(text),
+                           pc = (*c)->TagProbabilities(text);
+  ASSERT_EQ(pa.size(), text.size() * kNumTags);
+  EXPECT_EQ(pa, pb);
+  EXPECT_NE(pa, pc);
+}
+
 TEST(Tagger, MalformedDirectoriesAreRefused) {
   const std::string base = testing::TempDir() + "/tagger_bad";
   std::filesystem::remove_all(base);
