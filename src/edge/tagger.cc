@@ -75,26 +75,15 @@ class BioObjective : public HeadObjective {
 
   double Apply(const Rows& rows, const float* logits, float* dlogits) override {
     double loss = 0;
-    float p[kNumTags];
     for (int64_t r = 0; r < rows.n; ++r) {
-      const float* z = logits + r * rows.vocab;
-      float mx = z[0];
-      for (int k = 1; k < kNumTags; ++k) mx = std::max(mx, z[k]);
-      double sum = 0;
-      for (int k = 0; k < kNumTags; ++k) sum += p[k] = std::exp(z[k] - mx);
-      for (int k = 0; k < kNumTags; ++k) p[k] = static_cast<float>(p[k] / sum);
       const int64_t at = rows.seq[r] * T_ + rows.pos[r];
       if (probs_) {
-        std::copy(p, p + kNumTags, probs_->data() + at * kNumTags);
+        (void)TagCrossEntropy(logits + r * rows.vocab, kIgnore, 0.0, nullptr, probs_->data() + at * kNumTags);
         continue;
       }
       const int lab = (*labels_)[at];
       if (lab == kIgnore) continue;
-      loss -= std::log(std::max(p[lab], 1e-30f)) * inv_;
-      if (dlogits) {
-        float* d = dlogits + r * rows.vocab;
-        for (int k = 0; k < kNumTags; ++k) d[k] += static_cast<float>((p[k] - (k == lab ? 1.0f : 0.0f)) * inv_);
-      }
+      loss += TagCrossEntropy(logits + r * rows.vocab, lab, inv_, dlogits ? dlogits + r * rows.vocab : nullptr, nullptr);
     }
     return loss;
   }
@@ -120,6 +109,20 @@ struct EncodedDoc {
 };
 
 }  // namespace
+
+double TagCrossEntropy(const float* logits, int label, double weight, float* dlogits, float* probs) {
+  float p[kNumTags];
+  float mx = logits[0];
+  for (int k = 1; k < kNumTags; ++k) mx = std::max(mx, logits[k]);
+  double sum = 0;
+  for (int k = 0; k < kNumTags; ++k) sum += p[k] = std::exp(logits[k] - mx);
+  for (int k = 0; k < kNumTags; ++k) p[k] = static_cast<float>(p[k] / sum);
+  if (probs) std::copy(p, p + kNumTags, probs);
+  if (label < 0 || label >= kNumTags) return 0.0;
+  if (dlogits)
+    for (int k = 0; k < kNumTags; ++k) dlogits[k] += static_cast<float>((p[k] - (k == label ? 1.0f : 0.0f)) * weight);
+  return -std::log(std::max(static_cast<double>(p[label]), 1e-30)) * weight;
+}
 
 const char* TagName(int tag) {
   static const char* k[kNumTags] = {"O", "B-PERSON", "I-PERSON", "B-ADDRESS", "I-ADDRESS", "B-ORG", "I-ORG"};

@@ -32,6 +32,13 @@ namespace myriad::edge {
 constexpr int kNumTags = 7;
 const char* TagName(int tag);  // "O", "B-PERSON", "I-PERSON", ...
 
+// One row of the training objective: weight * -log softmax(logits[0..kNumTags))[label],
+// d(that)/d(logits) added into dlogits[0..kNumTags) (null: none) and the
+// tag probabilities into probs (null: none). A label outside [0, kNumTags)
+// contributes nothing (probabilities only). The other logits of the row
+// (the rest of the vocabulary) take no part.
+double TagCrossEntropy(const float* logits, int label, double weight, float* dlogits, float* probs);
+
 struct TaggerConfig {
   int64_t d_model = 96, n_layers = 2, n_heads = 4, d_ff = 256;
   int64_t window = 128;       // positions per sequence (characters + delay)

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
@@ -37,6 +38,31 @@ EvalReport HeldOut(const Tagger& t, int64_t n) {
   eo.types = kTypes;
   return EvaluateDetector(GenerateCorpus(2, Split::kHeldOut, n),
                           [&](std::string_view s) { return t.Tag(DecodeUtf8(s)); }, eo);
+}
+
+TEST(Tagger, CrossEntropyGradientMatchesFiniteDifferences) {
+  // Ten logits (the row is wider than the tags); only the first kNumTags matter.
+  float z[10] = {0.3f, -1.2f, 2.0f, 0.1f, -0.4f, 1.1f, 0.7f, 5.0f, -3.0f, 9.0f};
+  float d[10] = {0};
+  float probs[kNumTags];
+  const double loss = TagCrossEntropy(z, 2, 0.5, d, probs);
+  // By hand: softmax over z[0..7), label 2.
+  double sum = 0;
+  for (int k = 0; k < kNumTags; ++k) sum += std::exp(static_cast<double>(z[k]));
+  EXPECT_NEAR(loss, -0.5 * (z[2] - std::log(sum)), 1e-6);
+  for (int k = 0; k < kNumTags; ++k) {
+    EXPECT_NEAR(probs[k], std::exp(static_cast<double>(z[k])) / sum, 1e-6);
+    float zp[10], zm[10];
+    std::copy(z, z + 10, zp);
+    std::copy(z, z + 10, zm);
+    const float h = 1e-2f;
+    zp[k] += h;
+    zm[k] -= h;
+    const double fd = (TagCrossEntropy(zp, 2, 0.5, nullptr, nullptr) - TagCrossEntropy(zm, 2, 0.5, nullptr, nullptr)) / (2 * h);
+    EXPECT_NEAR(d[k], fd, 1e-4) << k;
+  }
+  for (int k = kNumTags; k < 10; ++k) EXPECT_EQ(d[k], 0.0f);
+  EXPECT_EQ(TagCrossEntropy(z, -1, 0.5, d, nullptr), 0.0);
 }
 
 TEST(Tagger, BeatsAllOBaselineOnHeldOut) {
