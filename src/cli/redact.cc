@@ -14,6 +14,7 @@
 #include "cli/verbs.h"
 #include "core/env.h"
 #include "edge/redact.h"
+#include "edge/tagger.h"
 
 namespace myriad::cli {
 namespace {
@@ -74,9 +75,11 @@ int RunRestore(const std::vector<std::string>& inputs, const std::string& vault_
 }  // namespace
 
 int RunRedact(int argc, char** argv) {
-  // `myriad redact corpus|train|eval` are the tagger's subcommands.
-  if (argc > 1 && (!std::strcmp(argv[1], "corpus") || !std::strcmp(argv[1], "train") || !std::strcmp(argv[1], "eval")))
-    return Fail(std::string(argv[1]) + ": not part of this build", 2);
+  // `myriad redact corpus|train|eval|tag`: the corpus, the tagger and the
+  // evaluation (src/cli/redact_tagger.cc).
+  if (argc > 1 && (!std::strcmp(argv[1], "corpus") || !std::strcmp(argv[1], "train") ||
+                   !std::strcmp(argv[1], "eval") || !std::strcmp(argv[1], "tag")))
+    return RunRedactTools(argc - 1, argv + 1);
   CLI::App app{"Desensitise text: every name, number and address found is replaced by a typed placeholder "
                "(⟦PHONE_1⟧) kept in a session vault; --restore puts the originals back into an answer",
                "myriad redact"};
@@ -89,6 +92,8 @@ int RunRedact(int argc, char** argv) {
   app.add_flag("--input-jsonl", input_jsonl, "inputs hold one {\"text\": ...} object per line, each a document");
   app.add_option("--vault", vault_path, "session vault: loaded if present, saved after (placeholders stay consistent)");
   app.add_flag("--restore", restore, "restore the originals into an answer (needs --vault); exit 3 if one is unresolved");
+  std::string tagger_dir;
+  app.add_option("--tagger", tagger_dir, "the tagger of names, addresses and organisations (myriad redact train)");
   app.add_option("--min-confidence", min_confidence, "spans below this stay in the text")->check(CLI::Range(0.0, 1.0));
   CLI11_PARSE(app, argc, argv);
   if (restore) return RunRestore(inputs, vault_path);
@@ -112,7 +117,13 @@ int RunRedact(int argc, char** argv) {
     vault = std::move(*v);
   }
 
-  const edge::Redactor redactor(nullptr, edge::RedactorOptions{min_confidence});
+  std::unique_ptr<edge::Tagger> tagger;
+  if (!tagger_dir.empty()) {
+    auto t = edge::LoadTagger(tagger_dir);
+    if (!t.ok()) return Fail("--tagger: " + t.status().message(), 2);
+    tagger = std::move(t).value();
+  }
+  const edge::Redactor redactor(tagger.get(), edge::RedactorOptions{min_confidence});
   for (const Doc& d : docs) {
     const edge::Redaction r = redactor.Redact(d.text, &vault);
     if (!json) {

@@ -16,6 +16,7 @@
 #include "edge/judge.h"
 #include "edge/route_eval.h"
 #include "edge/router.h"
+#include "edge/tagger.h"
 
 namespace myriad::cli {
 
@@ -34,7 +35,7 @@ int RoutePrompts(int argc, char** argv) {
   app.add_option("--count", opt.count, "train prompts")->check(CLI::Range(1, 1 << 20));
   app.add_option("--held-out", opt.held_out_count, "held-out prompts")->check(CLI::Range(0, 1 << 20));
   app.add_option("--seed", opt.seed, "generator seed");
-  app.add_option("--docs", docs, "business documents: JSONL with a \"text\" field (myriad redact-tools corpus)");
+  app.add_option("--docs", docs, "business documents: JSONL with a \"text\" field (myriad redact corpus)");
   app.add_option("--doc-chars", opt.doc_chars, "a document is cut to this many characters")->check(CLI::Range(16, 1 << 20));
   app.add_option("--fortunes", opt.fortunes_dir, "folder of the fortune files");
   CLI11_PARSE(app, argc, argv);
@@ -89,9 +90,17 @@ int RouteData(int argc, char** argv) {
       ->check(CLI::Range(1, 4096));
   app.add_option("--probe-tokens", opt.features.probe_tokens, "greedy probe length")->check(CLI::Range(1, 16));
   app.add_option("--batch", opt.engine_batch, "engine batch")->check(CLI::Range(1, 1024));
+  std::string tagger_dir;
+  app.add_option("--tagger", tagger_dir, "the desensitiser's tagger (myriad redact train): names count as PII too");
   CLI11_PARSE(app, argc, argv);
   Result<std::vector<edge::RoutePrompt>> prompts = edge::LoadPromptsJsonl(prompts_path);
   if (!prompts.ok()) return Fail("data", prompts.status());
+  std::unique_ptr<edge::Tagger> tagger;
+  if (!tagger_dir.empty()) {
+    auto t = edge::LoadTagger(tagger_dir);
+    if (!t.ok()) return Fail("data", t.status().With("--tagger"));
+    tagger = std::move(t).value();
+  }
   Result<Loaded> e = LoadWithTokenizer(edge_path);
   if (!e.ok()) return Fail("data", e.status().With("--edge"));
   Result<Loaded> c = LoadWithTokenizer(cloud_path);
@@ -101,7 +110,7 @@ int RouteData(int argc, char** argv) {
   opt.edge_path = edge_path;
   // PII as the edge front sees it; the collaborative answer desensitised,
   // asked and restored as the edge front does it.
-  const edge::Redactor redactor(nullptr);
+  const edge::Redactor redactor(tagger.get());
   opt.pii = edge::PiiThrough(&redactor);
   opt.collaborative = edge::CollaborativeThrough(&redactor);
   Result<std::vector<edge::RouteRecord>> recs =
@@ -233,6 +242,8 @@ int RouteEval(int argc, char** argv) {
   app.add_option("--curve", curve, "write the cost-quality curves here (.dat; scripts/route_plot.gp plots it)");
   app.add_option("--knn", knn_k, "k of the kNN baseline")->check(CLI::Range(1, 1000));
   app.add_flag("--json", json, "print the report as JSON");
+  std::string tagger_dir;
+  app.add_option("--tagger", tagger_dir, "the desensitiser's tagger, for live routing (as route data used)");
   CLI11_PARSE(app, argc, argv);
   Result<edge::RouterModel> rm = edge::RouterModel::Load(router_path);
   if (!rm.ok()) return Fail("eval", rm.status());
@@ -297,7 +308,13 @@ int RouteEval(int argc, char** argv) {
     if (ep.empty()) return Fail("eval", Status::Error(router_path + " names no edge model (hint: --edge CKPT or --no-latency)"));
     Result<Loaded> e = LoadWithTokenizer(ep);
     if (!e.ok()) return Fail("eval", e.status().With("edge model"));
-    const edge::Redactor redactor(nullptr);
+    std::unique_ptr<edge::Tagger> tagger;
+    if (!tagger_dir.empty()) {
+      auto t = edge::LoadTagger(tagger_dir);
+      if (!t.ok()) return Fail("eval", t.status().With("--tagger"));
+      tagger = std::move(t).value();
+    }
+    const edge::Redactor redactor(tagger.get());
     Result<edge::Router> router = edge::Router::Load(router_path, *e->m.model, *e->tok, edge::PiiThrough(&redactor));
     if (!router.ok()) return Fail("eval", router.status());
     router->Decide(ho.recs[0]->prompt.prompt);  // warm-up (first-touch of the weights, thread pool start)

@@ -19,6 +19,7 @@
 #include "edge/edge_front.h"
 #include "edge/judge.h"
 #include "edge/router.h"
+#include "edge/tagger.h"
 #include "serve/billing.h"
 #include "serve/chat_template.h"
 #include "serve/engine.h"
@@ -123,7 +124,7 @@ int RunServe(int argc, char** argv) {
   // Edge and cloud (docs/edge.md): this server answers on the device or
   // forwards to the cloud, as the router or the request says.
   bool edge = false;
-  std::string cloud_url, cloud_model, cloud_key_env = "MYRIAD_CLOUD_API_KEY", cloud_prices_path, router_path;
+  std::string cloud_url, cloud_model, cloud_key_env = "MYRIAD_CLOUD_API_KEY", cloud_prices_path, router_path, tagger_dir;
   double cloud_connect_timeout = 3;
   app.add_flag("--edge", edge, "answer on this device or forward to --cloud, per request (docs/edge.md)");
   app.add_option("--cloud", cloud_url, "the cloud's OpenAI-compatible endpoint, e.g. http://10.0.0.2:8000 (with --edge)");
@@ -132,10 +133,11 @@ int RunServe(int argc, char** argv) {
   app.add_option("--cloud-prices", cloud_prices_path,
                  "TOML [prices] of the cloud, for the cost saved (default: this server's prices)");
   app.add_option("--router", router_path, "router.json of `myriad route train`: decides \"auto\" requests (default: edge)");
+  app.add_option("--tagger", tagger_dir, "the desensitiser's tagger of names, addresses, organisations (myriad redact train)");
   app.add_option("--cloud-connect-timeout-s", cloud_connect_timeout,
                  "seconds to reach the cloud before the edge answers instead")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
-  if ((!cloud_url.empty() || !router_path.empty()) && !edge) {
+  if ((!cloud_url.empty() || !router_path.empty() || !tagger_dir.empty()) && !edge) {
     std::fprintf(stderr, "myriad serve: --cloud needs --edge (hint: myriad serve --edge --cloud %s ...)\n",
                  cloud_url.c_str());
     return 2;
@@ -277,6 +279,7 @@ int RunServe(int argc, char** argv) {
     return 1;
   }
   serve::HttpServer server(engine->get(), &*tok, std::move(*tmpl), prices, scfg);
+  std::unique_ptr<edge::Tagger> tagger;
   std::unique_ptr<edge::Redactor> redactor;
   std::unique_ptr<edge::Router> router;
   std::unique_ptr<edge::EdgeFront> front;
@@ -287,7 +290,17 @@ int RunServe(int argc, char** argv) {
     if (const char* k = std::getenv(cloud_key_env.c_str())) fc.cloud_api_key = k;
     fc.connect_timeout_s = cloud_connect_timeout;
     fc.cloud_prices = cloud_prices;
-    redactor = std::make_unique<edge::Redactor>(nullptr);
+    if (!tagger_dir.empty()) {
+      auto t = edge::LoadTagger(tagger_dir);
+      if (!t.ok()) {
+        std::fprintf(stderr, "myriad serve: --tagger: %s\n", t.status().message().c_str());
+        server.Shutdown();
+        (*engine)->Shutdown();
+        return 1;
+      }
+      tagger = std::move(t).value();
+    }
+    redactor = std::make_unique<edge::Redactor>(tagger.get());
     if (!router_path.empty()) {
       auto r = edge::Router::Load(router_path, *lm->model, *tok, edge::PiiThrough(redactor.get()));
       if (!r.ok()) {
@@ -300,9 +313,10 @@ int RunServe(int argc, char** argv) {
     }
     front = std::make_unique<edge::EdgeFront>(fc, redactor.get(), router.get());
     server.SetFront(front.get());
-    LOG_INFO("serve: edge front: cloud %s, router %s", cloud_url.empty() ? "none (every request on the edge)"
+    LOG_INFO("serve: edge front: cloud %s, router %s, tagger %s", cloud_url.empty() ? "none (every request on the edge)"
                                                                         : cloud_url.c_str(),
-             router_path.empty() ? "none (auto = edge)" : router_path.c_str());
+             router_path.empty() ? "none (auto = edge)" : router_path.c_str(),
+             tagger_dir.empty() ? "none (patterns only)" : tagger_dir.c_str());
   }
   if (Status st = server.Start(); !st.ok()) {
     std::fprintf(stderr, "myriad serve: %s\n", st.message().c_str());

@@ -19,4 +19,6 @@ int RunDistill(int argc, char** argv);
 int RunTasks(int argc, char** argv);
 int RunRedact(int argc, char** argv);
 int RunRoute(int argc, char** argv);
+// `redact corpus|train|eval|tag`: argv[0] is the subcommand (src/cli/redact_tagger.cc).
+int RunRedactTools(int argc, char** argv);
 }  // namespace myriad::cli
