@@ -449,7 +449,11 @@ class Generator {
                       "新增合作伙伴{ORG}，法人代表{PER}，身份证号{ID}。\n",
                       "系统导出时间{TS}，核对记录号{BADID}无误。\n",
                       "下周计划：与{ORG}的{PER}{TITLE}商谈续约，邮件{EMAIL}。\n",
-                      "外勤车辆{PLATE}本周行驶{N}0公里，驾驶员{PER}。\n"}
+                      "外勤车辆{PLATE}本周行驶{N}0公里，驾驶员{PER}。\n",
+                      "上周和{PER}一起去了{ADDR}，见了{ORG}的负责人。\n",
+                      "据{PER}反馈，{ORG}准备在{ADDR}开设新门店。\n",
+                      "请各位注意，{PER}已调往{ORG}，新的办公地点是{ADDR}。\n",
+                      "{ORG}和{ORG}本周都在{REGION}加大了投入。\n"}
                 : std::vector<std::string>{
                       "Met {MR}{PER} of {ORG} on {DATE}; call back at {PHONE}.\n",
                       "{ORG} signed the renewal worth {AMOUNT}; billing address {ADDR}.\n",
@@ -458,7 +462,11 @@ class Generator {
                       "{PER} is leading the rollout at {ORG}, site address {ADDR}.\n",
                       "New partner {ORG}, contact {PER} <{EMAIL}>.\n",
                       "Export generated at {TS}; reference {BADID} checked.\n",
-                      "Next week: review the contract with {PER} at {ORG}.\n"};
+                      "Next week: review the contract with {PER} at {ORG}.\n",
+                      "Please send the samples to {PER} at {ADDR} by Friday.\n",
+                      "I spoke with {PER} yesterday; {ORG} wants a quote before {DATE}.\n",
+                      "According to {PER}, {ORG} is opening a new office at {ADDR}.\n",
+                      "Both {ORG} and {ORG} asked for a discount this week.\n"};
       out.push_back("{BODY}");
       out.push_back(zh ? "报告人：{PER}  {DATE}\n" : "Regards,\n{PER}\n");
     } else if (kind == "email") {
@@ -472,7 +480,9 @@ class Generator {
                       "在线签署链接：{URL}，请于{DATE}前完成。\n",
                       "出差人员{PER}护照号{PASSPORT}，身份证{ID}。\n",
                       "登录异常来自IP {IP}，时间戳{TS}。\n",
-                      "如有疑问请联系{PER}，手机{PHONE}。\n"}
+                      "如有疑问请联系{PER}，手机{PHONE}。\n",
+                      "感谢您上周在{ADDR}的接待，{PER}让我转达{ORG}的问候。\n",
+                      "我们已和{ORG}的{PER}确认，样品会寄到{ADDR}。\n"}
                 : std::vector<std::string>{
                       "Please wire the deposit to {ORG}, card {CARD}, holder {PER}.\n",
                       "Ship the samples to {ADDR}, attention {PER}, phone {PHONE}.\n",
@@ -481,7 +491,9 @@ class Generator {
                       "Traveller {PER}, passport {PASSPORT}, SSN {SSN}.\n",
                       "The login came from {IP} at {TS}.\n",
                       "Questions? Call {PER} at {PHONE} or write to {EMAIL}.\n",
-                      "{ORG} has moved to {ADDR}.\n"};
+                      "{ORG} has moved to {ADDR}.\n",
+                      "Thanks for hosting us at {ADDR} last week; {PER} sends regards from {ORG}.\n",
+                      "We confirmed with {PER} of {ORG} that the parcel goes to {ADDR}.\n"};
       out.push_back("{BODY}");
       out.push_back(zh ? "\n此致\n{PER}\n{ORG}\n{ADDR}\n" : "\nBest regards,\n{PER}\n{ORG}\n{ADDR}\n");
     } else if (kind == "table") {
@@ -504,7 +516,9 @@ class Generator {
                       "[{TIME}] {PER}: 我是{ORG}的，找{PER}{TITLE}\n",
                       "[{TIME}] {PER}: 身份证{ID}，车牌{PLATE}\n",
                       "[{TIME}] {PER}: 好的，金额{AMOUNT}没问题\n",
-                      "[{TIME}] {PER}: 链接发你了 {URL}\n"}
+                      "[{TIME}] {PER}: 链接发你了 {URL}\n",
+                      "[{TIME}] {PER}: 刚和{PER}通了电话，他说{ORG}那边没问题\n",
+                      "[{TIME}] {PER}: 我下午去{ADDR}，你让{PER}在楼下等我\n"}
                 : std::vector<std::string>{
                       "[{TIME}] {PER}: my number is {PHONE}, please call back\n",
                       "[{TIME}] {PER}: change the delivery address to {ADDR}\n",
@@ -512,7 +526,9 @@ class Generator {
                       "[{TIME}] {PER}: refund to card {CARD} please\n",
                       "[{TIME}] {PER}: I'm with {ORG}, looking for {PER}\n",
                       "[{TIME}] {PER}: ok, {AMOUNT} is fine\n",
-                      "[{TIME}] {PER}: here is the link {URL}\n"};
+                      "[{TIME}] {PER}: here is the link {URL}\n",
+                      "[{TIME}] {PER}: just talked to {PER}, {ORG} is fine with it\n",
+                      "[{TIME}] {PER}: heading to {ADDR} this afternoon, ask {PER} to wait downstairs\n"};
       out.push_back("{BODY}");
     } else {  // ticket
       out.push_back(zh ? "工单编号：TK-{N}{N}{N}\n客户：{PER}（{ORG}）\n联系方式：{PHONE} / {EMAIL}\n问题描述：\n"
