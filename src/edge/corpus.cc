@@ -264,14 +264,22 @@ class Generator {
                                                   "187", "177", "199", "131", "133", "189"};
     return Pick(kPre) + Digits(8);
   }
+  // Mainland area codes as they exist: 010, 02x, and 0 + three digits from 3xx to 9xx.
+  std::string AreaCode() {
+    switch (Below(3)) {
+      case 0: return "010";
+      case 1: return "02" + Digits(1);
+      default: return "0" + Num(311, 999);
+    }
+  }
   std::string Phone() {
     const std::string m = Mobile();
     switch (Below(9)) {
       case 0: return "+86 " + m.substr(0, 3) + "-" + m.substr(3, 4) + "-" + m.substr(7);
       case 1: return m.substr(0, 3) + " " + m.substr(3, 4) + " " + m.substr(7);
       case 2: return FullWidthDigits(m);
-      case 3: return "(0" + Num(10, 29) + ")-" + Digits(4) + " " + Digits(4);
-      case 4: return "0" + Num(10, 29) + "-" + Digits(8);
+      case 3: return "(" + AreaCode() + ")-" + Digits(4) + " " + Digits(4);
+      case 4: return AreaCode() + "-" + Digits(8);
       case 5: return "+44 20 " + Digits(4) + " " + Digits(4);
       case 6: return "(" + Num(201, 989) + ") 555-" + Digits(4);
       case 7: return "+1 " + Num(201, 989) + "-" + Digits(3) + "-" + Digits(4);

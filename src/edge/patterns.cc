@@ -259,9 +259,20 @@ void DetectDigits(const DigitCand& d, std::vector<Cand>* out) {
     add(d.s, d.e, EntityType::kResidentId, 0, /*decoy=*/true);
     return;
   }
-  if (n == 15 && d.i == d.j && D[0] >= '1' && D[0] <= '8' &&
-      PlausibleYmd(1900 + Num(D.substr(6, 2)), Num(D.substr(8, 2)), Num(D.substr(10, 2)))) {
-    add(d.s, d.e, EntityType::kResidentId, ctx_decoy() ? 0.3f : 0.7f);
+  // A 15-digit ID shares its length with American Express cards (34/37...):
+  // an ID keyword before it, or a plausible birth date, makes it an ID.
+  const bool id15 = n == 15 && d.i == d.j && D[0] >= '1' && D[0] <= '8' &&
+                    PlausibleYmd(1900 + Num(D.substr(6, 2)), Num(D.substr(8, 2)), Num(D.substr(10, 2)));
+  if (id15) {
+    const bool kw = WordBefore(t, d.s, {U"身份证", U"证件", U"id", U"identity"});
+    add(d.s, d.e, EntityType::kResidentId, ctx_decoy() ? 0.3f : (kw ? 0.92f : 0.8f));
+  }
+  // Four dotted groups of up to three digits are an IPv4 address (DetectIps),
+  // never a phone or a card.
+  if (d.j - d.i == 3 && d.gaps_in({U"."})) {
+    bool quad = true;
+    for (size_t k : d.sizes) quad = quad && k <= 3;
+    if (quad) return;
   }
 
   // Mainland mobiles, with +86 / (+86) / 0086 or without.
@@ -333,7 +344,7 @@ void DetectDigits(const DigitCand& d, std::vector<Cand>* out) {
       if (D[0] == '6' && D[1] == '2' && n >= 16) {
         add(d.s, d.e, EntityType::kBankCard, ctx_decoy() ? (luhn ? 0.45f : 0.3f) : (luhn ? 0.95f : 0.8f));
       } else if (luhn && OtherCardPrefix(D)) {
-        add(d.s, d.e, EntityType::kBankCard, ctx_decoy() ? 0.3f : 0.85f);
+        add(d.s, d.e, EntityType::kBankCard, ctx_decoy() ? 0.3f : (id15 ? 0.6f : 0.85f));
       }
     }
   }

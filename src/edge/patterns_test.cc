@@ -40,6 +40,11 @@ TEST(Patterns, ResidentId) {
   EXPECT_EQ(Kept("证件 110105 19900307 1239 号"), One("110105 19900307 1239", kId));
   // 15-digit: area, YYMMDD, 3 digits.
   EXPECT_EQ(Kept("旧证 110105900307123 号"), One("110105900307123", kId));
+  // A 15-digit ID that is also a Luhn-valid 37... (American Express) number:
+  // the keyword and the birth date make it an ID (python3: Luhn of
+  // 370202680804022 is valid; 680804 is 1968-08-04).
+  EXPECT_EQ(Kept("身份证370202680804022，另一记"), One("370202680804022", kId));
+  EXPECT_EQ(Kept("| 欧阳芳 | 370202880303049 | 1"), One("370202880303049", kId));
   const auto spans = Redactor().Detect("身份证号110105199003071239");
   ASSERT_EQ(spans.size(), 1u);
   EXPECT_EQ(spans[0].start, 4);
@@ -132,6 +137,11 @@ TEST(Patterns, EmailUrlIp) {
   EXPECT_EQ(Kept("v6 2001:0db8:0000:0000:0000:ff00:0042:8329."), One("2001:0db8:0000:0000:0000:ff00:0042:8329", EntityType::kIp));
   EXPECT_EQ(Kept("link fe80::1 up"), One("fe80::1", EntityType::kIp));
   EXPECT_TRUE(Kept("not 256.1.1.1 nor 1.2.3 nor a@b").empty());
+  // A dotted quad whose digits would spell a mobile (19216878125) is an address,
+  // next to CJK text and after a comma too.
+  EXPECT_EQ(Kept("用户反映服务器192.168.78.125无法访问"), One("192.168.78.125", EntityType::kIp));
+  EXPECT_EQ(Kept("来自IP 175.204.14.160，时间戳"), One("175.204.14.160", EntityType::kIp));
+  EXPECT_EQ(Kept("wei@163.com,192.168.60.250,2024").back(), (Found{"192.168.60.250", EntityType::kIp}));
   EXPECT_TRUE(Kept("at 14:30:15 and std::vector").empty());
 }
 

@@ -277,7 +277,7 @@ Result<std::unique_ptr<Tagger>> LoadTagger(const std::string& dir) {
   Env* env = Env::Default();
   const std::string jpath = dir + "/tagger.json", mpath = dir + "/model.safetensors";
   if (!env->FileExists(jpath))
-    return Status::Error(dir + ": not a tagger directory (no tagger.json; hint: `myriad redact-tools train --out DIR` writes one)");
+    return Status::Error(dir + ": not a tagger directory (no tagger.json; hint: `myriad redact train --out DIR` writes one)");
   ASSIGN_OR_RETURN(std::string text, env->ReadFile(jpath));
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   auto bad = [&](const std::string& why) { return Status::Error(jpath + ": " + why); };

@@ -32,5 +32,5 @@ expect_one_line_error "missing tagger" "nowhere: not a tagger directory" \
 printf '{"text":"abc","spans":[{"start":0,"end":9,"type":"PERSON"}]}\n' >"$WORK/bad.jsonl"
 expect_one_line_error "span outside the text" "bad.jsonl:1: span \[0, 9\) lies outside" \
   "$MYRIAD" redact eval --tagger "$WORK/tagger" --docs "$WORK/bad.jsonl"
-expect_one_line_error "unknown subcommand" "unknown subcommand 'bogus'" "$MYRIAD" redact bogus
+expect_one_line_error "an input that is not there" "bogus: open failed" "$MYRIAD" redact bogus
 finish
