@@ -12,6 +12,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/verbs.h"
+#include "data/corpus.h"
 #include "edge/corpus.h"
 #include "edge/redact.h"
 #include "edge/redact_eval.h"
@@ -54,6 +55,47 @@ int RunCorpus(int argc, char** argv) {
   return 0;
 }
 
+// The built-in corpus's texts (fortunes, Python sources): the tagger's
+// negatives. Empty, with a warning, where its packages are not installed.
+std::vector<std::string> PlainTexts() {
+  auto c = LoadDefaultCorpus();
+  if (!c.ok()) {
+    std::fprintf(stderr, "myriad redact: no built-in corpus for plain-text documents (%s)\n", c.status().message().c_str());
+    return {};
+  }
+  std::vector<std::string> texts;
+  for (auto& d : c->documents) texts.push_back(std::move(d.text));
+  return texts;
+}
+
+// What the tagger redacts in free text with nothing to redact.
+struct PlainFigures {
+  int64_t docs = 0, docs_flagged = 0, chars = 0, chars_flagged = 0;
+};
+PlainFigures ScorePlain(const std::vector<edge::LabelledDoc>& plain, const edge::Detector& detect) {
+  PlainFigures f;
+  for (const auto& d : plain) {
+    const auto spans = detect(d.text);
+    int64_t flagged = 0;
+    for (const auto& sp : spans)
+      if (sp.type == EntityType::kPerson || sp.type == EntityType::kAddress || sp.type == EntityType::kOrg)
+        flagged += sp.end - sp.start;
+    ++f.docs;
+    f.docs_flagged += flagged > 0;
+    f.chars += static_cast<int64_t>(edge::DecodeUtf8(d.text).size());
+    f.chars_flagged += flagged;
+  }
+  return f;
+}
+void PrintPlain(const PlainFigures& f) {
+  if (f.docs == 0) return;
+  std::printf("plain text (held-out fortunes and code, nothing to redact): names/addresses/organisations found in "
+              "%lld of %lld documents, %lld of %lld characters (%.4f)\n",
+              static_cast<long long>(f.docs_flagged), static_cast<long long>(f.docs),
+              static_cast<long long>(f.chars_flagged), static_cast<long long>(f.chars),
+              f.chars ? double(f.chars_flagged) / f.chars : 0.0);
+}
+
 void PrintReport(const edge::EvalReport& r, bool json) {
   if (json) std::printf("%s\n", edge::EvalReportJson(r).dump(1).c_str());
   else std::printf("%s", edge::FormatEvalTable(r).c_str());
@@ -81,11 +123,21 @@ int RunTrainTagger(int argc, char** argv) {
   app.add_option("--window", cfg.window, "positions per sequence");
   app.add_option("--delay", cfg.delay, "positions of right context each tag waits for");
   app.add_option("--threads", threads, "OpenMP threads (0: all cores)");
+  int64_t plain = 1000;
+  app.add_option("--plain", plain, "free-text documents with nothing to redact (the built-in corpus) mixed in")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 22));
   app.add_flag("--json", json, "held-out figures as JSON");
   CLI11_PARSE(app, argc, argv);
   if (threads > 0) omp_set_num_threads(static_cast<int>(threads));
   opt.seed = seed;
-  const auto train_docs = edge::GenerateCorpus(seed, edge::Split::kTrain, docs);
+  auto train_docs = edge::GenerateCorpus(seed, edge::Split::kTrain, docs);
+  std::vector<std::string> plain_texts;
+  if (plain > 0) {
+    plain_texts = PlainTexts();
+    const auto negatives = edge::PlainTextDocs(plain_texts, edge::Split::kTrain, plain, seed);
+    std::fprintf(stderr, "tagger: %zu generated documents and %zu plain-text ones\n", train_docs.size(), negatives.size());
+    train_docs.insert(train_docs.end(), negatives.begin(), negatives.end());
+  }
   const auto t0 = std::chrono::steady_clock::now();
   auto tagger = edge::TrainTagger(train_docs, cfg, opt);
   if (!tagger.ok()) return Fail("train", tagger.status().message());
@@ -99,6 +151,8 @@ int RunTrainTagger(int argc, char** argv) {
     edge::EvalOptions eo;
     eo.types = kTaggerTypes;
     PrintReport(edge::EvaluateDetector(ho, TaggerDetector(**tagger), eo), json);
+    if (!json && !plain_texts.empty())
+      PrintPlain(ScorePlain(edge::PlainTextDocs(plain_texts, edge::Split::kHeldOut, 300, seed), TaggerDetector(**tagger)));
   }
   return 0;
 }
@@ -119,6 +173,9 @@ int RunEvalTagger(int argc, char** argv) {
   app.add_option("--seed", seed, "seed of the generated documents");
   app.add_option("--threads", threads, "OpenMP threads (0: all cores)");
   app.add_flag("--tagger-only", tagger_only, "score the tagger alone, on PERSON/ADDRESS/ORG");
+  int64_t plain = 300;
+  app.add_option("--plain", plain, "held-out free-text documents (the built-in corpus) to count false finds on")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 22));
   app.add_flag("--json", json, "figures as JSON");
   CLI11_PARSE(app, argc, argv);
   if (threads > 0) omp_set_num_threads(static_cast<int>(threads));
@@ -150,11 +207,18 @@ int RunEvalTagger(int argc, char** argv) {
   std::vector<std::string> texts;
   for (const auto& d : docs) texts.push_back(d.text);
   const edge::RestoreCheck rc = edge::CheckRestores(redactor, texts);
+  PlainFigures pf;
+  if (plain > 0) {
+    const auto plain_docs = edge::PlainTextDocs(PlainTexts(), edge::Split::kHeldOut, plain, seed);
+    pf = ScorePlain(plain_docs, [&](std::string_view t) { return redactor.Detect(t); });
+  }
   if (json) {
     nlohmann::json j = edge::EvalReportJson(r);
     j["restore"] = {{"documents", rc.documents}, {"answers", rc.answers}, {"placeholders", rc.placeholders},
                     {"failures", rc.failures}};
     j["tagger"] = dir.empty() ? nlohmann::json(nullptr) : nlohmann::json(dir);
+    j["plain"] = {{"docs", pf.docs}, {"docs_flagged", pf.docs_flagged}, {"chars", pf.chars},
+                  {"chars_flagged", pf.chars_flagged}};
     std::printf("%s\n", j.dump(1).c_str());
   } else {
     std::printf("%s", edge::FormatEvalTable(r).c_str());
@@ -162,6 +226,7 @@ int RunEvalTagger(int argc, char** argv) {
                 "placeholders, whole and streamed), %lld placeholders, %lld failures\n",
                 static_cast<long long>(rc.answers), static_cast<long long>(rc.documents),
                 static_cast<long long>(rc.placeholders), static_cast<long long>(rc.failures));
+    PrintPlain(pf);
   }
   for (const auto& e : rc.examples) std::fprintf(stderr, "restore failure: %s\n", e.c_str());
   return 0;

@@ -640,6 +640,57 @@ std::vector<LabelledDoc> GenerateCorpus(uint64_t seed, Split split, int64_t coun
   return docs;
 }
 
+std::vector<LabelledDoc> PlainTextDocs(const std::vector<std::string>& texts, Split split, int64_t count,
+                                       uint64_t seed) {
+  std::vector<LabelledDoc> pieces;
+  for (const std::string& t : texts) {
+    const std::u32string cps = DecodeUtf8(t);
+    size_t a = 0;
+    while (a < cps.size()) {
+      size_t b = std::min(cps.size(), a + 400);
+      // Cut after the last line end between 40 and 400 code points in.
+      for (size_t k = b; k > a + 40; --k)
+        if (cps[k - 1] == U'\n') {
+          b = k;
+          break;
+        }
+      std::u32string piece = cps.substr(a, b - a);
+      a = b;
+      while (!piece.empty() && (piece.back() == U'\n' || piece.back() == U' ')) piece.pop_back();
+      if (piece.size() < 40) continue;
+      // Leave out pieces that likely hold a name (an attribution "--", two
+      // capitalised words in a row, an author line): unlabelled, they would
+      // teach the tagger that names are nothing.
+      bool named = false;
+      for (size_t k = 0; k + 1 < piece.size() && !named; ++k) {
+        if (piece[k] == U'-' && piece[k + 1] == U'-') named = true;
+        if (piece[k] >= U'A' && piece[k] <= U'Z' && k + 1 < piece.size() && piece[k + 1] >= U'a' && piece[k + 1] <= U'z') {
+          size_t e = k + 1;
+          while (e < piece.size() && piece[e] >= U'a' && piece[e] <= U'z') ++e;
+          if (e + 1 < piece.size() && piece[e] == U' ' && piece[e + 1] >= U'A' && piece[e + 1] <= U'Z') named = true;
+        }
+      }
+      if (named) continue;
+      LabelledDoc d;
+      d.text = EncodeUtf8(piece);
+      const bool held_out = Checksum64(d.text) % 8 == 0;
+      if (held_out != (split == Split::kHeldOut)) continue;
+      d.kind = "plain";
+      d.lang = "plain";
+      pieces.push_back(std::move(d));
+    }
+  }
+  // A seeded order, then the first `count`.
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = pieces.size(); i > 1; --i) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    std::swap(pieces[i - 1], pieces[x % i]);
+  }
+  if (static_cast<int64_t>(pieces.size()) > count) pieces.resize(static_cast<size_t>(std::max<int64_t>(count, 0)));
+  for (size_t i = 0; i < pieces.size(); ++i) pieces[i].id = std::string("plain-") + SplitName(split) + "-" + std::to_string(i);
+  return pieces;
+}
+
 std::string SpanText(std::string_view text, const Span& s) {
   const std::u32string cps = DecodeUtf8(text);
   const int64_t a = std::clamp<int64_t>(s.start, 0, static_cast<int64_t>(cps.size()));

@@ -46,6 +46,15 @@ LabelledDoc GenerateDoc(uint64_t seed, Split split, int64_t index);
 // Documents 0..count-1.
 std::vector<LabelledDoc> GenerateCorpus(uint64_t seed, Split split, int64_t count);
 
+// Free text with no labelled entity (kind "plain"): pieces of `texts` (the
+// built-in corpus: fortunes, Python sources) of 40..400 code points cut at
+// line ends, each piece in the train or the held-out split by a hash of its
+// text, up to `count` of them in a seeded order. The tagger learns from them
+// to leave ordinary prose and code alone; held out, they measure what it
+// redacts where there is nothing to redact.
+std::vector<LabelledDoc> PlainTextDocs(const std::vector<std::string>& texts, Split split, int64_t count,
+                                       uint64_t seed);
+
 // The text a span covers (code points [start, end) of `text`, as UTF-8).
 std::string SpanText(std::string_view text, const Span& s);
 

@@ -234,3 +234,39 @@ TEST(Corpus, JsonlRoundTripAndErrors) {
 
 }  // namespace
 }  // namespace myriad::edge
+
+namespace myriad::edge {
+namespace {
+
+TEST(PlainTextDocs, SplitsByTextCutsAtLinesAndSkipsNamedPieces) {
+  std::vector<std::string> texts;
+  for (int i = 0; i < 40; ++i) {
+    std::string t;
+    for (int l = 0; l < 12; ++l) t += "line " + std::to_string(i) + "." + std::to_string(l) + " of plain words here\n";
+    texts.push_back(t);
+  }
+  texts.push_back(std::string(60, 'x') + " said Mark Twain\n");  // two capitalised words: left out
+  texts.push_back(std::string(60, 'y') + "\n-- an attribution\n");  // "--": left out
+  const auto train = PlainTextDocs(texts, Split::kTrain, 1000, 3);
+  const auto held = PlainTextDocs(texts, Split::kHeldOut, 1000, 3);
+  ASSERT_FALSE(train.empty());
+  ASSERT_FALSE(held.empty());
+  std::set<std::string> seen;
+  for (const auto& d : train) {
+    EXPECT_TRUE(d.spans.empty());
+    EXPECT_EQ(d.kind, "plain");
+    const size_t n = DecodeUtf8(d.text).size();
+    EXPECT_GE(n, 40u);
+    EXPECT_LE(n, 400u);
+    EXPECT_EQ(d.text.find("Twain"), std::string::npos);
+    EXPECT_EQ(d.text.find("--"), std::string::npos);
+    seen.insert(d.text);
+  }
+  for (const auto& d : held) EXPECT_FALSE(seen.count(d.text)) << d.text;  // the splits never share a piece
+  // Deterministic in the seed; `count` caps.
+  EXPECT_EQ(PlainTextDocs(texts, Split::kTrain, 1000, 3)[0].text, train[0].text);
+  EXPECT_EQ(PlainTextDocs(texts, Split::kTrain, 2, 3).size(), 2u);
+}
+
+}  // namespace
+}  // namespace myriad::edge

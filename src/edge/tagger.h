@@ -49,7 +49,7 @@ struct TaggerConfig {
 };
 
 struct TaggerTrainOptions {
-  int64_t steps = 1200;
+  int64_t steps = 1600;
   int64_t batch = 16;      // sequences per step
   double lr = 3e-3;
   uint64_t seed = 1;
