@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import common
@@ -41,8 +42,12 @@ def ask(url, prompt, route, max_tokens):
             "route": route}
     req = urllib.request.Request(url + "/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"})
     t0 = time.perf_counter()
-    with urllib.request.urlopen(req, timeout=300) as r:
-        j = json.loads(r.read())
+    try:
+        with urllib.request.urlopen(req, timeout=300) as r:
+            j = json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        j = json.loads(e.read())
+        j["status"] = e.code
     ms = (time.perf_counter() - t0) * 1000
     return j, ms
 
@@ -73,11 +78,19 @@ def main():
         edge_args += ["--tagger", a.tagger]
     edge, edge_url = start(edge_args, "edge")
     rows = []
+    skipped = []  # prompts a server refused (longer than these tiny models' context): left out of both arms
     try:
         for i, p in enumerate(held):
             arms = ["cloud", "auto"] if i % 2 == 0 else ["auto", "cloud"]
+            got = []
             for arm in arms:
                 j, ms = ask(edge_url, p["prompt"], arm, a.max_tokens)
+                got.append((arm, j, ms))
+            errors = [j for _, j, _ in got if "error" in j]
+            if errors:
+                skipped.append({"id": p["id"], "domain": p["domain"], "error": errors[0]["error"].get("message", "")[:160]})
+                continue
+            for arm, j, ms in got:
                 route = j.get("route", "edge")
                 cost = j.get("cost", {}).get("total", 0.0) if route != "edge" else 0.0
                 rows.append({"id": p["id"], "domain": p["domain"], "arm": "all-cloud" if arm == "cloud" else "routed",
@@ -98,7 +111,12 @@ def main():
         subprocess.run([f"{common.BUILD}/myriad", "route", "score", "--prompts", a.prompts, "--answers", ans,
                         "--judge", a.cloud, "--out", scored], check=True, env=common.myriad_env())
         rows = [json.loads(l) for l in open(scored)]
-    out = {"bench": "edge_cloud", "cpu": common.cpu_model(), "prompts": len(held), "arms": {}}
+    out = {"bench": "edge_cloud", "cpu": common.cpu_model(), "prompts": len(held) - len(skipped),
+           "skipped": len(skipped), "skipped_by_domain": {}, "arms": {}}
+    for s in skipped:
+        out["skipped_by_domain"][s["domain"]] = out["skipped_by_domain"].get(s["domain"], 0) + 1
+    if skipped:
+        sys.stderr.write(f"edge_cloud: {len(skipped)} prompts refused (e.g. {skipped[0]['error']}), left out of both arms\n")
     for arm in ("all-cloud", "routed"):
         rs = [r for r in rows if r["arm"] == arm]
         share = {k: sum(r["route"] == k for r in rs) / len(rs) for k in ("edge", "collaborative", "cloud")}
@@ -116,7 +134,7 @@ def main():
     out["cloud_calls_cut"] = 1 - r["cloud_calls"] / max(1, c["cloud_calls"])
     m = re.search(r'^myriad_edge_redactions_total\{type="PHONE"\} (\d+)', metrics, re.M)
     out["metrics_phone_redactions"] = int(m.group(1)) if m else None
-    print(f"| arm | quality | cost ({len(held)} requests) | p50 ms | p99 ms | edge / collaborative / cloud |")
+    print(f"| arm | quality | cost ({out['prompts']} requests) | p50 ms | p99 ms | edge / collaborative / cloud |")
     print("|---|---|---|---|---|---|")
     for arm, v in out["arms"].items():
         s = v["share"]

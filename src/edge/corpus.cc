@@ -18,7 +18,7 @@ namespace myriad::edge {
 namespace {
 
 // ---- Lexicons. Each entry goes to the held-out side when the hash of
-// (category, entry) falls in the lowest fifth.
+// (category, entry) falls in the lowest fifth; closed classes go to both.
 
 struct Category {
   const char* name;
@@ -109,6 +109,14 @@ bool HeldOutEntry(std::string_view category, std::string_view entry) {
   return Checksum64(key) % 5 == 0;
 }
 
+}  // namespace
+
+// Chinese surnames are a closed class (a device ships the list): both splits
+// use all of them; names stay disjoint through their given names.
+bool IsClosedLexicon(std::string_view category) { return category == "cn_surname"; }
+
+namespace {
+
 struct SplitLexicons {
   std::map<std::string, std::vector<std::string>> part[2];
 };
@@ -117,7 +125,14 @@ const SplitLexicons& Lexicons() {
   static const SplitLexicons k = [] {
     SplitLexicons s;
     for (const Category& c : AllLexicons())
-      for (const std::string& e : c.entries) s.part[HeldOutEntry(c.name, e) ? 1 : 0][c.name].push_back(e);
+      for (const std::string& e : c.entries) {
+        if (IsClosedLexicon(c.name)) {
+          s.part[0][c.name].push_back(e);
+          s.part[1][c.name].push_back(e);
+        } else {
+          s.part[HeldOutEntry(c.name, e) ? 1 : 0][c.name].push_back(e);
+        }
+      }
     return s;
   }();
   return k;

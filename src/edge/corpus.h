@@ -37,6 +37,8 @@ std::optional<Split> ParseSplit(std::string_view s);  // nullopt for anything el
 // "en_last", "cn_place" (province/city/district triples), "cn_road",
 // "en_street", "en_city", "org_brand", "en_org_word".
 std::vector<std::string> LexiconCategories();
+// A category both splits draw all of (Chinese surnames: a closed class).
+bool IsClosedLexicon(std::string_view category);
 // The entries of one category that documents of `split` draw from (disjoint
 // between the splits, neither empty).
 std::vector<std::string> LexiconEntries(std::string_view category, Split split);
