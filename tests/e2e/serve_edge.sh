@@ -58,10 +58,14 @@ PROXY_PID=$!
 for _ in $(seq 1 100); do [ -f "$WORK/proxy_port" ] && break; sleep 0.1; done
 PROXY="http://127.0.0.1:$(cat "$WORK/proxy_port")"
 
+# A small tagger of names, addresses and organisations for the edge's desensitiser.
+"$MYRIAD" redact train --out "$WORK/tagger" --docs 200 --plain 50 --steps 100 --d-model 64 --d-ff 128 --window 96 \
+  --held-out 0 2>"$WORK/tagger.log" || { echo "FAIL: training the tagger: $(tail -3 "$WORK/tagger.log")"; exit 1; }
+
 SERVE_MODEL="--ckpt $WORK/run"
-start_server --edge --cloud "$PROXY" ${EDGE_ARGS:-}
-grep -q "edge front: cloud $PROXY" "$WORK/serve.log" && pass "the edge names its cloud at start" ||
-  fail "no edge front line in the log: $(cat "$WORK/serve.log")"
+start_server --edge --cloud "$PROXY" --tagger "$WORK/tagger" ${EDGE_ARGS:-}
+grep -q "edge front: cloud $PROXY, router none (auto = edge), tagger $WORK/tagger" "$WORK/serve.log" &&
+  pass "the edge names its cloud, router and tagger at start" || fail "no edge front line in the log: $(cat "$WORK/serve.log")"
 
 "$PY" - "$URL" "$WORK/rec" <<'PYEOF' && pass "edge/cloud checks" || fail "edge/cloud checks"
 import json, re, sys, urllib.request, urllib.error
