@@ -42,7 +42,9 @@ class EdgeFrontTest : public ServerTest {
   void StartPair(bool with_cloud = true) {
     StartServer();  // the edge: server_, engine_
     if (with_cloud) {
-      cloud_engine_ = std::make_unique<FakeEngine>(tok_->Encode(kCloudReply), 16, 128, 1ms);
+      // 20 ms a token: the cloud's server writes one token per SSE event
+      // even on a busy machine, so its deltas split every placeholder.
+      cloud_engine_ = std::make_unique<FakeEngine>(tok_->Encode(kCloudReply), 16, 128, 20ms);
       serve::ServerConfig cc;
       cc.port = 0;
       cc.model_name = "cloud-model";
@@ -157,9 +159,29 @@ TEST_F(EdgeFrontTest, StreamedAnswerIsRestoredAcrossChunksThatSplitPlaceholders)
   }
   EXPECT_EQ(streamed, whole);
   EXPECT_NE(raw.find("data: [DONE]"), std::string::npos);
-  // The fake cloud streams one token per chunk, and its tokenizer spells a
-  // placeholder in several tokens: the restore did cross chunk boundaries.
-  EXPECT_GT(tok_->Encode("⟦PHONE_1⟧").size(), 1u);
+  // The cloud's own stream of the same request splits placeholders across
+  // its deltas: the restore above did cross chunk boundaries.
+  const json direct = {{"model", "cloud-model"},
+                       {"messages", {{{"role", "user"}, {"content", "Call ⟦PHONE_1⟧"}}}},
+                       {"max_tokens", 24},
+                       {"stream", true}};
+  auto call = serve::HttpStreamCall::Open(cloud_->url() + "/v1/chat/completions", direct.dump(), 10);
+  ASSERT_TRUE(call.ok()) << call.status().message();
+  std::string cloud_raw;
+  while (true) {
+    auto more = (*call)->Read(&cloud_raw, 10);
+    ASSERT_TRUE(more.ok()) << more.status().message();
+    if (!*more) break;
+  }
+  bool split = false;
+  for (size_t p = 0; (p = cloud_raw.find("data: {", p)) != std::string::npos; ++p) {
+    const json c = json::parse(cloud_raw.substr(p + 6, cloud_raw.find("\n\n", p) - p - 6));
+    if (c["choices"].empty() || !c["choices"][0]["delta"].contains("content")) continue;
+    const std::string d = c["choices"][0]["delta"]["content"];
+    const size_t open = d.find("⟦");
+    split = split || (open != std::string::npos && d.find("⟧", open) == std::string::npos);
+  }
+  EXPECT_TRUE(split) << cloud_raw;
   // The usage chunk the edge asked for itself is not passed on.
   for (const json& c : chunks) EXPECT_FALSE(c.contains("usage") && c["choices"].empty()) << c;
   EXPECT_GT(front_->counters().cloud_completion_tokens, 0);

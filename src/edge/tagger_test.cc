@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -18,6 +20,9 @@ const std::vector<EntityType> kTypes = {EntityType::kPerson, EntityType::kAddres
 
 Tagger& Trained() {
   static std::unique_ptr<Tagger> t = [] {
+    // One thread: ctest runs another test beside this one, and OpenMP's
+    // threads waiting on a busy core made this training 30x slower.
+    omp_set_num_threads(1);
     TaggerConfig cfg;
     cfg.d_model = 64;
     cfg.d_ff = 128;
@@ -112,6 +117,7 @@ TEST(Tagger, SaveLoadRoundTrip) {
 
 TEST(Tagger, TrainingIsDeterministicInTheSeed) {
   TaggerConfig cfg;
+  omp_set_num_threads(1);  // as Trained(): beside another test, fast
   cfg.d_model = 32;
   cfg.d_ff = 64;
   cfg.window = 64;

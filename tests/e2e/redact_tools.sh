@@ -11,7 +11,7 @@ else
   fail "corpus: $(head -c 300 "$WORK/ho.jsonl" 2>&1)"
 fi
 
-out="$("$MYRIAD" redact train --out "$WORK/tagger" --docs 200 --plain 50 --steps 150 --d-model 64 --d-ff 128 \
+out="$("$MYRIAD" redact train --out "$WORK/tagger" --threads 1 --docs 200 --plain 50 --steps 150 --d-model 64 --d-ff 128 \
         --window 96 --held-out 20 --json 2>"$WORK/train.err")" && rc=0 || rc=$?
 if [ "$rc" -eq 0 ] && [ -f "$WORK/tagger/model.safetensors" ] && [ -f "$WORK/tagger/tagger.json" ] &&
    grep -q '"micro"' <<<"$out" && grep -q "tagger step 150/150 loss" "$WORK/train.err"; then
