@@ -33,7 +33,7 @@ const Verb kVerbs[] = {
     {"tune", myriad::lab::RunTuneCli, "kernel lab: verify, time and tune kernels into a tuned table"},
     {"plan", myriad::cli::RunPlan, "cost model and parallel planner: layout, step time, MFU, time to train"},
     {"simulate", myriad::cli::RunSimulate, "failure simulator: ETTR, checkpoint interval, recovery"},
-    {"redact", myriad::cli::RunRedact, "desensitise text into typed placeholders (session vault); --restore puts them back"},
+    {"redact", myriad::cli::RunRedact, "desensitise text into typed placeholders (session vault); --restore; corpus|train|eval|tag of the tagger"},
 };
 
 void Usage(FILE* f) {

@@ -81,7 +81,8 @@ int RunRedact(int argc, char** argv) {
                    !std::strcmp(argv[1], "eval") || !std::strcmp(argv[1], "tag")))
     return RunRedactTools(argc - 1, argv + 1);
   CLI::App app{"Desensitise text: every name, number and address found is replaced by a typed placeholder "
-               "(⟦PHONE_1⟧) kept in a session vault; --restore puts the originals back into an answer",
+               "(⟦PHONE_1⟧) kept in a session vault; --restore puts the originals back into an answer. "
+               "Subcommands: myriad redact corpus|train|eval|tag (the labelled corpus, the tagger, the figures)",
                "myriad redact"};
   std::vector<std::string> inputs;
   std::string vault_path;
