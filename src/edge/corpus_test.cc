@@ -11,6 +11,7 @@
 #include <regex>
 #include <set>
 
+#include "data/test_util.h"
 #include "edge/checksums.h"
 
 namespace myriad::edge {
@@ -212,7 +213,8 @@ TEST(Corpus, Deterministic) {
 
 TEST(Corpus, JsonlRoundTripAndErrors) {
   const auto docs = GenerateCorpus(11, Split::kHeldOut, 20);
-  const std::string path = testing::TempDir() + "/corpus_rt.jsonl";
+  TempDir tmp("corpus_rt");
+  const std::string path = tmp.path() + "/corpus_rt.jsonl";
   ASSERT_TRUE(WriteJsonl(path, docs).ok());
   auto back = ReadJsonl(path);
   ASSERT_TRUE(back.ok()) << back.status().message();
@@ -224,7 +226,7 @@ TEST(Corpus, JsonlRoundTripAndErrors) {
     EXPECT_EQ((*back)[i].kind, docs[i].kind);
   }
   // A span beyond the text, on line 2.
-  const std::string bad = testing::TempDir() + "/corpus_bad.jsonl";
+  const std::string bad = tmp.path() + "/corpus_bad.jsonl";
   FILE* f = std::fopen(bad.c_str(), "w");
   std::fprintf(f, "%s\n{\"text\":\"abc\",\"spans\":[{\"start\":1,\"end\":9,\"type\":\"PERSON\"}]}\n",
                DocToJsonLine(docs[0]).c_str());

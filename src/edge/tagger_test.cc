@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "data/test_util.h"
 #include "edge/redact_eval.h"
 
 namespace myriad::edge {
@@ -99,7 +100,8 @@ TEST(Tagger, SpansAreWellFormed) {
 }
 
 TEST(Tagger, SaveLoadRoundTrip) {
-  const std::string dir = testing::TempDir() + "/tagger_rt";
+  TempDir tmp("tagger_rt");
+  const std::string dir = tmp.path() + "/tagger";
   ASSERT_TRUE(Trained().Save(dir).ok());
   auto loaded = LoadTagger(dir);
   ASSERT_TRUE(loaded.ok()) << loaded.status().message();
@@ -139,8 +141,8 @@ TEST(Tagger, TrainingIsDeterministicInTheSeed) {
 }
 
 TEST(Tagger, MalformedDirectoriesAreRefused) {
-  const std::string base = testing::TempDir() + "/tagger_bad";
-  std::filesystem::remove_all(base);
+  TempDir tmp("tagger_bad");
+  const std::string base = tmp.path();
   auto missing = LoadTagger(base + "/nowhere");
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("nowhere"), std::string::npos);

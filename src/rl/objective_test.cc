@@ -17,6 +17,7 @@
 #include "core/config.h"
 #include "core/safetensors.h"
 #include "core/rng.h"
+#include "data/test_util.h"
 #include "model/inference.h"
 #include "model/model.h"
 #include "train/train_config.h"
@@ -40,8 +41,11 @@ std::vector<float> Vec(const SafetensorsFile& f, const std::string& name) {
 class RlGolden : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const std::string dir = ::testing::TempDir() + "/rl_golden";
-    std::filesystem::create_directories(dir);
+    // A folder of this process's own: ctest runs each test of the suite as
+    // its own process, at once, and one rewriting a dump another has mapped
+    // is a bus error.
+    static TempDir tmp("rl_golden");
+    const std::string dir = tmp.path();
     path_ = dir + "/rl.safetensors";
     const std::string cmd = "/usr/bin/python3 " + SourceDir() + "/tests/golden/rl_reference.py --config " +
                             SourceDir() + "/tests/golden/tiny.toml --out " + path_ + " > " + dir + "/log 2>&1";
