@@ -26,9 +26,11 @@ inline int32_t HsumI(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
-// Weight rows are read once, from DRAM: each row's stream is prefetched
-// this far ahead (a few lines; the hardware prefetchers alone keep too few
-// lines in flight for rows read 16 bytes at a time).
+// Weight rows are read once, from DRAM. With one row of x the tile's rows
+// ahead are prefetched into L2 (PrefetchAhead, impl/gemv.h); with several,
+// each row's stream is prefetched this far ahead (a few lines; the hardware
+// prefetchers alone keep too few lines in flight for rows read 16 bytes at
+// a time).
 constexpr int64_t kPrefetchBytes = 1024;
 template <typename T>
 inline void Prefetch(const T* p) {
@@ -53,11 +55,15 @@ inline void TileDot(const T* W, const float* x, int64_t in, int64_t out, int64_t
   const T* w = W + o0 * in;
   const float* xr = x + m0 * in;
   int64_t i = 0;
-  // One 64-byte line of each weight row per iteration, prefetched
-  // kPrefetchBytes ahead (the same sums in the same order as 8 at a time).
+  // One 64-byte line of each weight row per iteration, prefetched (the same
+  // sums in the same order as 8 at a time).
   constexpr int U = 64 / (8 * sizeof(T));
-  for (; i + 8 * U <= in; i += 8 * U) {
-    for (int r = 0; r < R; ++r) Prefetch(w + r * in + i);
+  for (int64_t step = 0; i + 8 * U <= in; i += 8 * U, ++step) {
+    if constexpr (MT == 1) {
+      PrefetchAhead<R>(w, R * in * int64_t{sizeof(T)}, step);
+    } else {
+      for (int r = 0; r < R; ++r) Prefetch(w + r * in + i);
+    }
     for (int u = 0; u < U; ++u) {
       __m256 wv[R];
       for (int r = 0; r < R; ++r) wv[r] = LoadW(w + r * in + i + 8 * u);
@@ -164,8 +170,8 @@ inline void RowDotQ8(const int8_t* Wq, const int8_t* xq, const int8_t* xabs, int
   const __m256i ones = _mm256_set1_epi16(1);
   const int8_t* w = Wq + o0 * in;
   int64_t i = 0;
-  for (; i + 64 <= in; i += 64) {
-    for (int r = 0; r < R; ++r) Prefetch(w + r * in + i);
+  for (int64_t step = 0; i + 64 <= in; i += 64, ++step) {
+    PrefetchAhead<R>(w, R * in, step);
     for (int u = 0; u < 64; u += 32) {
       const __m256i ax = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xabs + i + u));
       const __m256i xs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + i + u));

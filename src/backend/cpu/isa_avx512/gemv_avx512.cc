@@ -34,16 +34,9 @@ inline __m512 LoadW(const uint16_t* w, int64_t i) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i)));
 }
 
-// One row of x (batch-1 decode) with fp16 weights: each weight row's stream
-// is prefetched this far ahead. On an Intel Xeon (AVX-512, 480 MB L3) this
-// took the fp16 GEMV from 17 to 22-23 GB/s of a 28 GB/s read roofline
-// (`doctor --bench`; 128 B: 18, 256 B: 21, 1024 B: 21) and batch-1 fp16
-// decode 1.40x (bench/README.md). The same prefetch measured no gain on a
-// Zen 5 with one thread, none on this Xeon for int8 (VNNI, rows of one byte
-// per weight: 0.93x within noise), and fp32 needs none.
-constexpr int64_t kPrefetchBytes = 512;
-template <typename T, int MT>
-constexpr bool kPrefetch = sizeof(T) == 2 && MT == 1;
+// One row of x (batch-1 decode): PrefetchAhead (impl/gemv.h).
+template <int MT>
+constexpr bool kPrefetchAhead = MT == 1;
 
 // y[m, o] for output rows [o0, o0 + R) and rows of x [m0, m0 + MT): each
 // weight vector is loaded (and converted) once for the MT rows of x. Every
@@ -58,12 +51,10 @@ inline void TileDot(const T* W, const float* x, int64_t in, int64_t out, int64_t
   const float* xr = x + m0 * in;
   int64_t i = 0;
   // One 64-byte line of each weight row per iteration (the same sums in the
-  // same order as 16 at a time). Prefetching: kPrefetchBytes.
+  // same order as 16 at a time). Prefetching: PrefetchAhead.
   constexpr int U = 64 / (16 * sizeof(T));
-  for (; i + 16 * U <= in; i += 16 * U) {
-    if constexpr (kPrefetch<T, MT>)
-      for (int r = 0; r < R; ++r)
-        _mm_prefetch(reinterpret_cast<const char*>(w + r * in + i) + kPrefetchBytes, _MM_HINT_T0);
+  for (int64_t step = 0; i + 16 * U <= in; i += 16 * U, ++step) {
+    if constexpr (kPrefetchAhead<MT>) PrefetchAhead<R>(w, R * in * int64_t{sizeof(T)}, step);
     for (int u = 0; u < U; ++u) {
       __m512 wv[R];
       for (int r = 0; r < R; ++r) wv[r] = LoadW(w + r * in, i + 16 * u);
@@ -150,7 +141,8 @@ inline void TileDotQ8(const int8_t* Wq, const int8_t* xq, int64_t ld, int64_t in
   const int8_t* w = Wq + o0 * in;
   const int8_t* xr = xq + m0 * ld;
   int64_t i = 0;
-  for (; i + 64 <= in; i += 64) {
+  for (int64_t step = 0; i + 64 <= in; i += 64, ++step) {
+    if constexpr (kPrefetchAhead<MT>) PrefetchAhead<R>(w, R * in, step);
     __m512i u[R];
     for (int r = 0; r < R; ++r) u[r] = _mm512_xor_si512(_mm512_loadu_si512(w + r * in + i), flip);
     for (int m = 0; m < MT; ++m) {
@@ -167,11 +159,30 @@ inline void TileDotQ8(const int8_t* Wq, const int8_t* xq, int64_t ld, int64_t in
       for (int r = 0; r < R; ++r) acc[r][m] = _mm512_dpbusd_epi32(acc[r][m], u[r], xv);
     }
   }
-  for (int m = 0; m < MT; ++m)
-    for (int r = 0; r < R; ++r) {
-      const int32_t dot = _mm512_reduce_add_epi32(acc[r][m]) - corr[m0 + m];
-      y[(m0 + m) * out + o0 + r] = (float)((double)dot * scale[o0 + r] * sx[m0 + m]);
-    }
+  if constexpr (R == 8 && MT == 1) {
+    // The 8 dots at once: the same integers, then the same double products
+    // lane by lane as the scalar form below, so bit-identical to it. The
+    // scalar form cost about 20% of the batch-1 GEMV's time with 768-wide
+    // rows (Zen 4: 50257 x 768 from DRAM 22 -> 28 GB/s).
+    __m256i h[8];
+    for (int r = 0; r < 8; ++r)
+      h[r] = _mm256_add_epi32(_mm512_castsi512_si256(acc[r][0]), _mm512_extracti64x4_epi64(acc[r][0], 1));
+    const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(h[0], h[1]), _mm256_hadd_epi32(h[2], h[3]));
+    const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(h[4], h[5]), _mm256_hadd_epi32(h[6], h[7]));
+    // a's 128-bit halves hold partial sums of rows 0-3 (b: 4-7) in order.
+    const __m256i dots = _mm256_sub_epi32(
+        _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31)),
+        _mm256_set1_epi32(corr[m0]));
+    const __m512d prod = _mm512_mul_pd(_mm512_mul_pd(_mm512_cvtepi32_pd(dots), _mm512_cvtps_pd(_mm256_loadu_ps(scale + o0))),
+                                       _mm512_set1_pd((double)sx[m0]));
+    _mm256_storeu_ps(y + m0 * out + o0, _mm512_cvtpd_ps(prod));
+  } else {
+    for (int m = 0; m < MT; ++m)
+      for (int r = 0; r < R; ++r) {
+        const int32_t dot = _mm512_reduce_add_epi32(acc[r][m]) - corr[m0 + m];
+        y[(m0 + m) * out + o0 + r] = (float)((double)dot * scale[o0 + r] * sx[m0 + m]);
+      }
+  }
 }
 
 template <int R>
