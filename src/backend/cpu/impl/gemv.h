@@ -23,11 +23,12 @@ namespace myriad::cpu {
 namespace {
 
 // Batch-1 decode GEMVs (the ISA kernels with one row of x), while a tile of
-// R contiguous weight rows streams in: the rows a whole number of tiles
-// ahead (at least kAheadBytes) are prefetched into L2 in address order, R
-// lines per step of `step` (one 64-byte line of each row per step), so DRAM
-// sees one sequential stream rather than R short ones that the hardware
-// prefetchers ramp up on too late (a row of 768 int8 weights is 12 lines).
+// R contiguous weight rows (tile_bytes) streams in: the bytes at least
+// kAheadBytes and at least one tile ahead are prefetched into L2 in address
+// order, R lines per step of `step` (one 64-byte line of each row per
+// step). Consecutive tiles' windows are adjacent, so DRAM sees one
+// sequential stream rather than R short ones that the hardware prefetchers
+// ramp up on too late (a row of 768 int8 weights is 12 lines).
 // On an AMD EPYC Zen 4 (2 threads, GPT-2-shaped decode matrices from DRAM,
 // 32 MB L3, 33 GB/s read), AVX-512 kernels against no software prefetch:
 // fp32 24 -> 32 GB/s, fp16 16 -> 28-31 (the per-row L1 prefetch 512 B ahead
@@ -37,7 +38,7 @@ namespace {
 constexpr int64_t kAheadBytes = 16384;
 template <int R>
 inline void PrefetchAhead(const void* tile, int64_t tile_bytes, int64_t step) {
-  const int64_t ahead = (kAheadBytes + tile_bytes - 1) / tile_bytes * tile_bytes;
+  const int64_t ahead = tile_bytes > kAheadBytes ? tile_bytes : kAheadBytes;
   const char* p = static_cast<const char*>(tile) + ahead + step * R * 64;
   for (int r = 0; r < R; ++r) _mm_prefetch(p + r * 64, _MM_HINT_T1);
 }
