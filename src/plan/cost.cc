@@ -644,7 +644,14 @@ StepEstimate Estimate(const JobDesc& job, const ClusterDesc& cluster, const Layo
     const double Dd = static_cast<double>(D_dense), De = static_cast<double>(D_expert);
     auto shard = [&](double params, double D, double bytes, bool sharded) { return params * bytes / (sharded ? D : 1.0); };
     mem.weights = shard(dense_params, Dd, job.weight_bytes, l.zero >= 3) + shard(expert_params, De, job.weight_bytes, l.zero >= 3);
-    mem.grads = shard(dense_params, Dd, job.grad_bytes, l.zero >= 2) + shard(expert_params, De, job.grad_bytes, l.zero >= 2);
+    // The engine's ZeRO (train/parallel/zero.h): every stage keeps the whole
+    // gradient, which the micro-batches accumulate into and which is reduced
+    // once, on the last; from stage 2 the owned shard it is reduce-scattered
+    // into and the padded send copy come on top (train/memory_estimate.h).
+    mem.grads = shard(dense_params, Dd, job.grad_bytes, false) + shard(expert_params, De, job.grad_bytes, false);
+    if (l.zero >= 2)
+      mem.grads += shard(dense_params, Dd, job.grad_bytes, true) + shard(expert_params, De, job.grad_bytes, true) +
+                   mem.grads;
     mem.optimizer = shard(dense_params, Dd, job.optimizer_bytes, l.zero >= 1) + shard(expert_params, De, job.optimizer_bytes, l.zero >= 1);
     // 1F1B: stage st holds min(m, P - st) micro-batches in flight
     // (interleaving adds (P-1)/(P v) more at the first stage).
@@ -654,7 +661,10 @@ StepEstimate Estimate(const JobDesc& job, const ClusterDesc& cluster, const Layo
     mem.activations = act * inflight + (l.recompute == Recompute::kFull ? act_work : 0);
     mem.logits = logits;
     const double layer_params = n > 0 ? local / static_cast<double>(n) : 0;
-    mem.buffers = 2 * x.tokS * C * ab + (l.zero >= 3 ? 2 * layer_params * job.weight_bytes : 0);
+    // ZeRO-3's gathered and prefetched layers; every stage's all-gather
+    // stages one segment (at most a layer) at a time.
+    mem.buffers = 2 * x.tokS * C * ab + (l.zero >= 3 ? 2 * layer_params * job.weight_bytes : 0) +
+                  (l.zero >= 1 ? layer_params * job.weight_bytes : 0);
     mem.total = mem.weights + mem.grads + mem.optimizer + mem.activations + mem.logits + mem.buffers;
     mem.capacity = d.memory_bytes * d.usable_memory;
     if (mem.total > mem_max) {
@@ -662,15 +672,18 @@ StepEstimate Estimate(const JobDesc& job, const ClusterDesc& cluster, const Layo
       worst = mem;
     }
 
-    // Data parallel: gradients reduced over each parameter's replicas
-    // (ZeRO >= 1: reduce-scatter + all-gather of the new weights, the same
-    // bytes as an all-reduce when weights and gradients are as wide).
+    // Data parallel: gradients reduced over each parameter's replicas, as
+    // the engine does it: ZeRO 0 all-reduces; ZeRO 1 all-reduces too, then
+    // all-gathers the updated weights; ZeRO 2 reduce-scatters, then
+    // all-gathers; ZeRO 3 reduce-scatters (its weights are gathered per
+    // micro-batch, below).
     const GroupSpan gd = SpanOf(c, {{l.tp, l.cp * l.ep * l.dp}});
     const GroupSpan ge = SpanOf(c, {{l.tp, l.cp}, {l.tp * l.cp * l.ep, l.dp}});
     double dp_s = 0, z3 = 0;
     auto reduce = [&](const GroupSpan& g, double params) {
-      if (l.zero == 0) return AllReduce(c, g, params * job.grad_bytes).seconds;
-      return ReduceScatter(c, g, params * job.grad_bytes).seconds + AllGather(c, g, params * job.weight_bytes).seconds;
+      const double gather = l.zero == 1 || l.zero == 2 ? AllGather(c, g, params * job.weight_bytes).seconds : 0;
+      if (l.zero <= 1) return AllReduce(c, g, params * job.grad_bytes).seconds + gather;
+      return ReduceScatter(c, g, params * job.grad_bytes).seconds + gather;
     };
     dp_s = reduce(gd, dense_params) + reduce(ge, expert_params);
     if (l.zero >= 3) {

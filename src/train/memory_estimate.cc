@@ -115,16 +115,19 @@ MemoryEstimate EstimateRankMemory(const ModelConfig& m, const TrainConfig& t, in
     if (p.expert) experts += n;
     const double R = p.expert ? R_expert : R_dense;
     params += zero >= 3 ? n / R : n;
-    grads += zero >= 2 ? n / R : n;
+    // The model's whole gradient (accumulated over the micro-batches; the
+    // reduction runs once, on the last), and from stage 2 the owned shard it
+    // is reduce-scattered into and the padded send copy of the reduction.
+    grads += n + (zero >= 2 ? n / R + n : 0);
     moments += 2 * (zero >= 1 ? n / R : n);
   }
-  if (zero >= 3 && R_dense > 1) {
-    // ZeRO-3 gathers one block's parameters whole before its forward/backward.
-    double largest = 0;
-    for (auto [block, n] : block_local)
-      if (block >= 0) largest = std::max(largest, n * (block < m.n_layers ? static_cast<double>(pp) : 1.0));
-    params += largest;
-  }
+  double largest = 0;  // the largest block here, whole (segments are at most a block)
+  for (auto [block, n] : block_local)
+    if (block >= 0) largest = std::max(largest, n * (block < m.n_layers ? static_cast<double>(pp) : 1.0));
+  // ZeRO-3 gathers one block's parameters whole before its forward/backward;
+  // the all-gathers of stages 1-3 stage one segment at a time (a buffer).
+  if (zero >= 3 && R_dense > 1) params += largest;
+  const double staging = zero >= 1 ? largest : 0;
 
   // Activations (formula in the header).
   const BatchPlan bp = PlanBatches(t, d, t.parallel.pipeline_microbatches());
@@ -155,7 +158,8 @@ MemoryEstimate EstimateRankMemory(const ModelConfig& m, const TrainConfig& t, in
   const bool shm = t.snapshot_dir != "none" && !t.snapshot_dir.empty();
   const double root_floats = 3 * whole * (2 + (d.world() > 1 ? 1 : 0) + (shm ? 3 : 0));
 
-  // Buffers: token batches (int32, as many bytes as floats), RoPE tables, the runtime.
+  // Buffers: token batches (int32, as many bytes as floats), RoPE tables, the
+  // runtime, ZeRO's all-gather staging.
   const double T1 = static_cast<double>(t.seq_len + 1);
   const double tokens = (static_cast<double>(t.grad_accum) + 1) * static_cast<double>(t.batch_size) * T1;
   const double rope = static_cast<double>(m.max_seq_len) *
@@ -169,7 +173,7 @@ MemoryEstimate EstimateRankMemory(const ModelConfig& m, const TrainConfig& t, in
   e.activations = Bytes(act_floats);
   e.root_only = Bytes(root_floats);
   e.checkpoint = SaturatedSum({Bytes(3 * local), e.root_only});
-  e.buffers = Bytes(tokens + rope + runtime);
+  e.buffers = Bytes(tokens + rope + runtime + staging);
   e.total = SaturatedSum({e.params, e.grads, e.optimizer, e.activations, e.checkpoint, e.buffers});
   const double blocks = local - embed_head - experts;
   if (embed_head >= blocks && embed_head >= experts) e.param_keys = "model.vocab_size or model.d_model";

@@ -23,8 +23,11 @@
 // train/parallel/zero.h): dense tensors over R = dp*ep*cp, routed experts
 // over R = dp*cp (both = dp when ep = cp = 1):
 //   params     = 4 * P_local / (zero == 3 ? R : 1)  [+ zero 3: the largest block, gathered whole]
-//   grads      = 4 * P_local / (zero >= 2 ? R : 1)
+//   grads      = 4 * P_local  [+ zero >= 2: 4 * P_local / R, the owned shard, + 4 * P_local, the
+//                padded send copies of the reduce-scatter]: the model keeps its whole gradient at
+//                every stage (micro-batches accumulate into it; ZeroSync reduces once, on the last)
 //   optimizer  = 2 * 4 * P_local / (zero >= 1 ? R : 1)  (AdamW exp_avg and exp_avg_sq)
+// (the bracketed terms hold with R = 1 too: ZeroSync keeps them whatever its group sizes)
 //
 // Activations: a rough estimate (upper side) of what the backward keeps:
 //   D   = dp * ep                        ranks that see different sequences
@@ -59,8 +62,10 @@
 //
 // Buffers: the step's token batches (4 * grad_accum * batch_size *
 // (seq_len + 1)) and an evaluation batch, the RoPE tables (4 * max_seq_len *
-// head_dim, and the indexer's), and 64 MiB for the runtime (the health
-// check's and the peak measurement's matrices, thread stacks, the code).
+// head_dim, and the indexer's), 64 MiB for the runtime (the health check's
+// and the peak measurement's matrices, thread stacks, the code), and with
+// zero >= 1 the all-gather's staging buffer (one segment at a time: at most
+// the largest block, counted as that).
 //
 // total = params + grads + optimizer + activations + checkpoint + buffers;
 // ranks sharing a host need HostBytes(ranks there).

@@ -72,14 +72,13 @@ ZeroSync::ZeroSync(Model* model, comm::Comm* dense, comm::Comm* expert, comm::Co
 
 void ZeroSync::Gather(Segment& s) {
   const int g = s.group->size();
-  auto& pad = pad_[&s - segs_.data()];
-  pad.resize(static_cast<size_t>(s.shard) * g);
+  gather_.resize(static_cast<size_t>(s.shard) * g);
   // Each rank contributes its owned slice (padded to `shard`).
   Buf<float> mine;
   mine.zero(s.shard);
   ops::Copy(param_shard_.data() + s.packed, s.own_count, mine.data());
-  s.group->AllGather(mine.data(), pad.data(), s.shard, comm::DType::kF32);
-  ops::Copy(pad.data(), s.count, model_->params() + s.offset);
+  s.group->AllGather(mine.data(), gather_.data(), s.shard, comm::DType::kF32);
+  ops::Copy(gather_.data(), s.count, model_->params() + s.offset);
   const size_t i = &s - segs_.data();
   if (!resident_[i]) {
     resident_[i] = true;
@@ -203,13 +202,12 @@ void ZeroSync::PublishParams() {
   if (stage_ == 0) return;
   for (Segment& s : segs_) {
     const int g = s.group->size();
-    auto& pad = pad_[&s - segs_.data()];
-    pad.resize(static_cast<size_t>(s.shard) * g);
+    gather_.resize(static_cast<size_t>(s.shard) * g);
     Buf<float> mine;
     mine.zero(s.shard);
     ops::Copy(model_->params() + s.offset + s.own_begin, s.own_count, mine.data());
-    s.group->AllGather(mine.data(), pad.data(), s.shard, comm::DType::kF32);
-    ops::Copy(pad.data(), s.count, model_->params() + s.offset);
+    s.group->AllGather(mine.data(), gather_.data(), s.shard, comm::DType::kF32);
+    ops::Copy(gather_.data(), s.count, model_->params() + s.offset);
   }
 }
 
@@ -246,6 +244,12 @@ void ZeroSync::AdoptParams() {
     resident_[i] = true;
     Release(s);
   }
+}
+
+int64_t ZeroSync::HeldFloats() const {
+  int64_t n = static_cast<int64_t>(grad_shard_.size() + param_shard_.size() + gather_.size());
+  for (const auto& p : pad_) n += static_cast<int64_t>(p.size());
+  return n;
 }
 
 void ZeroSync::ZeroGrads() {

@@ -101,6 +101,10 @@ class ZeroSync {
   void ZeroGrads();
 
   SyncStats& stats() { return stats_; }
+  // Floats this object holds in device memory besides the model's own
+  // parameters and gradients (shards, send and gather buffers), at most
+  // what train/memory_estimate.h counts for them.
+  int64_t HeldFloats() const;
 
  private:
   void Launch(Segment& s);
@@ -114,7 +118,12 @@ class ZeroSync {
   std::vector<int> outer_;                  // segments outside blocks
   int64_t packed_ = 0;
   Buf<float> grad_shard_, param_shard_;  // stage >= 2 / 3: packed (device)
-  std::vector<Buf<float>> pad_;          // per segment: padded send buffer (device)
+  // Stage >= 2, per segment: the padded send buffer of its asynchronous
+  // reduce-scatter (a copy of its gradient, alive until Finish).
+  std::vector<Buf<float>> pad_;
+  // The synchronous all-gathers (Gather, PublishParams), one segment at a
+  // time: the largest padded segment, not a second copy of the parameters.
+  Buf<float> gather_;
   std::vector<comm::Request> pending_;
   std::vector<bool> resident_;
   int64_t resident_floats_ = 0;
