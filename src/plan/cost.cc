@@ -429,6 +429,17 @@ Status CheckLayout(const JobDesc& job, const ClusterDesc& c, const Layout& l) {
   if (l.zero < 0 || l.zero > 3) return err("zero stage must be 0-3");
   if (l.devices() != c.devices)
     return err("dp*tp*pp*ep*cp = " + std::to_string(l.devices()) + " but the cluster has " + std::to_string(c.devices));
+  // A plan for Myriad's trainer uses only what it implements: its pipeline
+  // is plain 1F1B and it keeps every activation (no recomputation), so a
+  // layout may not win through either.
+  if (job.myriad_limits && l.recompute != Recompute::kNone)
+    return err(std::string("rc=") + RecomputeName(l.recompute) +
+               ": Myriad's trainer does not recompute activations (hint: rc=none, more pp, tp or cp, or "
+               "job.myriad_limits = false to plan for an engine that does)");
+  if (job.myriad_limits && l.interleave > 1)
+    return err("v=" + std::to_string(l.interleave) +
+               ": Myriad's pipeline is plain 1F1B (hint: v=1, or job.myriad_limits = false to plan for an engine "
+               "that interleaves)");
   if (job.seq_len < 1 || job.global_batch_tokens % job.seq_len)
     return err("global_batch_tokens=" + std::to_string(job.global_batch_tokens) + " is not divisible by seq_len=" +
                std::to_string(job.seq_len));

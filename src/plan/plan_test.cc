@@ -314,6 +314,52 @@ TEST(PlanCost, MyriadLimitsRefuseDsaUnderTensorParallelism) {
   EXPECT_TRUE(CheckLayout(j, FlopBound(4), Layout{4, 1, 1, 1, 1}).ok());  // data parallelism is fine
 }
 
+// A plan for Myriad's trainer never wins through what the trainer does not
+// implement: with memory so tight that only recomputation fits, another
+// engine's plan recomputes, Myriad's finds nothing and says why; layouts
+// that recompute or interleave are refused by name.
+TEST(PlanSearch, MyriadPlansUseOnlyWhatTheTrainerImplements) {
+  JobDesc j = TinyJob(8);
+  SearchSpace s;
+  s.interleave = {1, 2};
+  ClusterDesc roomy = FlopBound(2);
+  // The smallest memory any layout fits without recomputation, and a budget
+  // just under it where recomputation still fits.
+  double need_plain = 1e300, need_any = 1e300;
+  for (const Layout& l : ParallelLayouts(j, roomy, s))
+    for (int z = 0; z <= 3; ++z)
+      for (Recompute rc : {Recompute::kNone, Recompute::kSelective, Recompute::kFull}) {
+        Layout x = l;
+        x.zero = z, x.recompute = rc;
+        const StepEstimate e = Estimate(j, roomy, x);
+        if (!e.feasible) continue;
+        need_any = std::min(need_any, e.mem.total);
+        if (rc == Recompute::kNone) need_plain = std::min(need_plain, e.mem.total);
+      }
+  ASSERT_LT(need_any, need_plain);
+  ClusterDesc tight = roomy;
+  tight.device.memory_bytes = (need_any + need_plain) / 2 / tight.device.usable_memory;
+  const PlanResult other = FindBest(j, tight, s);
+  ASSERT_TRUE(other.found) << other.why;
+  EXPECT_NE(other.layout.recompute, Recompute::kNone);
+  j.myriad_limits = true;
+  const PlanResult mine = FindBest(j, tight, s);
+  EXPECT_FALSE(mine.found) << mine.layout.ToString();
+  const PlanResult fits = FindBest(j, roomy, s);
+  ASSERT_TRUE(fits.found) << fits.why;
+  EXPECT_EQ(fits.layout.recompute, Recompute::kNone);
+  EXPECT_EQ(fits.layout.interleave, 1);
+  Layout rc{2, 1, 1, 1, 1};
+  rc.recompute = Recompute::kFull;
+  EXPECT_NE(CheckLayout(j, roomy, rc).message().find("does not recompute activations"), std::string::npos);
+  JobDesc deep = j;
+  deep.model.n_layers = 4;
+  Layout v2{1, 1, 2, 1, 1};
+  v2.interleave = 2;
+  EXPECT_NE(CheckLayout(deep, roomy, v2).message().find("plain 1F1B"), std::string::npos)
+      << CheckLayout(deep, roomy, v2).message();
+}
+
 TEST(PlanLayout, ParsesBothSpellings) {
   auto a = ParseLayout("dp=6,tp=8,pp=64,mb=2,zero=2,rc=full,v=2");
   ASSERT_TRUE(a.ok()) << a.status().message();
