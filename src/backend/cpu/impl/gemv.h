@@ -31,7 +31,7 @@ namespace {
 // ramp up on too late (a row of 768 int8 weights is 12 lines).
 // On an AMD EPYC Zen 4 (2 threads, GPT-2-shaped decode matrices from DRAM,
 // 32 MB L3, 33 GB/s read), AVX-512 kernels against no software prefetch:
-// fp32 24 -> 32 GB/s, fp16 16 -> 28-31 (the per-row L1 prefetch 512 B ahead
+// fp32 24 -> 31-32 GB/s, fp16 16 -> 26-28 (the per-row L1 prefetch 512 B ahead
 // that this replaced: 14), int8 14 -> 28; one tile ahead rather than 16 KB
 // left the int8 head (50257 x 768, 6 KB tiles) at 19-22 GB/s against 25.
 // bench/README.md has the decode figures.
