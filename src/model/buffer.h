@@ -50,6 +50,7 @@ class Buf {
   void clear() { size_ = 0; }
   bool empty() const { return size_ == 0; }
   size_t size() const { return size_; }
+  size_t capacity() const { return cap_; }  // elements allocated (what the buffer holds in memory)
   T* data() { return data_; }
   const T* data() const { return data_; }
   T* begin() { return data_; }

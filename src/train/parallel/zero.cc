@@ -247,8 +247,8 @@ void ZeroSync::AdoptParams() {
 }
 
 int64_t ZeroSync::HeldFloats() const {
-  int64_t n = static_cast<int64_t>(grad_shard_.size() + param_shard_.size() + gather_.size());
-  for (const auto& p : pad_) n += static_cast<int64_t>(p.size());
+  int64_t n = static_cast<int64_t>(grad_shard_.capacity() + param_shard_.capacity() + gather_.capacity());
+  for (const auto& p : pad_) n += static_cast<int64_t>(p.capacity());
   return n;
 }
 
