@@ -659,10 +659,10 @@ StepEstimate Estimate(const JobDesc& job, const ClusterDesc& cluster, const Layo
     // gradient, which the micro-batches accumulate into and which is reduced
     // once, on the last; from stage 2 the owned shard it is reduce-scattered
     // into and the padded send copy come on top (train/memory_estimate.h).
-    mem.grads = shard(dense_params, Dd, job.grad_bytes, false) + shard(expert_params, De, job.grad_bytes, false);
-    if (l.zero >= 2)
-      mem.grads += shard(dense_params, Dd, job.grad_bytes, true) + shard(expert_params, De, job.grad_bytes, true) +
-                   mem.grads;
+    const double whole_grads = (dense_params + expert_params) * job.grad_bytes;
+    const double grad_shard =
+        shard(dense_params, Dd, job.grad_bytes, true) + shard(expert_params, De, job.grad_bytes, true);
+    mem.grads = whole_grads + (l.zero >= 2 ? grad_shard + whole_grads : 0);
     mem.optimizer = shard(dense_params, Dd, job.optimizer_bytes, l.zero >= 1) + shard(expert_params, De, job.optimizer_bytes, l.zero >= 1);
     // 1F1B: stage st holds min(m, P - st) micro-batches in flight
     // (interleaving adds (P-1)/(P v) more at the first stage).

@@ -34,10 +34,6 @@ inline __m512 LoadW(const uint16_t* w, int64_t i) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + i)));
 }
 
-// One row of x (batch-1 decode): PrefetchAhead (impl/gemv.h).
-template <int MT>
-constexpr bool kPrefetchAhead = MT == 1;
-
 // y[m, o] for output rows [o0, o0 + R) and rows of x [m0, m0 + MT): each
 // weight vector is loaded (and converted) once for the MT rows of x. Every
 // (o, m) has its own accumulator, reduced in the same order whatever R and
@@ -51,10 +47,11 @@ inline void TileDot(const T* W, const float* x, int64_t in, int64_t out, int64_t
   const float* xr = x + m0 * in;
   int64_t i = 0;
   // One 64-byte line of each weight row per iteration (the same sums in the
-  // same order as 16 at a time). Prefetching: PrefetchAhead.
+  // same order as 16 at a time). One row of x (batch-1 decode) prefetches
+  // ahead (PrefetchAhead, impl/gemv.h).
   constexpr int U = 64 / (16 * sizeof(T));
   for (int64_t step = 0; i + 16 * U <= in; i += 16 * U, ++step) {
-    if constexpr (kPrefetchAhead<MT>) PrefetchAhead<R>(w, R * in * int64_t{sizeof(T)}, step);
+    if constexpr (MT == 1) PrefetchAhead<R>(w, R * in * int64_t{sizeof(T)}, step);
     for (int u = 0; u < U; ++u) {
       __m512 wv[R];
       for (int r = 0; r < R; ++r) wv[r] = LoadW(w + r * in, i + 16 * u);
@@ -142,7 +139,7 @@ inline void TileDotQ8(const int8_t* Wq, const int8_t* xq, int64_t ld, int64_t in
   const int8_t* xr = xq + m0 * ld;
   int64_t i = 0;
   for (int64_t step = 0; i + 64 <= in; i += 64, ++step) {
-    if constexpr (kPrefetchAhead<MT>) PrefetchAhead<R>(w, R * in, step);
+    if constexpr (MT == 1) PrefetchAhead<R>(w, R * in, step);
     __m512i u[R];
     for (int r = 0; r < R; ++r) u[r] = _mm512_xor_si512(_mm512_loadu_si512(w + r * in + i), flip);
     for (int m = 0; m < MT; ++m) {
